@@ -1,0 +1,50 @@
+"""Tenant-scoped access. Views never fetch tenant data by primary key directly; they come through here.
+
+A caller who is not in a tenant gets 404 for it and everything in it, so existence does not leak; a caller in
+the tenant without the needed role gets 403.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import Http404
+from rest_framework.exceptions import PermissionDenied
+
+from accounts.models import ApiToken, Membership, Role, Tenant, User
+
+
+def user_roles(user: User) -> dict[int, str]:
+    """tenant id -> role, for the tenants the user belongs to."""
+    return dict(Membership.objects.filter(user=user, tenant__active=True).values_list("tenant_id", "role"))
+
+
+def visible_tenants(user: User, auth: Any = None) -> QuerySet[Tenant]:
+    """Tenants the caller may see. A token is bound to one tenant and sees only that one."""
+    if isinstance(auth, ApiToken):
+        return Tenant.objects.filter(pk=auth.tenant_id)
+    if user.is_staff:
+        return Tenant.objects.all()
+    return Tenant.objects.filter(memberships__user=user, active=True)
+
+
+def access_tenant(user: User, slug: str, *, auth: Any = None, manage: bool = False) -> Tenant:
+    """The tenant named by slug if the caller may see it (404 otherwise); with manage, also its manager."""
+    tenant = visible_tenants(user, auth).filter(slug=slug).first()
+    if tenant is None:
+        raise Http404("No such tenant.")
+    if manage and not can_manage(user, tenant):
+        raise PermissionDenied("Only the tenant's managers or platform admins may do this.")
+    return tenant
+
+
+def can_manage(user: User, tenant: Tenant) -> bool:
+    if user.is_staff:
+        return True
+    return Membership.objects.filter(user=user, tenant=tenant, role=Role.MANAGER).exists()
+
+
+def require_admin(user: User) -> None:
+    if not user.is_staff:
+        raise PermissionDenied("Only platform admins may do this.")

@@ -1,0 +1,97 @@
+"""Tenants, users, memberships and roles, API tokens, tenant policy and the audit log."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractUser
+from django.db import models
+
+
+class User(AbstractUser):
+    """A person. Platform admins are staff users; tenant roles come from memberships."""
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.SlugField(max_length=50, unique=True)
+    weight = models.PositiveIntegerField(
+        default=1, help_text="Share of the excess relative to other tenants."
+    )
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(weight__gte=1), name="tenant_weight_positive")
+        ]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Role(models.TextChoices):
+    MEMBER = "member", "Member"
+    MANAGER = "manager", "Manager"
+
+
+class Membership(models.Model):
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "tenant"], name="membership_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant} ({self.role})"
+
+
+class Guarantee(models.Model):
+    """GPUs of one type a tenant is always entitled to (ARCHITECTURE.md §Clearing, tier G)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="guarantees")
+    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="guarantees")
+    gpus = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "gpu_type"], name="guarantee_unique")]
+
+
+class ApiToken(models.Model):
+    """A bearer token for one user acting in one tenant. Only its SHA-256 is stored.
+
+    The secret is 256 random bits, so a fast hash is enough: nothing can be brute-forced, and the lookup by
+    digest stays one indexed query per request.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="The token's first characters, to recognise it.")
+    digest = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.name})"
+
+
+class AuditEvent(models.Model):
+    """One row per change made through a service: who, in which tenant, what, with what figures."""
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    tenant = models.ForeignKey(Tenant, null=True, on_delete=models.SET_NULL, related_name="audit_events")
+    action = models.CharField(max_length=64)
+    detail = models.JSONField(default=dict)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]

@@ -1,0 +1,68 @@
+"""API tokens: create (shown once), authenticate, revoke. Only SHA-256 digests are stored."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from accounts.audit import audit
+from accounts.models import ApiToken, Tenant, User
+
+TOKEN_PREFIX = "gpm_"
+# Writing last_used on every request would turn each read into a write; a minute's precision is plenty.
+LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    token: ApiToken
+    secret: str
+
+
+def _digest(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+@transaction.atomic
+def token_create(*, user: User, tenant: Tenant, name: str, actor: User | None = None) -> IssuedToken:
+    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(
+        user=user, tenant=tenant, name=name, prefix=secret[:12], digest=_digest(secret)
+    )
+    audit(actor=actor or user, tenant=tenant, action="token.create", detail={"token": token.pk, "name": name})
+    return IssuedToken(token=token, secret=secret)
+
+
+def token_authenticate(*, raw: str) -> ApiToken | None:
+    """The live token for this secret whose user still belongs to its tenant, or None."""
+    if not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+        return None
+    token = (
+        ApiToken.objects.select_related("user", "tenant")
+        .filter(digest=_digest(raw), revoked_at__isnull=True, user__is_active=True, tenant__active=True)
+        .first()
+    )
+    if token is None:
+        return None
+    if not token.user.is_staff and not token.user.memberships.filter(tenant=token.tenant).exists():
+        return None
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+    return token
+
+
+@transaction.atomic
+def token_revoke(*, token: ApiToken, actor: User) -> ApiToken:
+    """Revoking twice is harmless: the first revocation time stays."""
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+        audit(actor=actor, tenant=token.tenant, action="token.revoke", detail={"token": token.pk})
+    return token

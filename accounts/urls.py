@@ -1,0 +1,9 @@
+from django.urls import path
+
+from accounts import api
+
+urlpatterns = [
+    path("me", api.MeView.as_view(), name="me"),
+    path("tenants/<slug:slug>/tokens", api.TokenListView.as_view(), name="token-list"),
+    path("tenants/<slug:slug>/tokens/<int:token_id>", api.TokenDetailView.as_view(), name="token-detail"),
+]

@@ -1,0 +1,75 @@
+"""Small typed readers for settings from the environment.
+
+Each one fails loudly (ImproperlyConfigured naming the variable) on a value it cannot read, instead of
+quietly falling back: `DEBUG=yes please` is a mistake to report, not a False. Secrets may also come from
+`NAME_FILE`, the path of a file holding the value (Docker and systemd credentials work that way).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None) -> str | None:
+    """The raw value of NAME, or of the file named by NAME_FILE, or the default."""
+    value = os.environ.get(name)
+    if value is not None:
+        return value
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r}: cannot read it ({exc.strerror})") from exc
+    return default
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = env_str(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name}={value!r}: expected one of 1/0, true/false, yes/no, on/off")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = env_str(name)
+    if value is None:
+        return default
+    try:
+        number = int(value.strip())
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected a whole number") from exc
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name}={number}: must be at least {minimum}")
+    return number
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    value = env_str(name)
+    if value is None:
+        return default
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def local_secret_key(path: Path) -> str:
+    """A key generated once and kept under var/, so local sessions survive restarts without configuration."""
+    if path.exists():
+        return path.read_text().strip()
+    from django.core.management.utils import get_random_secret_key
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    key = get_random_secret_key()
+    path.write_text(key)
+    path.chmod(0o600)
+    return key

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class MarketConfig(AppConfig):
+    name = "market"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -1,0 +1,28 @@
+"""GPU types and their price bounds."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class GpuType(models.Model):
+    """A kind of GPU, priced per GPU-hour in integer micro-credits (ARCHITECTURE.md §Money)."""
+
+    name = models.CharField(max_length=64, unique=True)
+    memory_gb = models.PositiveIntegerField()
+    reserve_price = models.BigIntegerField(help_text="Lowest price per GPU-hour, micro-credits.")
+    max_price = models.BigIntegerField(help_text="Highest posted price per GPU-hour, micro-credits.")
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(reserve_price__gte=0), name="gputype_reserve_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_price__gte=models.F("reserve_price")), name="gputype_max_ge_reserve"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,35 @@
+"""Integer micro-credits (ARCHITECTURE.md §Money): parsing and formatting, never floats."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+
+MICRO = 1_000_000
+# Amounts live in 64-bit signed columns; cap what one call may move well inside that.
+MAX_AMOUNT = 10**15  # one billion credits
+
+
+class AmountError(ValueError):
+    pass
+
+
+def parse_credits(value: object) -> int:
+    """Micro-credits from a credits value such as "12.5" or 12; refuses floats' rounding and junk."""
+    if isinstance(value, bool) or value is None:
+        raise AmountError("must be a number of credits")
+    try:
+        amount = Decimal(str(value).strip())
+    except InvalidOperation as exc:
+        raise AmountError("must be a number of credits") from exc
+    if not amount.is_finite():
+        raise AmountError("must be a finite number")
+    micro = amount * MICRO
+    if micro != micro.to_integral_value():
+        raise AmountError("has more decimals than a micro-credit (6)")
+    return int(micro)
+
+
+def format_credits(micro: int) -> str:
+    sign = "-" if micro < 0 else ""
+    whole, frac = divmod(abs(int(micro)), MICRO)
+    return f"{sign}{whole:,}.{frac:06d}".rstrip("0").rstrip(".") if frac else f"{sign}{whole:,}"

@@ -1,0 +1,5 @@
+"""Market API routes (mounted under /api/v1/)."""
+
+from django.urls import path  # noqa: F401
+
+urlpatterns: list[object] = []
