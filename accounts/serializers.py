@@ -5,13 +5,13 @@ from rest_framework import serializers
 from accounts.models import ApiToken
 
 
-class TenantRoleSerializer(serializers.Serializer[dict[str, object]]):
+class TenantRoleSerializer(serializers.Serializer):
     slug = serializers.CharField()
     name = serializers.CharField()
     role = serializers.CharField()
 
 
-class MeSerializer(serializers.Serializer[dict[str, object]]):
+class MeSerializer(serializers.Serializer):
     username = serializers.CharField()
     email = serializers.CharField()
     is_admin = serializers.BooleanField()
@@ -19,7 +19,7 @@ class MeSerializer(serializers.Serializer[dict[str, object]]):
     tenants = TenantRoleSerializer(many=True)
 
 
-class TokenSerializer(serializers.ModelSerializer[ApiToken]):
+class TokenSerializer(serializers.ModelSerializer):
     user = serializers.CharField(source="user.username", read_only=True)
     active = serializers.SerializerMethodField()
 
@@ -32,7 +32,7 @@ class TokenSerializer(serializers.ModelSerializer[ApiToken]):
         return obj.revoked_at is None
 
 
-class TokenCreateSerializer(serializers.Serializer[dict[str, object]]):
+class TokenCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=100, trim_whitespace=True)
 
 

@@ -29,8 +29,11 @@ def _digest(raw: str) -> str:
 
 
 @transaction.atomic
-def token_create(*, user: User, tenant: Tenant, name: str, actor: User | None = None) -> IssuedToken:
-    secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
+def token_create(
+    *, user: User, tenant: Tenant, name: str, actor: User | None = None, secret: str | None = None
+) -> IssuedToken:
+    """A new token. `secret` is only for the local demo, which keeps its token's secret under var/."""
+    secret = secret or TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=user, tenant=tenant, name=name, prefix=secret[:12], digest=_digest(secret)
     )

@@ -1,0 +1,51 @@
+# The two commands: `make run` (the whole platform locally, no external service) and `make test`.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+PYTHON ?= python3
+
+.PHONY: run test install lint format typecheck bench migrate clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Local platform: SQLite and kombu's filesystem broker under var/, DEBUG on, demo data loaded.
+run: export DEBUG = 1
+run: export TLS = 0
+run: export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+run: install
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py demo_data
+	$(VENV)/bin/honcho -f Procfile start
+
+# Whole suite against the real PostgreSQL and Redis (started here if installed but stopped).
+test: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
+test: export REDIS_URL ?= redis://127.0.0.1:6379/0
+test: install
+	scripts/ensure-services
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+bench: install
+	$(PY) bench/clearing.py
+
+clean:
+	rm -rf $(VENV) var

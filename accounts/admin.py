@@ -1,0 +1,81 @@
+"""The admin console's tenancy pages. Policy changes go through services so they are checked and audited."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.contrib.auth.admin import UserAdmin
+from django.http import HttpRequest
+
+from accounts import services
+from accounts.models import ApiToken, AuditEvent, Guarantee, Membership, Tenant, User
+
+admin.site.site_header = "gpumarket admin console"
+
+
+class GuaranteeForm(forms.ModelForm):
+    class Meta:
+        model = Guarantee
+        fields = ["tenant", "gpu_type", "gpus"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("tenant") and data.get("gpu_type") and data.get("gpus") is not None:
+            try:
+                services.guarantee_check(tenant=data["tenant"], gpu_type=data["gpu_type"], gpus=data["gpus"])
+            except services.PolicyError as exc:
+                self.add_error(exc.field, exc.message)
+        return data
+
+
+@admin.register(Guarantee)
+class GuaranteeAdmin(admin.ModelAdmin):
+    form = GuaranteeForm
+    list_display = ["tenant", "gpu_type", "gpus"]
+    list_filter = ["gpu_type"]
+
+    def save_model(self, request: HttpRequest, obj: Guarantee, form: Any, change: bool) -> None:
+        services.guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=request.user)  # type: ignore[arg-type]
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ["slug", "name", "weight", "active", "created_at"]
+    search_fields = ["slug", "name"]
+    prepopulated_fields = {"slug": ["name"]}
+    inlines = [MembershipInline]
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "name", "user", "tenant", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["user", "tenant", "name", "prefix", "digest", "created_at", "last_used_at"]
+    list_filter = ["tenant"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # a secret can only be shown once, which the API does
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    list_display = ["created_at", "action", "tenant", "actor"]
+    list_filter = ["action", "tenant"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+admin.site.register(User, UserAdmin)

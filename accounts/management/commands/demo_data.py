@@ -1,0 +1,91 @@
+"""Create a small demo platform: GPU types, three tenants with budgets and guarantees, an admin and two users
+per tenant, and an API token. Running it again changes nothing that is already there."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from accounts import services as accounts_services
+from accounts.models import ApiToken, Role, Tenant, User
+from accounts.tokens import TOKEN_PREFIX, token_create
+from market.money import MICRO
+from market.services import gpu_types, ledger
+
+DEMO_PASSWORD = "demo-password-123"
+GPU_TYPES = [("H100", 80, 2.0, 20.0), ("A100", 80, 1.2, 12.0)]
+# (slug, name, weight, guarantees by type, budget in credits)
+TENANTS = [
+    ("vision", "Vision", 2, {"H100": 4, "A100": 4}, 5_000),
+    ("nlp", "NLP", 3, {"H100": 6, "A100": 2}, 8_000),
+    ("speech", "Speech", 1, {"A100": 4}, 2_000),
+]
+
+
+class Command(BaseCommand):
+    help = "Create demo GPU types, tenants, users, budgets and a token (idempotent)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        with transaction.atomic():
+            admin = self._user("admin", staff=True)
+            types = {
+                name: gpu_types.gpu_type_save(
+                    name=name, memory_gb=mem, reserve_price=int(r * MICRO), max_price=int(m * MICRO), actor=admin
+                )
+                for name, mem, r, m in GPU_TYPES
+            }
+            for slug, name, weight, guarantees, budget in TENANTS:
+                tenant = Tenant.objects.filter(slug=slug).first() or accounts_services.tenant_create(
+                    name=name, slug=slug, weight=weight, actor=admin
+                )
+                for gpu_name, gpus in guarantees.items():
+                    accounts_services.guarantee_set(tenant=tenant, gpu_type=types[gpu_name], gpus=gpus, actor=admin)
+                owner, member = self._user(f"{slug}-owner"), self._user(f"{slug}-member")
+                accounts_services.membership_set(tenant=tenant, user=owner, role=Role.MANAGER, actor=admin)
+                accounts_services.membership_set(tenant=tenant, user=member, role=Role.MEMBER, actor=admin)
+                ledger.ledger_topup(
+                    tenant=tenant, amount=budget * MICRO, key=f"demo-topup-{slug}", actor=admin, memo="demo budget"
+                )
+            secret = self._demo_token()
+        self._print_help(secret)
+
+    def _user(self, username: str, *, staff: bool = False) -> User:
+        user = User.objects.filter(username=username).first()
+        if user is None:
+            user = User.objects.create_user(
+                username=username, password=DEMO_PASSWORD, email=f"{username}@demo.invalid", is_staff=staff
+            )
+            user.is_superuser = staff
+            user.save(update_fields=["is_superuser"])
+        return user
+
+    def _demo_token(self) -> str:
+        """The vision owner's token, kept under var/ so every run prints the same working one."""
+        path = Path(settings.VAR_DIR) / "demo_token"
+        secret = path.read_text().strip() if path.exists() else ""
+        from accounts.tokens import token_authenticate
+
+        if secret.startswith(TOKEN_PREFIX) and token_authenticate(raw=secret) is not None:
+            return secret
+        owner = User.objects.get(username="vision-owner")
+        tenant = Tenant.objects.get(slug="vision")
+        ApiToken.objects.filter(user=owner, name="demo", revoked_at__isnull=True).update(revoked_at=timezone.now())
+        secret = token_create(user=owner, tenant=tenant, name="demo").secret
+        path.write_text(secret)
+        path.chmod(0o600)
+        return secret
+
+    def _print_help(self, secret: str) -> None:
+        out = self.stdout.write
+        out(self.style.SUCCESS("Demo data ready."))
+        out(f"  Portal:       http://127.0.0.1:8000/login/  (password for every demo user: {DEMO_PASSWORD})")
+        out("  Users:        admin (platform admin); vision-owner, vision-member, nlp-owner, nlp-member,")
+        out("                speech-owner, speech-member")
+        out("  API docs:     http://127.0.0.1:8000/api/docs/")
+        out(f"  API token:    {secret}  (vision-owner in vision; also in var/demo_token)")
+        out(f"  Try:          curl -H 'Authorization: Bearer {secret}' http://127.0.0.1:8000/api/v1/me")
