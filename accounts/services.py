@@ -51,7 +51,10 @@ def guarantee_check(*, tenant: Tenant, gpu_type: GpuType, gpus: int) -> None:
     if gpus < 0:
         raise PolicyError("gpus", "must not be negative")
     others = (
-        Guarantee.objects.filter(gpu_type=gpu_type).exclude(tenant=tenant).aggregate(total=Sum("gpus"))["total"] or 0
+        Guarantee.objects.filter(gpu_type=gpu_type)
+        .exclude(tenant=tenant)
+        .aggregate(total=Sum("gpus"))["total"]
+        or 0
     )
     capacity = cluster_gpus(gpu_type)
     if capacity is not None and others + gpus > capacity:
@@ -62,7 +65,9 @@ def guarantee_check(*, tenant: Tenant, gpu_type: GpuType, gpus: int) -> None:
 
 
 @transaction.atomic
-def guarantee_set(*, tenant: Tenant, gpu_type: GpuType, gpus: int, actor: User | None = None) -> Guarantee | None:
+def guarantee_set(
+    *, tenant: Tenant, gpu_type: GpuType, gpus: int, actor: User | None = None
+) -> Guarantee | None:
     """Set a tenant's guaranteed GPUs of one type (0 removes it).
 
     The one place that keeps the sum of guarantees for a type within the cluster's GPUs of that type (once
@@ -70,9 +75,13 @@ def guarantee_set(*, tenant: Tenant, gpu_type: GpuType, gpus: int, actor: User |
     """
     GpuType.objects.select_for_update().get(pk=gpu_type.pk)
     guarantee_check(tenant=tenant, gpu_type=gpu_type, gpus=gpus)
-    audit(actor=actor, tenant=tenant, action="guarantee.set", detail={"gpu_type": gpu_type.name, "gpus": gpus})
+    audit(
+        actor=actor, tenant=tenant, action="guarantee.set", detail={"gpu_type": gpu_type.name, "gpus": gpus}
+    )
     if gpus == 0:
         Guarantee.objects.filter(tenant=tenant, gpu_type=gpu_type).delete()
         return None
-    guarantee, _ = Guarantee.objects.update_or_create(tenant=tenant, gpu_type=gpu_type, defaults={"gpus": gpus})
+    guarantee, _ = Guarantee.objects.update_or_create(
+        tenant=tenant, gpu_type=gpu_type, defaults={"gpus": gpus}
+    )
     return guarantee

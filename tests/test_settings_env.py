@@ -6,7 +6,9 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import env_bool, env_int, env_list, env_str
 
 
-@pytest.mark.parametrize(("raw", "want"), [("1", True), ("yes", True), ("On", True), ("0", False), ("false", False)])
+@pytest.mark.parametrize(
+    ("raw", "want"), [("1", True), ("yes", True), ("On", True), ("0", False), ("false", False)]
+)
 def test_env_bool_reads_plain_values(monkeypatch: pytest.MonkeyPatch, raw: str, want: bool) -> None:
     monkeypatch.setenv("X_FLAG", raw)
     assert env_bool("X_FLAG") is want
@@ -52,7 +54,11 @@ def test_settings_refuse_missing_secret_key_without_debug(tmp_path: pytest.TempP
     env = {k: v for k, v in os.environ.items() if k not in {"SECRET_KEY", "DEBUG"}}
     env["GPUMARKET_VAR_DIR"] = str(tmp_path)
     proc = subprocess.run(
-        [sys.executable, "-c", "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings'; django.setup()"],
+        [
+            sys.executable,
+            "-c",
+            "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings'; django.setup()",
+        ],
         env=env,
         capture_output=True,
         text=True,

@@ -34,7 +34,9 @@ def test_revoke_stops_the_token_and_is_audited(world: World) -> None:
     created = client.post("/api/v1/tenants/alpha/tokens", {"name": "x"}, format="json").json()
     resp = client.delete(f"/api/v1/tenants/alpha/tokens/{created['id']}")
     assert resp.status_code == 200 and resp.json()["active"] is False
-    assert client.delete(f"/api/v1/tenants/alpha/tokens/{created['id']}").status_code == 200  # repeat is harmless
+    assert (
+        client.delete(f"/api/v1/tenants/alpha/tokens/{created['id']}").status_code == 200
+    )  # repeat is harmless
     assert AuditEvent.objects.filter(action="token.revoke").count() == 1
     revoked = world.client()
     revoked.credentials(HTTP_AUTHORIZATION=f"Bearer {created['token']}")
@@ -43,7 +45,9 @@ def test_revoke_stops_the_token_and_is_audited(world: World) -> None:
 
 
 def test_member_cannot_revoke_someone_elses_token(world: World) -> None:
-    alice_token = ApiToken.objects.get(pk=world.client(world.alice).get("/api/v1/tenants/alpha/tokens").json()["results"][0]["id"])
+    alice_token = ApiToken.objects.get(
+        pk=world.client(world.alice).get("/api/v1/tenants/alpha/tokens").json()["results"][0]["id"]
+    )
     resp = world.client(world.amy).delete(f"/api/v1/tenants/alpha/tokens/{alice_token.pk}")
     assert resp.status_code == 404
     alice_token.refresh_from_db()
@@ -83,7 +87,14 @@ def test_bad_token_name_is_400_naming_field(world: World, body: dict[str, object
 
 @pytest.mark.parametrize(
     "header",
-    ["Bearer", "Bearer ", "Bearer gpm_not-a-real-token", "Bearer a b", "Bearer " + "x" * 5000, "Bearer gpm_\x00"],
+    [
+        "Bearer",
+        "Bearer ",
+        "Bearer gpm_not-a-real-token",
+        "Bearer a b",
+        "Bearer " + "x" * 5000,
+        "Bearer gpm_\x00",
+    ],
 )
 def test_malformed_tokens_get_401_json(world: World, header: str) -> None:
     client = world.client()

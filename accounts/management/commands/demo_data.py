@@ -35,7 +35,11 @@ class Command(BaseCommand):
             admin = self._user("admin", staff=True)
             types = {
                 name: gpu_types.gpu_type_save(
-                    name=name, memory_gb=mem, reserve_price=int(r * MICRO), max_price=int(m * MICRO), actor=admin
+                    name=name,
+                    memory_gb=mem,
+                    reserve_price=int(r * MICRO),
+                    max_price=int(m * MICRO),
+                    actor=admin,
                 )
                 for name, mem, r, m in GPU_TYPES
             }
@@ -44,12 +48,18 @@ class Command(BaseCommand):
                     name=name, slug=slug, weight=weight, actor=admin
                 )
                 for gpu_name, gpus in guarantees.items():
-                    accounts_services.guarantee_set(tenant=tenant, gpu_type=types[gpu_name], gpus=gpus, actor=admin)
+                    accounts_services.guarantee_set(
+                        tenant=tenant, gpu_type=types[gpu_name], gpus=gpus, actor=admin
+                    )
                 owner, member = self._user(f"{slug}-owner"), self._user(f"{slug}-member")
                 accounts_services.membership_set(tenant=tenant, user=owner, role=Role.MANAGER, actor=admin)
                 accounts_services.membership_set(tenant=tenant, user=member, role=Role.MEMBER, actor=admin)
                 ledger.ledger_topup(
-                    tenant=tenant, amount=budget * MICRO, key=f"demo-topup-{slug}", actor=admin, memo="demo budget"
+                    tenant=tenant,
+                    amount=budget * MICRO,
+                    key=f"demo-topup-{slug}",
+                    actor=admin,
+                    memo="demo budget",
                 )
             secret = self._demo_token()
         self._print_help(secret)
@@ -74,7 +84,9 @@ class Command(BaseCommand):
             return secret
         owner = User.objects.get(username="vision-owner")
         tenant = Tenant.objects.get(slug="vision")
-        ApiToken.objects.filter(user=owner, name="demo", revoked_at__isnull=True).update(revoked_at=timezone.now())
+        ApiToken.objects.filter(user=owner, name="demo", revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
         secret = token_create(user=owner, tenant=tenant, name="demo").secret
         path.write_text(secret)
         path.chmod(0o600)

@@ -1,0 +1,36 @@
+"""Playwright driving Debian's chromium (never a downloaded browser) against pytest-django's live server."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not CHROMIUM.exists():
+        pytest.fail("browser tests need Debian's chromium at /usr/bin/chromium: apt-get install chromium")
+    from playwright.sync_api import sync_playwright
+
+    # Playwright's sync API runs an event loop; Django refuses ORM calls from a thread with one unless told.
+    os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context()
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    yield page
+    context.close()
