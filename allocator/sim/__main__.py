@@ -1,0 +1,5 @@
+import sys
+
+from allocator.sim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,102 @@
+"""`simulate SCENARIO.toml [--policy P ...] [--out DIR] [--seed N] [--quiet]`, shared by the Django command
+and `python -m allocator.sim`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+from tqdm import tqdm
+
+from allocator.sim.engine import simulate
+from allocator.sim.errors import InputError
+from allocator.sim.jobs import Jobs, read_jobs
+from allocator.sim.metrics import summarize
+from allocator.sim.policies import POLICIES
+from allocator.sim.report import table, write_summary
+from allocator.sim.scenario import Scenario, read_scenario
+from allocator.sim.state import SimState
+
+# tqdm shows nothing for runs shorter than this, so quick runs stay quiet without --quiet.
+PROGRESS_DELAY_S = 3.0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="scenario TOML file (format: shared/traces/README.md)")
+    parser.add_argument(
+        "--policy",
+        action="append",
+        choices=sorted(POLICIES),
+        help="policy to replay; repeat to compare several (default: all four)",
+    )
+    parser.add_argument("--out", type=Path, help="directory for summary.json and the plots")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed for any randomness (the replay is deterministic)"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--restart-overhead", type=int, default=60, metavar="S", help="seconds lost per restart"
+    )
+    parser.add_argument("--no-plots", action="store_true", help="write summary.json only")
+
+
+def run_policy(
+    scenario: Scenario, jobs: Jobs, policy: str, restart_overhead_s: int, quiet: bool
+) -> tuple[SimState, dict[str, Any]]:
+    bar = tqdm(
+        total=len(jobs),
+        desc=f"{scenario.name} {policy}",
+        unit="job",
+        file=sys.stderr,
+        disable=quiet,
+        delay=PROGRESS_DELAY_S,
+        leave=False,
+    )
+    started = time.perf_counter()
+    with bar:
+        state = simulate(
+            scenario, jobs, POLICIES[policy], restart_overhead_s, lambda n: bar.update(n - bar.n)
+        )
+    wall = time.perf_counter() - started
+    return state, summarize(state, policy, wall)
+
+
+def run(args: argparse.Namespace, stdout: TextIO) -> list[dict[str, Any]]:
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    scenario = read_scenario(args.scenario)
+    jobs = read_jobs(scenario)
+    policies = list(dict.fromkeys(args.policy or POLICIES))
+    states: dict[str, SimState] = {}
+    summaries: list[dict[str, Any]] = []
+    for policy in policies:
+        states[policy], summary = run_policy(scenario, jobs, policy, args.restart_overhead, args.quiet)
+        summaries.append(summary)
+        print(json.dumps(summary), file=stdout, flush=True)
+    print("\n" + table(summaries), file=stdout)
+    if args.out is not None:
+        write_summary(args.out, summaries)
+        if not args.no_plots:
+            from allocator.sim.plots import write_plots  # matplotlib is slow to import; only when asked
+
+            write_plots(args.out, states)
+    return summaries
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="simulate", description=__doc__)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        run(args, stdout or sys.stdout)
+    except InputError as exc:
+        print(f"simulate: {exc}", file=sys.stderr)
+        return 2
+    return 0

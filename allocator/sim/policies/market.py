@@ -1,0 +1,190 @@
+"""The platform's own clearing, driven by the simulation: each round a Book in, `allocator.clear`, a Result out.
+
+Nothing here decides who wins. The adapter only translates simulation state into the allocator's input
+(ARCHITECTURE.md §Clearing, "Inputs") and its output back into starts, preemptions and prices.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+import allocator
+from allocator.book import NO_PRICE, TIER_G, Bids, Book, GpuTypes, Leases, Nodes, Tenants
+from allocator.book import Policy as RoundPolicy
+from allocator.result import Result
+from allocator.sim.cluster import IntArray
+from allocator.sim.policies.base import Policy
+from allocator.sim.state import Decision, SimState, Start
+
+# The scenario format has no price cap; the posted price may rise to this many times the reserve.
+MAX_PRICE_FACTOR = 10
+# A tenant without a budget: a balance no hold in these traces comes near, still far from int64 overflow.
+UNLIMITED_MICRO = 10**15
+
+
+class Market(Policy):
+    """Three-tier clearing (guarantee, borrowed, spot) with the scenario's guarantees and weights."""
+
+    name = "market"
+    stable = False  # the posted price moves every round, so every round must be cleared
+    priced = True
+
+    def __init__(self, state: SimState) -> None:
+        super().__init__(state)
+        scenario = state.scenario
+        cluster = state.cluster
+        self.reserve = np.array(state.reserve_by_pool, dtype=np.int64)
+        self.max_price = self.reserve * MAX_PRICE_FACTOR
+        self.guarantee = np.array(
+            [[t.guaranteed.get(name, 0) for name in scenario.types] for t in scenario.tenants], dtype=np.int32
+        )
+        self.weight = np.array([t.weight for t in scenario.tenants], dtype=np.float64)
+        self.tenant_names = tuple(t.name for t in scenario.tenants)
+        self.node_names = tuple(f"n{i}" for i in range(len(cluster.node_pool)))
+        self.accept = np.zeros(state.jobs.price_micro.shape, dtype=np.bool_)
+        for job, prefs in enumerate(state.jobs.prefs):
+            self.accept[job, list(prefs)] = True
+        self.limit = np.where(self.accept, state.jobs.price_micro, NO_PRICE)
+        self.round_policy = RoundPolicy()
+        self.last: Result | None = None  # the latest round's result, for tests and diagnostics
+
+    def decide(self, now: int) -> Decision:
+        result = allocator.clear(self.book(now))
+        self.last = result
+        return self.apply(result)
+
+    # ---- simulation state -> Book -------------------------------------------------------------------
+
+    def book(self, now: int) -> Book:
+        state = self.state
+        return Book(
+            now=now,
+            round=now // state.scenario.round_s,
+            types=self.gpu_types(),
+            nodes=self.nodes(),
+            tenants=self.tenants(),
+            bids=self.bids(now),
+            leases=self.leases(),
+            policy=self.round_policy,
+        )
+
+    def gpu_types(self) -> GpuTypes:
+        posted = np.clip(np.array(self.state.posted_micro, dtype=np.int64), self.reserve, self.max_price)
+        return GpuTypes(self.state.scenario.types, self.reserve, posted, self.max_price)
+
+    def nodes(self) -> Nodes:
+        cluster = self.state.cluster
+        n = len(cluster.node_pool)
+        zeros = np.zeros(n, dtype=np.int32)
+        return Nodes(
+            self.node_names, _i32(cluster.node_pool), zeros, _i32(cluster.node_size), cluster.owner == -1
+        )
+
+    def tenants(self) -> Tenants:
+        state = self.state
+        n_tenants, n_types = self.guarantee.shape
+        held = np.zeros((n_tenants, 3, n_types), dtype=np.int32)
+        for job in state.running:
+            held[state.jobs.tenant[job], state.lease_tier[job], state.lease_pool[job]] += state.jobs.gpus[job]
+        balance = np.array(
+            [_balance(state.available_micro(t)) for t in range(n_tenants)],
+            dtype=np.int64,
+        )
+        guardrail = np.full(n_tenants, NO_PRICE, dtype=np.int64)
+        return Tenants(self.tenant_names, self.weight, self.guarantee, held, balance, guardrail)
+
+    def bids(self, now: int) -> Bids:
+        state = self.state
+        jobs = np.array(state.waiting, dtype=np.int64)
+        # The market does not know durations; the simulator does, so a bid's max runtime is exactly what
+        # the job still needs (work left plus restart overhead) and its hold is the real bound on its charge.
+        max_s = state.remaining_s[jobs] + state.overhead_s[jobs]
+        return Bids(
+            job=jobs,
+            tenant=_i32(state.jobs.tenant[jobs]),
+            gpus=_i32(state.jobs.gpus[jobs]),
+            limit=self.limit[jobs].reshape(len(jobs), -1),
+            max_s=np.maximum(max_s, 1),
+            submit=state.jobs.submit_s[jobs],
+            waited=_i32((now - state.wait_since[jobs]) // state.scenario.round_s),
+        )
+
+    def leases(self) -> Leases:
+        state = self.state
+        jobs = np.array(sorted(state.running), dtype=np.int64)
+        if len(jobs) == 0:
+            return Leases.empty()
+        gpus = [state.lease_gpus[int(j)] for j in jobs]
+        sizes = np.array([len(nodes) for nodes, _ in gpus], dtype=np.int64)
+        tier = state.lease_tier[jobs]
+        return Leases(
+            lease=jobs,
+            tenant=_i32(state.jobs.tenant[jobs]),
+            gpu_type=_i32(state.lease_pool[jobs]),
+            tier=tier.astype(np.int8),
+            start=state.seg_start[jobs],
+            preemptible=tier != TIER_G,
+            slot_ptr=np.concatenate(([0], np.cumsum(sizes))),
+            slot_node=_i32(np.concatenate([nodes for nodes, _ in gpus])),
+            slot_idx=_i32(np.concatenate([slots for _, slots in gpus])),
+        )
+
+    # ---- Result -> simulation decisions --------------------------------------------------------------
+
+    def apply(self, result: Result) -> Decision:
+        state = self.state
+        for lease in result.retiered:
+            state.retier(int(lease), TIER_G)
+        w = result.winners
+        starts = [
+            Start(
+                job=int(w.job[i]),
+                pool=int(w.gpu_type[i]),
+                nodes=_ints(w.slot_node[w.slot_ptr[i] : w.slot_ptr[i + 1]]),
+                slots=_ints(w.slot_idx[w.slot_ptr[i] : w.slot_ptr[i + 1]]),
+                price_micro=int(w.price[i]),
+                tier=int(w.tier[i]),
+            )
+            for i in range(len(w))
+        ]
+        preempt = [int(lease) for lease in result.preemptions.lease]
+        return Decision(starts=starts, preempt=preempt, posted_micro=self.prices(result))
+
+    def prices(self, result: Result) -> list[int]:
+        return [int(p) for p in result.posted]
+
+
+class PureAuction(Market):
+    """Highest bids win, through the same clearing: no guarantees, equal weights, and a posted price pinned
+    at its cap so that no bid qualifies for tier B and every GPU is sold in tier S at the uniform price."""
+
+    name = "pure-auction"
+
+    def __init__(self, state: SimState) -> None:
+        super().__init__(state)
+        self.guarantee = np.zeros_like(self.guarantee)
+        self.weight = np.ones_like(self.weight)
+        self.max_price = np.maximum(self.reserve * MAX_PRICE_FACTOR, UNLIMITED_MICRO // 10**6)
+
+    def gpu_types(self) -> GpuTypes:
+        return GpuTypes(self.state.scenario.types, self.reserve, self.max_price, self.max_price)
+
+    def prices(self, result: Result) -> list[int]:
+        # What a pure auction charges is its clearing price; report that, the reserve where nothing sold.
+        spot = np.asarray(result.spot_price, dtype=np.int64)
+        return [int(p) for p in np.where(spot >= 0, spot, self.reserve)]
+
+
+def _balance(available: int | None) -> int:
+    return UNLIMITED_MICRO if available is None else max(0, available)
+
+
+def _ints(values: npt.NDArray[np.integer[Any]]) -> IntArray:
+    return np.asarray(values, dtype=np.int64)
+
+
+def _i32(values: npt.NDArray[np.integer[Any]]) -> npt.NDArray[np.int32]:
+    return values.astype(np.int32)

@@ -1,0 +1,230 @@
+"""Everything the simulation knows at one instant, and the only functions that change it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from allocator.sim.cluster import Cluster, IntArray
+from allocator.sim.jobs import Jobs
+from allocator.sim.scenario import Scenario
+
+FUTURE, WAITING, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
+TIER_NONE = -1
+
+
+@dataclass
+class History:
+    """Append-only record of what happened; every figure and plot is computed from it afterwards."""
+
+    run_job: list[int] = field(default_factory=list)
+    run_pool: list[int] = field(default_factory=list)
+    run_start: list[int] = field(default_factory=list)
+    run_end: list[int] = field(default_factory=list)
+    run_tier: list[int] = field(default_factory=list)
+    wait_job: list[int] = field(default_factory=list)
+    wait_start: list[int] = field(default_factory=list)
+    wait_end: list[int] = field(default_factory=list)
+    price_time: list[int] = field(default_factory=list)
+    price_micro: list[list[int]] = field(default_factory=list)  # posted price per pool at each change
+    cleared_rounds: int = 0
+
+
+@dataclass(frozen=True)
+class Start:
+    """A policy's decision to run a job on exact GPUs at a price per GPU-hour."""
+
+    job: int
+    pool: int
+    nodes: IntArray
+    slots: IntArray
+    price_micro: int
+    tier: int = TIER_NONE
+
+
+@dataclass
+class Decision:
+    starts: list[Start] = field(default_factory=list)
+    preempt: list[int] = field(default_factory=list)
+    posted_micro: list[int] | None = None  # new posted price per pool, when the policy posts one
+
+
+class SimState:
+    """Job columns plus the cluster; policies read it, only the engine's calls below write it."""
+
+    def __init__(self, scenario: Scenario, jobs: Jobs, restart_overhead_s: int) -> None:
+        n = len(jobs)
+        self.scenario = scenario
+        self.jobs = jobs
+        self.cluster = Cluster(scenario)
+        self.restart_overhead_s = restart_overhead_s
+        self.status = np.full(n, FUTURE, dtype=np.int8)
+        self.remaining_s: IntArray = jobs.duration_s.copy()  # work left, excluding restart overhead
+        self.overhead_s: IntArray = np.zeros(n, dtype=np.int64)  # restart overhead owed at next start
+        self.seg_start: IntArray = np.zeros(n, dtype=np.int64)
+        self.end_at: IntArray = np.zeros(n, dtype=np.int64)
+        self.wait_since: IntArray = jobs.submit_s.copy()
+        self.first_start: IntArray = np.full(n, -1, dtype=np.int64)
+        self.finish: IntArray = np.full(n, -1, dtype=np.int64)
+        self.preemptions: IntArray = np.zeros(n, dtype=np.int64)
+        self.lease_pool: IntArray = np.full(n, -1, dtype=np.int64)
+        self.lease_price: IntArray = np.zeros(n, dtype=np.int64)
+        self.lease_tier: IntArray = np.full(n, TIER_NONE, dtype=np.int64)
+        self.lease_charged: IntArray = np.zeros(n, dtype=np.int64)  # micro-credits charged so far this lease
+        self.seg_overhead: IntArray = np.zeros(n, dtype=np.int64)  # restart overhead paid in this segment
+        self.lease_gpus: dict[int, tuple[IntArray, IntArray]] = {}
+        self.reject_reason: dict[int, str] = {}
+        n_tenants = len(scenario.tenants)
+        self.spent_micro: IntArray = np.zeros(n_tenants, dtype=np.int64)
+        self.budget_micro: IntArray = np.array(
+            [-1 if t.budget_micro is None else t.budget_micro for t in scenario.tenants], dtype=np.int64
+        )
+        self.reserve_by_pool: list[int] = [scenario.reserve_micro[t] for t in scenario.types]
+        self.posted_micro: list[int] = list(self.reserve_by_pool)
+        self.history = History()
+        self.running: set[int] = set()
+        self.waiting: list[int] = []  # submit order; policies see the queue in this order
+
+    # ---- reads ------------------------------------------------------------------------------------
+
+    def limited(self, tenant: int) -> bool:
+        return bool(self.budget_micro[tenant] >= 0)
+
+    def run_need_s(self, job: int) -> int:
+        """Seconds a start would hold the GPUs for: the work left plus any restart overhead owed."""
+        return int(self.remaining_s[job] + self.overhead_s[job])
+
+    def cheapest_hold_micro(self, job: int) -> int:
+        """The smallest hold a start could take: the run at the lowest reserve among acceptable types."""
+        reserve = min(self.reserve_by_pool[p] for p in self.jobs.prefs[job])
+        return _charge(reserve, self.jobs.gpus[job], self.run_need_s(job))
+
+    def outstanding_hold_micro(self, tenant: int) -> int:
+        """What the tenant's running leases will still cost: their holds, less what they already paid."""
+        total = 0
+        for job in self.running:
+            if self.jobs.tenant[job] == tenant:
+                full = _charge(
+                    self.lease_price[job], self.jobs.gpus[job], self.end_at[job] - self.seg_start[job]
+                )
+                total += full - int(self.lease_charged[job])
+        return total
+
+    def available_micro(self, tenant: int) -> int | None:
+        """Budget left after spending and after the holds of running leases; None when unlimited."""
+        if not self.limited(tenant):
+            return None
+        return int(self.budget_micro[tenant] - self.spent_micro[tenant]) - self.outstanding_hold_micro(tenant)
+
+    def held_by(self, tenant: int, pool: int) -> int:
+        return sum(
+            int(self.jobs.gpus[j])
+            for j in self.running
+            if self.jobs.tenant[j] == tenant and self.lease_pool[j] == pool
+        )
+
+    # ---- writes (the engine's) ---------------------------------------------------------------------
+
+    def arrive(self, job: int, now: int, reject: str | None) -> None:
+        if reject is not None:
+            self.reject(job, reject)
+            return
+        self.status[job] = WAITING
+        self.wait_since[job] = self.jobs.submit_s[job]
+        self.waiting.append(job)
+
+    def reject(self, job: int, reason: str, now: int | None = None) -> None:
+        if self.status[job] == WAITING:
+            assert now is not None
+            self._record_wait(job, now)
+        self.status[job] = REJECTED
+        self.reject_reason[job] = reason
+
+    def start(self, s: Start, now: int) -> None:
+        job = s.job
+        if self.status[job] != WAITING:
+            raise RuntimeError(f"job {self.jobs.ids[job]} started while not waiting")
+        self.cluster.take_slots(job, s.nodes, s.slots)
+        self._record_wait(job, now)
+        self.status[job] = RUNNING
+        self.running.add(job)
+        self.seg_start[job] = now
+        self.end_at[job] = now + self.run_need_s(job)
+        self.seg_overhead[job] = self.overhead_s[job]
+        self.overhead_s[job] = 0
+        if self.first_start[job] < 0:
+            self.first_start[job] = now
+        self.lease_pool[job] = s.pool
+        self.lease_price[job] = s.price_micro
+        self.lease_tier[job] = s.tier
+        self.lease_charged[job] = 0
+        self.lease_gpus[job] = (s.nodes, s.slots)
+
+    def preempt(self, job: int, now: int) -> None:
+        """The job checkpointed in its grace period: it keeps its progress and owes a restart overhead."""
+        # Time spent restarting is not progress; an interrupted restart is owed again in full.
+        progress = max(0, now - int(self.seg_start[job]) - int(self.seg_overhead[job]))
+        self._end_lease(job, now)
+        self.remaining_s[job] = max(0, int(self.remaining_s[job]) - progress)
+        self.overhead_s[job] = self.restart_overhead_s
+        self.preemptions[job] += 1
+        self.status[job] = WAITING
+        self.wait_since[job] = now
+        self.waiting.append(job)
+        self.waiting.sort()  # back in its submit-order place, as the platform keeps its submit time
+
+    def complete(self, job: int) -> None:
+        end = int(self.end_at[job])
+        self._end_lease(job, end)
+        self.remaining_s[job] = 0
+        self.status[job] = DONE
+        self.finish[job] = end
+
+    def charge_running(self, now: int) -> None:
+        """Charge every running lease up to `now` at its price; holds make the total exact per lease."""
+        for job in self.running:
+            self._charge_to(job, min(now, int(self.end_at[job])))
+
+    def retier(self, job: int, tier: int) -> None:
+        """The allocator moved a running lease to another tier (§Clearing step 2: back under a guarantee)."""
+        self.lease_tier[job] = tier
+
+    def set_posted(self, prices: list[int], now: int) -> None:
+        if prices != self.posted_micro or not self.history.price_time:
+            self.posted_micro = list(prices)
+            self.history.price_time.append(now)
+            self.history.price_micro.append(list(prices))
+
+    # ---- internals ---------------------------------------------------------------------------------
+
+    def _record_wait(self, job: int, now: int) -> None:
+        """Close the job's current waiting interval (it starts or is given up on at `now`)."""
+        self.waiting.remove(job)
+        h = self.history
+        h.wait_job.append(job)
+        h.wait_start.append(int(self.wait_since[job]))
+        h.wait_end.append(now)
+
+    def _charge_to(self, job: int, until: int) -> None:
+        total = _charge(self.lease_price[job], self.jobs.gpus[job], until - self.seg_start[job])
+        tenant = self.jobs.tenant[job]
+        self.spent_micro[tenant] += total - self.lease_charged[job]
+        self.lease_charged[job] = total
+
+    def _end_lease(self, job: int, end: int) -> None:
+        self._charge_to(job, end)
+        nodes, slots = self.lease_gpus.pop(job)
+        self.cluster.release(nodes, slots)
+        self.running.discard(job)
+        h = self.history
+        h.run_job.append(job)
+        h.run_pool.append(int(self.lease_pool[job]))
+        h.run_start.append(int(self.seg_start[job]))
+        h.run_end.append(end)
+        h.run_tier.append(int(self.lease_tier[job]))
+
+
+def _charge(price_micro: int | np.integer, gpus: int | np.integer, seconds: int | np.integer) -> int:
+    """Micro-credits for `gpus` GPUs held `seconds` at a price per GPU-hour, rounded down."""
+    return int(price_micro) * int(gpus) * max(0, int(seconds)) // 3600
