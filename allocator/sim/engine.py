@@ -51,7 +51,7 @@ class Engine:
         decision = self.policy.decide(now)
         self._apply(decision, now)
         self.state.history.cleared_rounds += 1
-        moved = bool(decision.starts or decision.preempt)
+        moved = bool(decision.starts or decision.preempt or decision.reject)
         self._watch_stall(now, moved)
         return moved
 
@@ -82,6 +82,8 @@ class Engine:
 
     def _apply(self, decision: Decision, now: int) -> None:
         state = self.state
+        for job, reason in decision.reject:
+            state.reject(job, reason, now)
         for job in decision.preempt:
             state.preempt(job, now)
         for start in decision.starts:

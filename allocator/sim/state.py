@@ -47,6 +47,7 @@ class Start:
 class Decision:
     starts: list[Start] = field(default_factory=list)
     preempt: list[int] = field(default_factory=list)
+    reject: list[tuple[int, str]] = field(default_factory=list)  # jobs given up on, with the reason
     posted_micro: list[int] | None = None  # new posted price per pool, when the policy posts one
 
 
@@ -99,6 +100,9 @@ class SimState:
         """The smallest hold a start could take: the run at the lowest reserve among acceptable types."""
         reserve = min(self.reserve_by_pool[p] for p in self.jobs.prefs[job])
         return _charge(reserve, self.jobs.gpus[job], self.run_need_s(job))
+
+    def hold_micro(self, job: int, price_micro: int) -> int:
+        return _charge(price_micro, self.jobs.gpus[job], self.run_need_s(job))
 
     def outstanding_hold_micro(self, tenant: int) -> int:
         """What the tenant's running leases will still cost: their holds, less what they already paid."""

@@ -16,9 +16,34 @@ from allocator.sim.state import Decision, SimState, Start
 class _Fifo(Policy):
     """Shared machinery: try a job's acceptable types best first on a view of free GPUs per node."""
 
+    def _begin_round(self) -> None:
+        # Slots given away earlier in this round are not yet in the cluster, so track them on a copy.
+        self._owner = self.state.cluster.owner.copy()
+        self._available: dict[int, int | None] = {}
+
+    def _affordable(self, job: int, pool: int) -> bool:
+        """Holds taken earlier in this round count against the balance, as the ledger would count them."""
+        tenant = int(self.state.jobs.tenant[job])
+        if tenant not in self._available:
+            self._available[tenant] = self.state.available_micro(tenant)
+        balance = self._available[tenant]
+        return balance is None or balance >= self.state.hold_micro(job, self.state.reserve_by_pool[pool])
+
+    def _unaffordable(self, job: int) -> bool:
+        """A job its tenant cannot pay for at any acceptable reserve never runs; it must not block the queue."""
+        return not any(self._affordable(job, pool) for pool in self.state.jobs.prefs[job])
+
+    def _take_hold(self, job: int, pool: int) -> None:
+        tenant = int(self.state.jobs.tenant[job])
+        balance = self._available.get(tenant)
+        if balance is not None:
+            self._available[tenant] = balance - self.state.hold_micro(job, self.state.reserve_by_pool[pool])
+
     def _try_start(self, job: int, free: IntArray, now: int) -> Start | None:
         state = self.state
         for pool in state.jobs.prefs[job]:
+            if not self._affordable(job, pool):
+                continue
             nodes = state.cluster.nodes_of(pool)
             placed = place_gang(free[nodes], int(state.jobs.gpus[job]))
             if placed is None:
@@ -27,11 +52,8 @@ class _Fifo(Policy):
             return self._start(job, pool, picked, free)
         return None
 
-    def _begin_round(self) -> None:
-        # Slots given away earlier in this round are not yet in the cluster, so track them on a copy.
-        self._owner = self.state.cluster.owner.copy()
-
     def _start(self, job: int, pool: int, picked: list[tuple[int, int]], free: IntArray) -> Start:
+        self._take_hold(job, pool)
         owner = self._owner
         node_list: list[int] = []
         slot_list: list[int] = []
@@ -60,6 +82,9 @@ class PooledFifo(_Fifo):
         free = self.state.cluster.free.copy()
         decision = Decision()
         for job in list(self.state.waiting):
+            if self._unaffordable(job):
+                decision.reject.append((job, "budget exhausted"))
+                continue
             start = self._try_start(job, free, now)
             if start is None:
                 break  # head-of-line blocking
@@ -101,6 +126,9 @@ class StaticQuota(_Fifo):
         for job in list(self.state.waiting):
             tenant = int(self.state.jobs.tenant[job])
             if tenant in blocked:
+                continue
+            if self._unaffordable(job):
+                decision.reject.append((job, "budget exhausted"))
                 continue
             free = np.minimum(self.cap[tenant] - used[tenant], self.state.cluster.free)
             start = self._try_start(job, free, now)
