@@ -1,0 +1,71 @@
+"""The clearing mechanism as pure functions over numpy arrays (ARCHITECTURE.md §Clearing). No Django here.
+
+from allocator import Book, clear
+result = clear(book)          # Result: winners, losers, preemptions, posted prices, digest
+"""
+
+from allocator.book import (
+    MICRO,
+    NO_PRICE,
+    TIER_B,
+    TIER_G,
+    TIER_NAMES,
+    TIER_S,
+    Bids,
+    Book,
+    GpuTypes,
+    Leases,
+    Nodes,
+    Policy,
+    Tenants,
+    hold_of,
+)
+from allocator.clearing import clear
+from allocator.errors import BookError
+from allocator.result import (
+    BELOW_RESERVE,
+    GUARANTEE_FULL,
+    NO_FIT,
+    OUTBID,
+    OVER_BUDGET,
+    PREEMPT_NAMES,
+    REASON_NAMES,
+    RECLAIM,
+    Losers,
+    Preemptions,
+    Result,
+    WinnerRecord,
+    Winners,
+)
+
+__all__ = [
+    "BELOW_RESERVE",
+    "GUARANTEE_FULL",
+    "MICRO",
+    "NO_FIT",
+    "NO_PRICE",
+    "OUTBID",
+    "OVER_BUDGET",
+    "PREEMPT_NAMES",
+    "REASON_NAMES",
+    "RECLAIM",
+    "TIER_B",
+    "TIER_G",
+    "TIER_NAMES",
+    "TIER_S",
+    "Bids",
+    "Book",
+    "BookError",
+    "GpuTypes",
+    "Leases",
+    "Losers",
+    "Nodes",
+    "Policy",
+    "Preemptions",
+    "Result",
+    "Tenants",
+    "WinnerRecord",
+    "Winners",
+    "clear",
+    "hold_of",
+]

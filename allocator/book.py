@@ -1,0 +1,367 @@
+"""The order book: the frozen, columnar input of one clearing round (ARCHITECTURE.md §Clearing, "Inputs").
+
+Every table is a frozen dataclass of numpy arrays, one row per entity, so a book of 10^6 bids is a handful of
+arrays rather than 10^6 Python objects. Constructors accept anything ``numpy.asarray`` accepts and convert it to
+the documented dtype; each table checks its own shapes and values in ``__post_init__`` and ``Book`` checks the
+cross references, raising ``BookError(field, message)`` that names the offending field (``bids[3].gpus``).
+
+Money is integer micro-credits (``MICRO`` = 1 credit); prices are micro-credits per GPU-hour (int64).
+Indices (tenant, GPU type, node) are row positions in the corresponding table.
+
+Compatibility: this module is a contract read by allocator/sim and the market rounds. Changes are additive
+(new fields get defaults). No breaking change so far.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.errors import BookError
+
+MICRO = 1_000_000
+TIER_G, TIER_B, TIER_S = 0, 1, 2
+TIER_NAMES = ("G", "B", "S")
+NO_PRICE = -1  # in Bids.limit: this GPU type is not acceptable; in Tenants.guardrail: no guardrail
+
+I64 = NDArray[np.int64]
+I32 = NDArray[np.int32]
+I8 = NDArray[np.int8]
+F64 = NDArray[np.float64]
+BOOL = NDArray[np.bool_]
+
+__all__ = [
+    "MICRO",
+    "NO_PRICE",
+    "TIER_B",
+    "TIER_G",
+    "TIER_NAMES",
+    "TIER_S",
+    "Book",
+    "BookError",
+    "Bids",
+    "GpuTypes",
+    "Leases",
+    "Nodes",
+    "Policy",
+    "Tenants",
+    "hold_of",
+]
+
+
+def hold_of(gpus: Any, price: Any, max_s: Any) -> Any:
+    """Hold in micro-credits: ceil(gpus * price * max_s / 3600), integer (ARCHITECTURE.md §Money)."""
+    num = np.asarray(gpus, dtype=np.int64) * np.asarray(price, dtype=np.int64) * np.asarray(max_s, np.int64)
+    return -((-num) // 3600)
+
+
+def _set(obj: object, name: str, value: Any, dtype: Any, ndim: int, table: str) -> None:
+    arr = np.ascontiguousarray(np.asarray(value, dtype=dtype))
+    if arr.ndim != ndim:
+        raise BookError(f"{table}.{name}", f"must be a {ndim}-dimensional array, got shape {arr.shape}")
+    arr.setflags(write=False)
+    object.__setattr__(obj, name, arr)
+
+
+def _first_bad(field_name: str, bad: BOOL, message: str) -> None:
+    """Raise for the first row where ``bad`` holds, naming it as ``table[i].column``."""
+    if bad.ndim > 1:
+        bad = bad.reshape(bad.shape[0], -1).any(axis=1)
+    if bad.any():
+        table, _, column = field_name.partition(".")
+        raise BookError(f"{table}[{int(np.argmax(bad))}].{column}", message)
+
+
+def _same_rows(table: str, arrays: Mapping[str, NDArray[Any]]) -> int:
+    rows = {name: a.shape[0] for name, a in arrays.items()}
+    n = next(iter(rows.values()))
+    for name, got in rows.items():
+        if got != n:
+            raise BookError(f"{table}.{name}", f"has {got} rows, expected {n}")
+    return n
+
+
+@dataclass(frozen=True)
+class GpuTypes:
+    """GPU types: reserve price r, posted price p and the cap on p, per type (micro-credits per GPU-hour)."""
+
+    names: tuple[str, ...]
+    reserve: I64
+    posted: I64
+    max_price: I64
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(self.names))
+        for name in ("reserve", "posted", "max_price"):
+            _set(self, name, getattr(self, name), np.int64, 1, "gpu_types")
+        n = _same_rows(
+            "gpu_types", {"reserve": self.reserve, "posted": self.posted, "max_price": self.max_price}
+        )
+        if len(self.names) != n or n == 0:
+            raise BookError("gpu_types", f"needs at least one type and one name per type (got {n})")
+        _first_bad("gpu_types.reserve", self.reserve < 0, "must be a non-negative integer")
+        _first_bad("gpu_types.posted", self.posted < self.reserve, "must be at least the reserve price")
+        _first_bad("gpu_types.max_price", self.max_price < self.posted, "must be at least the posted price")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Nodes: GPU type, topology domain, capacity, and ``free[n, s]`` True when GPU slot s of node n is free."""
+
+    names: tuple[str, ...]
+    gpu_type: I32
+    domain: I32
+    capacity: I32
+    free: BOOL
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(self.names))
+        for name in ("gpu_type", "domain", "capacity"):
+            _set(self, name, getattr(self, name), np.int32, 1, "nodes")
+        free = np.asarray(self.free, dtype=np.bool_)
+        if free.ndim == 1 and free.size == 0:
+            free = free.reshape(0, 0)
+        _set(self, "free", free, np.bool_, 2, "nodes")
+        n = _same_rows(
+            "nodes",
+            {"gpu_type": self.gpu_type, "domain": self.domain, "capacity": self.capacity, "free": self.free},
+        )
+        if len(self.names) != n:
+            raise BookError("nodes.names", f"has {len(self.names)} names for {n} nodes")
+        _first_bad("nodes.capacity", self.capacity <= 0, "must be a positive integer")
+        _first_bad("nodes.domain", self.domain < 0, "must be a non-negative integer")
+        slots = np.arange(self.free.shape[1])[None, :]
+        _first_bad("nodes.free", self.free & (slots >= self.capacity[:, None]), "slot index beyond capacity")
+
+    def __len__(self) -> int:
+        return int(self.gpu_type.shape[0])
+
+    @property
+    def free_count(self) -> I32:
+        """Free GPUs per node."""
+        return self.free.sum(axis=1, dtype=np.int32)
+
+
+@dataclass(frozen=True)
+class Tenants:
+    """Tenants: weight w, guarantee q per type, GPUs held per (tier, type), balance and spend guardrail.
+
+    ``held[m, tier, t]`` counts every GPU tenant m holds, including those of running leases listed in the book
+    (it must be at least their sum). ``guardrail[m]`` caps what one round may hold for m (``NO_PRICE`` = none).
+    """
+
+    names: tuple[str, ...]
+    weight: F64
+    guarantee: I32
+    held: I32
+    balance: I64
+    guardrail: I64
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(self.names))
+        _set(self, "weight", self.weight, np.float64, 1, "tenants")
+        _set(self, "guarantee", self.guarantee, np.int32, 2, "tenants")
+        _set(self, "held", self.held, np.int32, 3, "tenants")
+        _set(self, "balance", self.balance, np.int64, 1, "tenants")
+        _set(self, "guardrail", self.guardrail, np.int64, 1, "tenants")
+        cols = {
+            "weight": self.weight,
+            "guarantee": self.guarantee,
+            "held": self.held,
+            "balance": self.balance,
+        }
+        n = _same_rows("tenants", {**cols, "guardrail": self.guardrail})
+        if len(self.names) != n:
+            raise BookError("tenants.names", f"has {len(self.names)} names for {n} tenants")
+        if len(set(self.names)) != n:
+            raise BookError("tenants.names", "must be unique")
+        _first_bad(
+            "tenants.weight", ~(self.weight > 0) | ~np.isfinite(self.weight), "must be a positive number"
+        )
+        _first_bad("tenants.guarantee", self.guarantee < 0, "must be a non-negative integer")
+        _first_bad("tenants.held", self.held < 0, "must be a non-negative integer")
+        _first_bad("tenants.balance", self.balance < 0, "must be a non-negative integer")
+        _first_bad("tenants.guardrail", self.guardrail < NO_PRICE, "must be a non-negative integer or none")
+        if self.held.shape[1:2] != (3,):
+            raise BookError("tenants.held", "must have shape (tenants, 3 tiers, types)")
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def budget(self) -> I64:
+        """What a round may hold per tenant: the balance, capped by the guardrail when there is one."""
+        capped = np.where(self.guardrail >= 0, np.minimum(self.balance, self.guardrail), self.balance)
+        return capped.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Bids:
+    """Pending bids, one per job: gang size k, limit price per GPU-hour per type (``NO_PRICE`` = not acceptable),
+    maximum runtime in seconds, submit time (epoch seconds) and rounds already waited."""
+
+    job: I64
+    tenant: I32
+    gpus: I32
+    limit: I64
+    max_s: I64
+    submit: I64
+    waited: I32
+
+    def __post_init__(self) -> None:
+        for name, dtype in (("job", np.int64), ("tenant", np.int32), ("gpus", np.int32), ("max_s", np.int64)):
+            _set(self, name, getattr(self, name), dtype, 1, "bids")
+        _set(self, "submit", self.submit, np.int64, 1, "bids")
+        _set(self, "waited", self.waited, np.int32, 1, "bids")
+        limit = np.asarray(self.limit, dtype=np.int64)
+        if limit.ndim == 1 and limit.size == 0:
+            limit = limit.reshape(0, 1)
+        _set(self, "limit", limit, np.int64, 2, "bids")
+        cols = {"job": self.job, "tenant": self.tenant, "gpus": self.gpus, "limit": self.limit}
+        _same_rows("bids", {**cols, "max_s": self.max_s, "submit": self.submit, "waited": self.waited})
+        _first_bad("bids.gpus", self.gpus <= 0, "must be a positive integer")
+        _first_bad("bids.max_s", self.max_s <= 0, "must be a positive integer")
+        _first_bad(
+            "bids.limit", self.limit < NO_PRICE, "must be a non-negative integer or -1 (not acceptable)"
+        )
+        _first_bad("bids.limit", (self.limit < 0).all(axis=1), "must accept at least one GPU type")
+        _first_bad("bids.waited", self.waited < 0, "must be a non-negative integer")
+        if self.job.size and np.unique(self.job).size != self.job.size:
+            _first_bad("bids.job", _duplicated(self.job), "duplicate job id")
+
+    def __len__(self) -> int:
+        return int(self.job.shape[0])
+
+    @classmethod
+    def from_rows(
+        cls, rows: Sequence[Mapping[str, Any]], type_names: Sequence[str], tenant_names: Sequence[str]
+    ) -> Bids:
+        """Build from dicts: ``{"job", "tenant" (name), "gpus", "limits": {type: price}, "max_s" or "max_hours",
+        "submit", "waited"?}``. Convenient for tests and small books."""
+        from allocator.book_json import bids_from_rows
+
+        return bids_from_rows(rows, type_names, tenant_names)
+
+
+def _duplicated(values: NDArray[Any]) -> BOOL:
+    order = np.argsort(values, kind="stable")
+    dup_sorted = np.zeros(values.size, dtype=np.bool_)
+    dup_sorted[1:] = values[order][1:] == values[order][:-1]
+    out = np.zeros(values.size, dtype=np.bool_)
+    out[order] = dup_sorted
+    return out
+
+
+@dataclass(frozen=True)
+class Leases:
+    """Running leases. The GPUs of lease i are ``(slot_node[j], slot_idx[j])`` for j in
+    ``slot_ptr[i]:slot_ptr[i+1]`` (CSR); a lease may span several nodes (a gang on whole nodes)."""
+
+    lease: I64
+    tenant: I32
+    gpu_type: I32
+    tier: I8
+    start: I64
+    preemptible: BOOL
+    slot_ptr: I64
+    slot_node: I32
+    slot_idx: I32
+
+    def __post_init__(self) -> None:
+        for name, dtype in (
+            ("lease", np.int64),
+            ("tenant", np.int32),
+            ("gpu_type", np.int32),
+            ("tier", np.int8),
+        ):
+            _set(self, name, getattr(self, name), dtype, 1, "leases")
+        _set(self, "start", self.start, np.int64, 1, "leases")
+        _set(self, "preemptible", self.preemptible, np.bool_, 1, "leases")
+        for name, dtype in (("slot_ptr", np.int64), ("slot_node", np.int32), ("slot_idx", np.int32)):
+            _set(self, name, getattr(self, name), dtype, 1, "leases")
+        cols = {"lease": self.lease, "tenant": self.tenant, "gpu_type": self.gpu_type, "tier": self.tier}
+        n = _same_rows("leases", {**cols, "start": self.start, "preemptible": self.preemptible})
+        if self.slot_ptr.shape[0] != n + 1 or self.slot_ptr[0] != 0 or (np.diff(self.slot_ptr) <= 0).any():
+            raise BookError(
+                "leases.gpus", "every lease needs at least one GPU (slot_ptr must increase from 0)"
+            )
+        if self.slot_node.shape[0] != self.slot_ptr[-1] or self.slot_idx.shape[0] != self.slot_ptr[-1]:
+            raise BookError("leases.gpus", "slot_node and slot_idx must have slot_ptr[-1] entries")
+        _first_bad("leases.tier", (self.tier < TIER_G) | (self.tier > TIER_S), "must be G, B or S")
+        if self.lease.size and np.unique(self.lease).size != self.lease.size:
+            _first_bad("leases.lease", _duplicated(self.lease), "duplicate lease id")
+
+    def __len__(self) -> int:
+        return int(self.lease.shape[0])
+
+    @property
+    def gpus(self) -> I64:
+        """GPUs per lease."""
+        return np.diff(self.slot_ptr)
+
+    @property
+    def slot_owner(self) -> I64:
+        """Lease row of every (slot_node, slot_idx) entry."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.gpus)
+
+    @classmethod
+    def empty(cls) -> Leases:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, z, z, z, z.astype(bool), np.zeros(1, dtype=np.int64), z, z)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Round policy. ``price_step_bp``: multiplicative step of the posted price in basis points (step 7);
+    ``starve_rounds``: rounds a gang may wait before nodes are reserved for it (step 5); ``min_runtime_s``:
+    a lease younger than this is never preempted (step 6); ``max_reservations``: starving gangs served per type."""
+
+    min_runtime_s: int = 600
+    starve_rounds: int = 5
+    price_step_bp: int = 500
+    max_reservations: int = 4
+
+    def __post_init__(self) -> None:
+        for name in ("min_runtime_s", "starve_rounds", "price_step_bp", "max_reservations"):
+            value = getattr(self, name)
+            if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
+                raise BookError(f"policy.{name}", "must be a non-negative integer")
+
+
+@dataclass(frozen=True)
+class Book:
+    """One round's frozen snapshot: the whole input of ``allocator.clear``."""
+
+    now: int
+    round: int
+    types: GpuTypes
+    nodes: Nodes
+    tenants: Tenants
+    bids: Bids
+    leases: Leases = field(default_factory=Leases.empty)
+    policy: Policy = field(default_factory=Policy)
+
+    def __post_init__(self) -> None:
+        from allocator.book_checks import check_book
+
+        check_book(self)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Book:
+        """Build from the JSON document described in docs/allocator.md (a parsed ``dict``)."""
+        from allocator.book_json import book_from_json
+
+        return book_from_json(data)
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document for this book (bids in columnar form)."""
+        from allocator.book_json import book_to_json
+
+        return book_to_json(self)

@@ -1,0 +1,194 @@
+"""The result of one clearing round: columnar, frozen, hashed (ARCHITECTURE.md §Clearing, steps 1-7).
+
+Winners, losers and preemptions are tables of numpy arrays; the GPUs of winner i are
+``(slot_node[j], slot_idx[j])`` for j in ``slot_ptr[i]:slot_ptr[i+1]``. Every bid of the book is either a winner
+or a loser (exactly once). ``digest`` is the sha256 of the canonical serialisation (see ``canonical_bytes``):
+the same book always gives the same bytes, so the same digest.
+
+Compatibility: this module is a contract read by allocator/sim and the market rounds. Changes are additive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.book import TIER_NAMES
+
+# Why a bid lost (Losers.reason); docs/allocator.md lists them with the meaning of ``figure``.
+BELOW_RESERVE = 1  # figure: the reserve price of its best type
+OVER_BUDGET = 2  # figure: the hold it needed (at its limit price)
+GUARANTEE_FULL = 3  # guarantee full and price below p, no spot GPUs left; figure: the posted price p
+OUTBID = 4  # figure: the limit per GPU-hour that would have won
+NO_FIT = 5  # figure: the largest gang that could still be placed in its type
+REASON_NAMES = {
+    BELOW_RESERVE: "below_reserve",
+    OVER_BUDGET: "over_budget",
+    GUARANTEE_FULL: "guarantee_full_below_posted",
+    OUTBID: "outbid",
+    NO_FIT: "no_node_fits",
+}
+# Why a lease is preempted (Preemptions.reason).
+RECLAIM = 1  # its GPUs restore another tenant's guarantee (step 6)
+PREEMPT_NAMES = {RECLAIM: "reclaim_guarantee"}
+
+I64 = NDArray[np.int64]
+I32 = NDArray[np.int32]
+I8 = NDArray[np.int8]
+
+
+def _frozen_arrays(obj: object) -> None:
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if isinstance(value, np.ndarray):
+            value = np.ascontiguousarray(value)
+            value.setflags(write=False)
+            object.__setattr__(obj, f.name, value)
+
+
+@dataclass(frozen=True)
+class Winners:
+    """Winning bids: ``bid`` is the row in ``book.bids``; price and hold are micro-credits."""
+
+    job: I64
+    bid: I64
+    tenant: I32
+    tier: I8
+    gpu_type: I32
+    price: I64
+    hold: I64
+    slot_ptr: I64
+    slot_node: I32
+    slot_idx: I32
+
+    def __post_init__(self) -> None:
+        _frozen_arrays(self)
+
+    def __len__(self) -> int:
+        return int(self.job.shape[0])
+
+
+@dataclass(frozen=True)
+class Losers:
+    """Bids that did not win, with the reason code and the figure behind it (see REASON_NAMES)."""
+
+    job: I64
+    bid: I64
+    reason: I8
+    gpu_type: I32
+    figure: I64
+
+    def __post_init__(self) -> None:
+        _frozen_arrays(self)
+
+    def __len__(self) -> int:
+        return int(self.job.shape[0])
+
+
+@dataclass(frozen=True)
+class Preemptions:
+    """Leases to preempt (``row`` in ``book.leases``), why, and the job whose guarantee they restore."""
+
+    lease: I64
+    row: I64
+    reason: I8
+    for_job: I64
+
+    def __post_init__(self) -> None:
+        _frozen_arrays(self)
+
+    def __len__(self) -> int:
+        return int(self.lease.shape[0])
+
+
+class WinnerRecord(NamedTuple):
+    """One winner as a small record, for consumers with few winners."""
+
+    job: int
+    tenant: str
+    tier: str
+    gpu_type: str
+    price: int
+    hold: int
+    gpus: tuple[tuple[str, int], ...]  # (node name, slot)
+
+
+@dataclass(frozen=True)
+class Result:
+    """Everything one round decides. ``posted``: the posted price per type for the next round;
+    ``spot_price``: the uniform tier-S price per type this round (-1: no spot winner); ``retiered``: lease ids
+    moved to tier G (step 2); ``reserved_node``/``reserved_job``: nodes held free for a starving gang (step 5);
+    ``counters``: named counts (e.g. ``guarantee_unrestored``)."""
+
+    round: int
+    winners: Winners
+    losers: Losers
+    preemptions: Preemptions
+    retiered: I64
+    posted: I64
+    spot_price: I64
+    reserved_node: I32
+    reserved_job: I64
+    counters: Mapping[str, int]
+    type_names: tuple[str, ...]
+    node_names: tuple[str, ...]
+    tenant_names: tuple[str, ...]
+    digest: str = ""
+
+    def __post_init__(self) -> None:
+        _frozen_arrays(self)
+        object.__setattr__(self, "counters", dict(sorted(self.counters.items())))
+        if not self.digest:
+            object.__setattr__(self, "digest", hashlib.sha256(canonical_bytes(self)).hexdigest())
+
+    def winner_records(self) -> Iterator[WinnerRecord]:
+        """Iterate winners as small records (fine for a few thousand; use the arrays beyond)."""
+        w = self.winners
+        for i in range(len(w)):
+            lo, hi = int(w.slot_ptr[i]), int(w.slot_ptr[i + 1])
+            gpus = tuple((self.node_names[w.slot_node[j]], int(w.slot_idx[j])) for j in range(lo, hi))
+            yield WinnerRecord(
+                int(w.job[i]),
+                self.tenant_names[w.tenant[i]],
+                TIER_NAMES[w.tier[i]],
+                self.type_names[w.gpu_type[i]],
+                int(w.price[i]),
+                int(w.hold[i]),
+                gpus,
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document of this result (docs/allocator.md)."""
+        from allocator.result_json import result_to_json
+
+        return result_to_json(self)
+
+
+def _arrays(obj: object, prefix: str) -> Iterator[tuple[str, NDArray[Any]]]:
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        if isinstance(value, np.ndarray):
+            yield f"{prefix}{f.name}", value
+
+
+def canonical_bytes(result: Result) -> bytes:
+    """Canonical serialisation hashed into ``digest``: for every array, in declaration order, its name, dtype
+    (little-endian), shape and raw bytes; then round, counters (sorted) and the name tables, NUL-separated."""
+    parts: list[bytes] = []
+    tables: list[tuple[str, object]] = [("winners.", result.winners), ("losers.", result.losers)]
+    tables += [("preemptions.", result.preemptions), ("", result)]
+    for prefix, table in tables:
+        for name, arr in _arrays(table, prefix):
+            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+            parts.append(f"{name}|{le.dtype.str}|{arr.shape}|".encode())
+            parts.append(le.tobytes())
+    parts.append(f"round={result.round}".encode())
+    parts.extend(f"{k}={v}".encode() for k, v in result.counters.items())
+    for names in (result.type_names, result.node_names, result.tenant_names):
+        parts.append("\x00".join(names).encode())
+    return b"\x1e".join(parts)

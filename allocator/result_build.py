@@ -1,0 +1,114 @@
+"""Turn the working state of a finished round into the frozen Result (prices, holds, GPUs, reasons)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.book import TIER_B, TIER_G, TIER_S, hold_of
+from allocator.placement import slots_of_log
+from allocator.result import OVER_BUDGET, RECLAIM, Losers, Preemptions, Result, Winners
+from allocator.segments import segment_starts
+from allocator.state import RoundState
+from allocator.tiers import next_posted, spot_price
+
+I64 = NDArray[np.int64]
+
+
+def spot_prices(state: RoundState) -> I64:
+    """The uniform tier-S price per type (-1 where no spot winner), ARCHITECTURE.md §Clearing step 4."""
+    types = state.book.types
+    out = np.full(len(types), -1, dtype=np.int64)
+    for t in range(len(types)):
+        if state.s_low[t] >= 0:
+            out[t] = spot_price(
+                int(types.reserve[t]), int(types.posted[t]), int(state.s_lose[t]), int(state.s_low[t])
+            )
+    return out
+
+
+def posted_prices(state: RoundState) -> I64:
+    """Posted price update, ARCHITECTURE.md §Clearing step 7: demand is every GPU asked at or above p in the
+    type, supply the GPUs free in it at the start of the round."""
+    book = state.book
+    at_p = book.bids.limit >= book.types.posted[None, :]
+    demand = (at_p * book.bids.gpus[:, None].astype(np.int64)).sum(axis=0)
+    supply = np.bincount(book.nodes.gpu_type, weights=book.nodes.free_count, minlength=len(book.types))
+    t = book.types
+    return next_posted(
+        t.posted, t.reserve, t.max_price, demand, supply.astype(np.int64), book.policy.price_step_bp
+    )
+
+
+def _placements(state: RoundState) -> tuple[I64, I64, I64, I64]:
+    """(winner bid rows, GPUs per winner, node per GPU, slot per GPU), winners in placement order."""
+    row, count, node, slot = slots_of_log(state.floor)
+    ex = state.floor.explicit
+    if ex:
+        row = np.concatenate([row, np.array([e[0] for e in ex], dtype=np.int64)])
+        count = np.concatenate([count, np.array([e[2].size for e in ex], dtype=np.int64)])
+        node = np.concatenate(
+            [node, np.repeat(np.array([e[1] for e in ex], dtype=np.int64), [e[2].size for e in ex])]
+        )
+        slot = np.concatenate([slot, *[e[2] for e in ex]])
+    first = segment_starts(row)
+    per = np.add.reduceat(count, np.flatnonzero(first)) if row.size else count
+    return row[first], per, node, slot
+
+
+def winners(state: RoundState, spot: I64) -> Winners:
+    """The winners table: tier G pays r, tier B pays p, tier S the uniform spot price; hold at that price."""
+    bids, types = state.book.bids, state.book.types
+    rows, per, node, slot = _placements(state)
+    gtype = state.win_type[rows]
+    tier = state.win_tier[rows]
+    price = np.select(
+        [tier == TIER_G, tier == TIER_B, tier == TIER_S],
+        [types.reserve[gtype], types.posted[gtype], spot[gtype]],
+    )
+    hold = np.asarray(hold_of(bids.gpus[rows], price, bids.max_s[rows]), dtype=np.int64)
+    ptr = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
+    return Winners(
+        bids.job[rows],
+        rows,
+        bids.tenant[rows],
+        tier,
+        gtype,
+        price.astype(np.int64),
+        hold,
+        ptr,
+        node.astype(np.int32),
+        slot.astype(np.int32),
+    )
+
+
+def losers(state: RoundState) -> Losers:
+    """Every bid that did not win, with its reason code and figure."""
+    rows = np.flatnonzero(state.win_tier < 0)
+    reason = np.where(state.over_budget[rows], OVER_BUDGET, state.reason[rows]).astype(np.int8)
+    return Losers(state.book.bids.job[rows], rows, reason, state.reason_type[rows], state.figure[rows])
+
+
+def build_result(state: RoundState) -> Result:
+    """Assemble the Result of the round; its digest is computed on construction."""
+    book = state.book
+    spot = spot_prices(state)
+    pre = np.flatnonzero(state.preempted)
+    reserved = sorted(state.reserved_jobs)
+    return Result(
+        round=int(book.round),
+        winners=winners(state, spot),
+        losers=losers(state),
+        preemptions=Preemptions(
+            book.leases.lease[pre], pre, np.full(pre.size, RECLAIM, dtype=np.int8), state.preempted_for[pre]
+        ),
+        retiered=state.retiered,
+        posted=posted_prices(state),
+        spot_price=spot,
+        reserved_node=np.array([r[0] for r in reserved], dtype=np.int32),
+        reserved_job=np.array([r[1] for r in reserved], dtype=np.int64),
+        counters=dict(state.counters),
+        type_names=book.types.names,
+        node_names=book.nodes.names,
+        tenant_names=book.tenants.names,
+    )

@@ -1,0 +1,88 @@
+"""Vectorised building blocks over items grouped in segments (one segment per tenant, or one for a pool).
+
+Items are given in processing order with a non-decreasing segment id, so each segment is a contiguous run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+I64 = NDArray[np.int64]
+BOOL = NDArray[np.bool_]
+
+
+def segment_starts(seg: NDArray[Any]) -> BOOL:
+    """True at the first item of every segment."""
+    start = np.ones(seg.shape[0], dtype=np.bool_)
+    if seg.shape[0] > 1:
+        np.not_equal(seg[1:], seg[:-1], out=start[1:])
+    return start
+
+
+def seg_cumsum(seg: NDArray[Any], values: NDArray[Any]) -> I64:
+    """Inclusive cumulative sum of ``values`` restarting at every segment."""
+    if values.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    cs = np.cumsum(values, dtype=np.int64)
+    start = segment_starts(seg)
+    base = (cs - values)[start]
+    return cs - np.repeat(base, np.diff(np.append(np.flatnonzero(start), seg.shape[0])))
+
+
+def prefix_fit(seg: NDArray[Any], size: NDArray[Any], cap: NDArray[Any]) -> BOOL:
+    """Admit items of each segment while their running total fits ``cap[seg]`` (stops at the first miss)."""
+    return seg_cumsum(seg, size) <= cap[seg]
+
+
+def first_fit(seg: NDArray[Any], size: NDArray[Any], cap: NDArray[Any]) -> BOOL:
+    """Sequential first-fit of items into ``cap[seg]``, skipping items that do not fit, vectorised.
+
+    Each pass admits the fitting prefix of every segment; the item that stopped it (and every later item too
+    large for what is left) can never fit, so it is dropped. What is left shrinks by at least one unit per
+    pass once a segment is blocked, so there are at most ``max(size) + 1`` passes.
+    """
+    take = np.zeros(size.shape[0], dtype=np.bool_)
+    rem = np.asarray(cap, dtype=np.int64).copy()
+    idx = np.flatnonzero(size <= rem[seg])
+    while idx.size:
+        s, z = seg[idx], size[idx]
+        ok = seg_cumsum(s, z) <= rem[s]
+        take[idx[ok]] = True
+        rem -= np.bincount(s[ok], weights=z[ok], minlength=rem.shape[0]).astype(np.int64)
+        rest = idx[~ok]
+        idx = rest[size[rest] <= rem[seg[rest]]]
+    return take
+
+
+def water_fill(demand: I64, weight: NDArray[np.float64], supply: int) -> I64:
+    """Weighted water-filling, integer result: e_t = floor(min(d_t, w_t * L)) with sum e <= supply.
+
+    L is the level at which sum min(d_t, w_t L) = min(supply, sum d). Floors lose at most one GPU per tenant;
+    float error is repaired so the integer shares never exceed the supply.
+    """
+    total = int(demand.sum())
+    if total <= supply:
+        return demand.astype(np.int64).copy()
+    if supply <= 0:
+        return np.zeros_like(demand, dtype=np.int64)
+    level = _level(demand.astype(np.float64), weight, float(supply))
+    share = np.minimum(demand, np.floor(weight * level + 1e-9)).astype(np.int64)
+    excess = int(share.sum()) - supply
+    if excess > 0:  # float error only: take one GPU back from the largest shares
+        for i in np.argsort(-share, kind="stable")[:excess]:
+            share[i] -= 1
+    return share
+
+
+def _level(d: NDArray[np.float64], w: NDArray[np.float64], supply: float) -> float:
+    ratio = d / w
+    order = np.argsort(ratio, kind="stable")
+    r, ws, ds = ratio[order], w[order], d[order]
+    # Filling up to ratio r[i] satisfies tenants 0..i fully; the rest get w * r[i].
+    filled = np.cumsum(ds) - ds + r * (ws.sum() - np.cumsum(ws) + ws)
+    i = int(np.searchsorted(filled, supply, side="right"))
+    done = float(ds[:i].sum())
+    return (supply - done) / float(ws[i:].sum())

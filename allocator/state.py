@@ -1,0 +1,84 @@
+"""The mutable working state of one round, built from (and never written back to) the frozen Book."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.book import Book
+from allocator.placement import Floor
+from allocator.tiers import tie_rank
+
+I64 = NDArray[np.int64]
+I32 = NDArray[np.int32]
+I8 = NDArray[np.int8]
+BOOL = NDArray[np.bool_]
+
+NOT_WON = -1
+
+
+@dataclass
+class RoundState:
+    """Working arrays: per bid (tier won, type, last loss reason and figure), per tenant (GPUs held per tier and
+    type, budget left), per lease (tier after re-tiering, preempted), plus the placement floor."""
+
+    book: Book
+    floor: Floor
+    rank: I64
+    held: I64
+    won: I64
+    budget_left: I64
+    lease_tier: I8
+    preempted: BOOL
+    preempted_for: I64
+    win_tier: I8
+    win_type: I32
+    reason: I8
+    reason_type: I32
+    figure: I64
+    over_budget: BOOL
+    share: I64
+    s_low: I64
+    s_lose: I64
+    counters: dict[str, int] = field(default_factory=dict)
+    reserved_jobs: list[tuple[int, int]] = field(default_factory=list)
+    retiered: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @classmethod
+    def start(cls, book: Book) -> RoundState:
+        n_bids, n_types, n_leases = len(book.bids), len(book.types), len(book.leases)
+        return cls(
+            book=book,
+            floor=Floor.of(book.nodes, n_types),
+            rank=tie_rank(book.bids),
+            held=book.tenants.held.astype(np.int64),
+            won=np.zeros((len(book.tenants), n_types), dtype=np.int64),
+            budget_left=book.tenants.budget.copy(),
+            lease_tier=book.leases.tier.copy(),
+            preempted=np.zeros(n_leases, dtype=np.bool_),
+            preempted_for=np.full(n_leases, -1, dtype=np.int64),
+            win_tier=np.full(n_bids, NOT_WON, dtype=np.int8),
+            win_type=np.full(n_bids, -1, dtype=np.int32),
+            reason=np.zeros(n_bids, dtype=np.int8),
+            reason_type=np.full(n_bids, -1, dtype=np.int32),
+            figure=np.zeros(n_bids, dtype=np.int64),
+            over_budget=np.zeros(n_bids, dtype=np.bool_),
+            share=np.zeros((len(book.tenants), n_types), dtype=np.int64),
+            s_low=np.full(n_types, -1, dtype=np.int64),
+            s_lose=np.full(n_types, -1, dtype=np.int64),
+            counters={
+                "guarantee_unrestored": 0,
+                "reclaimed_gangs": 0,
+                "starving_placed": 0,
+                "starving_reserved": 0,
+            },
+        )
+
+    def held_total(self, t: int) -> I64:
+        """GPUs of type ``t`` each tenant holds now, all tiers, including this round's wins."""
+        return self.held[:, :, t].sum(axis=1) + self.won[:, t]
+
+    def count(self, name: str, by: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + by

@@ -1,0 +1,124 @@
+"""The count-level rules of a round: eligibility, budget, tiers G, B and S (ARCHITECTURE.md §Clearing 1-4).
+
+Each function works on bid rows already in a fixed order and returns masks; placement comes later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.book import Bids, GpuTypes, hold_of
+from allocator.segments import first_fit, prefix_fit, water_fill
+
+I64 = NDArray[np.int64]
+I32 = NDArray[np.int32]
+BOOL = NDArray[np.bool_]
+
+
+def preference_order(bids: Bids, types: GpuTypes) -> I32:
+    """Eligibility and type preference, ARCHITECTURE.md §Clearing step 1 (several GPU types).
+
+    A bid is eligible for a type when its limit there is at least the reserve r. Column j of the result is the
+    type to try in pass j: eligible types by decreasing margin (limit - posted p), ties by type index; -1 pads.
+    """
+    eligible = bids.limit >= types.reserve[None, :]
+    if bids.limit.shape[1] == 1:
+        return np.where(eligible, 0, -1).astype(np.int32)
+    margin = np.where(eligible, bids.limit - types.posted[None, :], np.iinfo(np.int64).min)
+    order = np.argsort(-margin, axis=1, kind="stable")
+    ok = np.take_along_axis(eligible, order, axis=1)
+    return np.where(ok, order, -1).astype(np.int32)
+
+
+def tie_rank(bids: Bids) -> I64:
+    """Rank of every bid by (submit time, job id): the deterministic tie-break after price."""
+    n = len(bids)
+    in_order = n < 2 or bool(
+        np.all(
+            (bids.submit[1:] > bids.submit[:-1])
+            | ((bids.submit[1:] == bids.submit[:-1]) & (bids.job[1:] > bids.job[:-1]))
+        )
+    )
+    rank = np.arange(n, dtype=np.int64)
+    if in_order:
+        return rank
+    out = np.empty(n, dtype=np.int64)
+    out[np.lexsort((bids.job, bids.submit))] = rank
+    return out
+
+
+def market_order(rows: I64, price: I64, rank: I64) -> I64:
+    """``rows`` sorted by price desc, then submit time, then job id (ARCHITECTURE.md §Clearing, ties)."""
+    if rows.size == 0:
+        return rows
+    p = price[rows]
+    span = int(p.max() - p.min()) + 1
+    n = int(rank.shape[0]) + 1
+    if span < (1 << 62) // n:
+        key = (int(p.max()) - p) * n + rank[rows]
+        return rows[np.argsort(key)]
+    return rows[np.lexsort((rank[rows], -p))]
+
+
+def by_tenant(rows: I64, tenant: I32, n_tenants: int) -> I64:
+    """Stable regrouping of ordered ``rows`` by tenant (radix sort on small tenant ids)."""
+    t = tenant[rows]
+    small = t.astype(np.int16) if n_tenants < 32768 else t
+    return rows[np.argsort(small, kind="stable")]
+
+
+def budget_filter(rows_t: I64, tenant: I32, need: I64, budget_left: I64) -> BOOL:
+    """Budget filter, ARCHITECTURE.md §Clearing step 1: in the tenant's own order, admit bids while their holds
+    (at their limit price, the most they can pay) fit the tenant's budget. ``rows_t`` is grouped by tenant."""
+    return prefix_fit(tenant[rows_t], need[rows_t], budget_left)
+
+
+def limit_holds(gpus: NDArray[np.int32], price: I64, max_s: I64) -> I64:
+    """The holds of bids if they paid their limit ``price`` (the budget filter's worst case)."""
+    return np.asarray(hold_of(gpus, price, max_s), dtype=np.int64)
+
+
+def tier_g(rows_t: I64, tenant: I32, gpus: I32, unused: I64) -> BOOL:
+    """Tier G, ARCHITECTURE.md §Clearing step 2: each tenant's eligible bids, in its own order, are
+    first-fit into its unused guarantee (q minus every GPU it holds)."""
+    return first_fit(tenant[rows_t], gpus[rows_t], unused)
+
+
+def tier_b(rows_t: I64, tenant: I32, gpus: I32, weight: NDArray[np.float64], supply: int) -> tuple[BOOL, I64]:
+    """Tier B, ARCHITECTURE.md §Clearing step 3: weighted water-filling of the excess ``supply`` over each
+    tenant's demand (``rows_t``: its bids at or above p), then first-fit into floor(e_t).
+    Returns the mask over ``rows_t`` and the entitlements e_t."""
+    demand = np.bincount(tenant[rows_t], weights=gpus[rows_t], minlength=weight.shape[0]).astype(np.int64)
+    share = water_fill(demand, weight, supply)
+    return first_fit(tenant[rows_t], gpus[rows_t], share), share
+
+
+def tier_s(rows: I64, gpus: I32, supply: int) -> BOOL:
+    """Tier S, ARCHITECTURE.md §Clearing step 4: what is left goes to the highest remaining bids per GPU
+    (``rows`` in market order), first-fit by count."""
+    return first_fit(np.zeros(rows.shape[0], dtype=np.int64), gpus[rows], np.array([max(supply, 0)]))
+
+
+def spot_price(reserve: int, posted: int, first_losing: int, lowest_winning: int) -> int:
+    """Tier S uniform price, ARCHITECTURE.md §Clearing step 4: max(r, min(first losing bid, lowest winning
+    bid, p)). ``first_losing`` is -1 when nobody lost."""
+    candidates = [lowest_winning, posted] + ([first_losing] if first_losing >= 0 else [])
+    return max(reserve, min(candidates))
+
+
+def next_posted(posted: I64, reserve: I64, cap: I64, demand: I64, supply: I64, step_bp: int) -> I64:
+    """Posted price update, ARCHITECTURE.md §Clearing step 7: a multiplicative step up when demand at p exceeds
+    supply, down when it falls short, clamped to [r, max]; integer arithmetic, moving by at least one unit."""
+    up = posted + np.maximum(1, posted * step_bp // 10_000)
+    down = posted - np.maximum(1, posted * step_bp // (10_000 + step_bp))
+    moved = np.where(demand > supply, up, np.where(demand < supply, down, posted))
+    if step_bp == 0:
+        moved = posted
+    return np.clip(moved, reserve, cap).astype(np.int64)
+
+
+def as_i64(x: Any) -> I64:
+    return np.asarray(x, dtype=np.int64)
