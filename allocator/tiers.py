@@ -27,8 +27,8 @@ def preference_order(bids: Bids, types: GpuTypes) -> I32:
     eligible = bids.limit >= types.reserve[None, :]
     if bids.limit.shape[1] == 1:
         return np.where(eligible, 0, -1).astype(np.int32)
-    margin = np.where(eligible, bids.limit - types.posted[None, :], np.iinfo(np.int64).min)
-    order = np.argsort(-margin, axis=1, kind="stable")
+    key = np.where(eligible, types.posted[None, :] - bids.limit, np.iinfo(np.int64).max)
+    order = np.argsort(key, axis=1, kind="stable")
     ok = np.take_along_axis(eligible, order, axis=1)
     return np.where(ok, order, -1).astype(np.int32)
 

@@ -1,0 +1,301 @@
+"""The invariants of ARCHITECTURE.md §Clearing, checked on a (book, result) pair; vectorised for 10^6 bids.
+
+Used by ``python -m allocator check`` and by the property tests, so each rule is written once. Every check
+returns a list of violation messages (empty when the rule holds), each naming the rule and a first example.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
+from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result, canonical_bytes
+from allocator.tiers import preference_order
+
+I64 = NDArray[np.int64]
+BOOL = NDArray[np.bool_]
+Check = Callable[[Book, Result], list[str]]
+
+
+def _first(rule: str, bad: BOOL, what: NDArray[np.int64], detail: str = "") -> list[str]:
+    if not bad.any():
+        return []
+    at = int(np.argmax(bad))
+    return [f"{rule}: {int(bad.sum())} case(s), first {int(what[at])}{detail}"]
+
+
+def _winner_of_slot(r: Result) -> I64:
+    return np.repeat(np.arange(len(r.winners)), np.diff(r.winners.slot_ptr))
+
+
+def every_bid_once(book: Book, r: Result) -> list[str]:
+    """Every bid of the book is exactly one winner or one loser."""
+    rows = np.concatenate([r.winners.bid, r.losers.bid])
+    seen = (
+        np.bincount(rows, minlength=len(book.bids)) if rows.size else np.zeros(len(book.bids), dtype=np.int64)
+    )
+    out = _first("every bid exactly once (bid row)", seen != 1, np.arange(len(book.bids)))
+    if rows.size and (book.bids.job[rows] != np.concatenate([r.winners.job, r.losers.job])).any():
+        out.append("every bid exactly once: job id does not match its bid row")
+    return out
+
+
+def no_gpu_twice(book: Book, r: Result) -> list[str]:
+    """No GPU bound twice and no node over capacity: each winner GPU is a real slot of a node of the winner's
+    type, free in the book or freed by a preemption in this result, and used once."""
+    w, nodes, ls = r.winners, book.nodes, book.leases
+    owner = _winner_of_slot(r)
+    node, slot = w.slot_node.astype(np.int64), w.slot_idx.astype(np.int64)
+    width = max(nodes.free.shape[1], int(nodes.capacity.max(initial=0))) + 1
+    out = _first("node over capacity (job)", (slot < 0) | (slot >= nodes.capacity[node]), w.job[owner])
+    if out:
+        return out
+    out += _first("GPU of the wrong type (job)", nodes.gpu_type[node] != w.gpu_type[owner], w.job[owner])
+    key = node * width + slot
+    uniq, counts = np.unique(key, return_counts=True)
+    out += _first("GPU bound twice (node*width+slot)", counts > 1, uniq)
+    freed = np.zeros(len(ls), dtype=np.bool_)
+    freed[r.preemptions.row] = True
+    lease_key = ls.slot_node.astype(np.int64) * width + ls.slot_idx
+    busy = np.sort(lease_key[~freed[ls.slot_owner]])
+    hit = np.isin(key, busy, assume_unique=False) if busy.size else np.zeros(key.size, dtype=np.bool_)
+    out += _first("GPU of a running lease bound again (job)", hit, w.job[owner])
+    fresh = ~np.isin(key, lease_key) if lease_key.size else np.ones(key.size, dtype=np.bool_)
+    out += _first(
+        "GPU neither free nor freed by preemption (job)", fresh & ~nodes.free[node, slot], w.job[owner]
+    )
+    return out
+
+
+def gangs_whole(book: Book, r: Result) -> list[str]:
+    """Gangs all-or-nothing: a winner holds exactly its gang size; a gang that fits a node is on one node, a larger
+    one on nodes of one topology domain."""
+    w = r.winners
+    got = np.diff(w.slot_ptr)
+    out = _first("gang split or short (job)", got != book.bids.gpus[w.bid], w.job)
+    if out or not len(w):
+        return out
+    owner = _winner_of_slot(r)
+    big = np.zeros(len(book.types), dtype=np.int64)
+    np.maximum.at(big, book.nodes.gpu_type, book.nodes.capacity)
+    first_node = w.slot_node[w.slot_ptr[:-1]]
+    one_node = book.bids.gpus[w.bid] <= big[w.gpu_type]
+    spread = w.slot_node != first_node[owner]
+    out += _first("gang that fits a node spread over nodes (job)", spread & one_node[owner], w.job[owner])
+    dom = book.nodes.domain
+    cross = dom[w.slot_node] != dom[first_node[owner]]
+    out += _first("multi-node gang across domains (job)", cross, w.job[owner])
+    return out
+
+
+def reserved_nodes_idle(book: Book, r: Result) -> list[str]:
+    """Nodes reserved for a starving gang take no other new work."""
+    if not r.reserved_node.size:
+        return []
+    owner = _winner_of_slot(r)
+    reserved_for = np.full(len(book.nodes), -1, dtype=np.int64)
+    reserved_for[r.reserved_node] = r.reserved_job
+    target = reserved_for[r.winners.slot_node]
+    bad = (target >= 0) & (target != r.winners.job[owner])
+    return _first("work placed on a node reserved for another gang (job)", bad, r.winners.job[owner])
+
+
+def prices_and_holds(book: Book, r: Result) -> list[str]:
+    """Each winner pays at most its bid and at least r; G pays r, B pays p, S the type's uniform spot price;
+    the hold is ceil(gpus * price * max_s / 3600); a tenant's holds never exceed its balance (or guardrail)."""
+    w, types, bids = r.winners, book.types, book.bids
+    limit = bids.limit[w.bid, w.gpu_type]
+    out = _first("winner pays more than its bid (job)", w.price > limit, w.job)
+    out += _first("winner pays less than the reserve (job)", w.price < types.reserve[w.gpu_type], w.job)
+    out += _first(
+        "tier G price is not r (job)", (w.tier == TIER_G) & (w.price != types.reserve[w.gpu_type]), w.job
+    )
+    out += _first(
+        "tier B price is not p (job)", (w.tier == TIER_B) & (w.price != types.posted[w.gpu_type]), w.job
+    )
+    out += _first(
+        "tier S price not uniform (job)", (w.tier == TIER_S) & (w.price != r.spot_price[w.gpu_type]), w.job
+    )
+    want = np.asarray(hold_of(bids.gpus[w.bid], w.price, bids.max_s[w.bid]), dtype=np.int64)
+    out += _first("hold is not gpus*price*max_s/3600 (job)", w.hold != want, w.job)
+    spent = np.zeros(len(book.tenants), dtype=np.int64)
+    np.add.at(spent, w.tenant, w.hold)
+    tenants = np.arange(len(book.tenants))
+    out += _first("holds exceed balance or guardrail (tenant)", spent > book.tenants.budget, tenants)
+    out += _first("winner tenant is not the bid's tenant (job)", w.tenant != bids.tenant[w.bid], w.job)
+    bad_p = (r.posted < types.reserve) | (r.posted > types.max_price)
+    out += _first("posted price outside [r, max] (type)", bad_p, np.arange(len(types)))
+    return out
+
+
+def _held_after(book: Book, r: Result) -> I64:
+    """GPUs per tenant and type after the round: held - preempted + won, all tiers."""
+    ls = book.leases
+    out = book.tenants.held.sum(axis=1).astype(np.int64)
+    np.subtract.at(
+        out, (ls.tenant[r.preemptions.row], ls.gpu_type[r.preemptions.row]), ls.gpus[r.preemptions.row]
+    )
+    np.add.at(out, (r.winners.tenant, r.winners.gpu_type), book.bids.gpus[r.winners.bid])
+    return out
+
+
+def tier_g_within_guarantee(book: Book, r: Result) -> list[str]:
+    """Tier G only fills unused guarantee: G winners per tenant and type <= q minus GPUs held before."""
+    w = r.winners
+    g = np.zeros_like(book.tenants.guarantee, dtype=np.int64)
+    g_rows = w.tier == TIER_G
+    np.add.at(g, (w.tenant[g_rows], w.gpu_type[g_rows]), book.bids.gpus[w.bid[g_rows]])
+    unused = np.maximum(book.tenants.guarantee - book.tenants.held.sum(axis=1), 0)
+    return _first(
+        "tier G beyond the unused guarantee (tenant)", (g > unused).any(axis=1), np.arange(g.shape[0])
+    )
+
+
+def preemption_rules(book: Book, r: Result) -> list[str]:
+    """Reclaim, step 6: never a tier G lease (nor one re-tiered to G), never a non-preemptible lease, never one
+    younger than the minimum runtime, never below the victim's own guarantee."""
+    ls, p = book.leases, r.preemptions
+    rows = p.row
+    out = _first(
+        "preempted a tier G lease (lease)", (ls.tier[rows] == TIER_G) | np.isin(p.lease, r.retiered), p.lease
+    )
+    out += _first("preempted a non-preemptible lease (lease)", ~ls.preemptible[rows], p.lease)
+    young = book.now - ls.start[rows] < book.policy.min_runtime_s
+    out += _first("preempted a lease younger than the minimum runtime (lease)", young, p.lease)
+    taken = np.zeros_like(book.tenants.guarantee, dtype=np.int64)
+    np.add.at(taken, (ls.tenant[rows], ls.gpu_type[rows]), ls.gpus[rows])
+    before = book.tenants.held.sum(axis=1).astype(np.int64)
+    below = (taken > 0) & (before - taken < book.tenants.guarantee)
+    return out + _first(
+        "preemption took a tenant below its guarantee (tenant)", below.any(axis=1), np.arange(below.shape[0])
+    )
+
+
+def _leftover(book: Book, r: Result) -> tuple[I64, I64, I64]:
+    """Per type: largest free block on one open node, largest whole-free capacity in one domain, node size."""
+    nodes = book.nodes
+    free = nodes.free_count.astype(np.int64)
+    np.subtract.at(free, r.winners.slot_node, 1)
+    np.add.at(free, r.winners.slot_node, ~nodes.free[r.winners.slot_node, r.winners.slot_idx])
+    open_ = np.ones(len(nodes), dtype=np.bool_)
+    open_[r.reserved_node] = False
+    n_types = len(book.types)
+    single, multi, big = (np.zeros(n_types, dtype=np.int64) for _ in range(3))
+    np.maximum.at(single, nodes.gpu_type[open_], free[open_])
+    np.maximum.at(big, nodes.gpu_type, nodes.capacity)
+    whole = open_ & (free == nodes.capacity)
+    key = (
+        nodes.gpu_type[whole].astype(np.int64) * (int(nodes.domain.max(initial=0)) + 1) + nodes.domain[whole]
+    )
+    per = (
+        np.bincount(key, weights=nodes.capacity[whole]).astype(np.int64)
+        if whole.any()
+        else np.zeros(0, np.int64)
+    )
+    tix = np.arange(per.size) // (int(nodes.domain.max(initial=0)) + 1)
+    np.maximum.at(multi, tix, per)
+    return single, np.maximum(single, multi), big
+
+
+def work_conserving(book: Book, r: Result) -> list[str]:
+    """Work conserving: no eligible, budget-admitted losing bid fits the GPUs left free in any type it accepts
+    (outside reserved nodes): on one node when it fits a node, else on whole nodes of one domain."""
+    single, multi, big = _leftover(book, r)
+    lo = r.losers
+    active = np.isin(lo.reason, [OUTBID, NO_FIT, GUARANTEE_FULL])
+    k = book.bids.gpus[lo.bid].astype(np.int64)[:, None]
+    eligible = book.bids.limit[lo.bid] >= book.types.reserve[None, :]
+    fit = np.where(k <= big[None, :], k <= single[None, :], k <= multi[None, :]) & eligible
+    return _first("eligible bid left out although it fits free GPUs (job)", active & fit.any(axis=1), lo.job)
+
+
+def guarantee_honoured(book: Book, r: Result) -> list[str]:
+    """A tenant below its guarantee is never left with a losing eligible bid inside its guarantee gap that fits
+    the free GPUs; rounds where preemption could not restore it are counted in ``guarantee_unrestored``."""
+    single, multi, big = _leftover(book, r)
+    gap = np.maximum(book.tenants.guarantee - _held_after(book, r), 0)
+    lo = r.losers
+    active = np.isin(lo.reason, [OUTBID, NO_FIT, GUARANTEE_FULL])
+    k = book.bids.gpus[lo.bid].astype(np.int64)[:, None]
+    eligible = book.bids.limit[lo.bid] >= book.types.reserve[None, :]
+    inside = k <= gap[book.bids.tenant[lo.bid]]
+    fit = np.where(k <= big[None, :], k <= single[None, :], k <= multi[None, :])
+    return _first(
+        "tenant left below its guarantee while its bid fits (job)",
+        active & (eligible & inside & fit).any(axis=1),
+        lo.job,
+    )
+
+
+def tier_b_proportional(book: Book, r: Result) -> list[str]:
+    """Tier B shares proportional to weight within one gang: for every tenant i still outbid in its first-choice
+    type t at or above p, no tenant j has b_j / w_j above (b_i + largest gang of i + 1) / w_i."""
+    w, lo, bids, weight = r.winners, r.losers, book.bids, book.tenants.weight
+    first = preference_order(bids, book.types)[:, 0]
+    out: list[str] = []
+    for t in range(len(book.types)):
+        b = np.zeros(len(book.tenants), dtype=np.int64)
+        rows = (w.tier == TIER_B) & (w.gpu_type == t)
+        np.add.at(b, w.tenant[rows], bids.gpus[w.bid[rows]])
+        misfit = np.zeros(len(book.tenants), dtype=np.bool_)
+        misfit[bids.tenant[lo.bid[(lo.reason == NO_FIT) & (lo.gpu_type == t)]]] = True
+        unmet_rows = (lo.reason == OUTBID) & (lo.gpu_type == t) & (first[lo.bid] == t)
+        unmet_rows &= bids.limit[lo.bid, t] >= book.types.posted[t]
+        gang = np.zeros(len(book.tenants), dtype=np.int64)
+        np.maximum.at(gang, bids.tenant[lo.bid[unmet_rows]], bids.gpus[lo.bid[unmet_rows]])
+        unmet = (gang > 0) & ~misfit
+        if not unmet.any() or not b.any():
+            continue
+        floor_i = ((b + gang + 1) / weight)[unmet].min()
+        top = b / weight
+        out += _first(
+            f"tier B share above weight in type {t} (tenant)", top > floor_i + 1e-9, np.arange(b.size)
+        )
+    return out
+
+
+def below_reserve_never_wins(book: Book, r: Result) -> list[str]:
+    """A bid below the reserve of every type it accepts never wins (and is reported as below reserve)."""
+    eligible = (book.bids.limit >= book.types.reserve[None, :]).any(axis=1)
+    out = _first("winner below reserve (job)", ~eligible[r.winners.bid], r.winners.job)
+    lo = r.losers
+    return out + _first(
+        "loser mislabelled below reserve (job)", (lo.reason == BELOW_RESERVE) == eligible[lo.bid], lo.job
+    )
+
+
+def digest_matches(book: Book, r: Result) -> list[str]:
+    """The result carries the sha256 of its canonical serialisation."""
+    want = hashlib.sha256(canonical_bytes(r)).hexdigest()
+    return [] if want == r.digest else [f"digest mismatch: stored {r.digest}, computed {want}"]
+
+
+CHECKS: tuple[Check, ...] = (
+    every_bid_once,
+    no_gpu_twice,
+    gangs_whole,
+    reserved_nodes_idle,
+    prices_and_holds,
+    tier_g_within_guarantee,
+    preemption_rules,
+    work_conserving,
+    guarantee_honoured,
+    tier_b_proportional,
+    below_reserve_never_wins,
+    digest_matches,
+)
+
+
+def check(book: Book, r: Result) -> list[str]:
+    """Run every invariant; the list of violations (empty when the result is valid for the book)."""
+    out: list[str] = []
+    for rule in CHECKS:
+        out += rule(book, r)
+    return out
+
+
+__all__ = ["CHECKS", "check"]
