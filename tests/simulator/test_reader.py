@@ -10,6 +10,7 @@ from allocator.sim.cli import main
 from allocator.sim.errors import InputError
 from allocator.sim.jobs import read_jobs
 from allocator.sim.scenario import MICRO, read_scenario
+
 from .conftest import Write, one_node_toml
 
 TRACES = Path(__file__).resolve().parents[2].parent / "shared" / "traces"

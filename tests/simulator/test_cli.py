@@ -1,0 +1,46 @@
+"""The command line: JSON lines and a comparison table on stdout, summary.json and plots in --out."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+import allocator
+from allocator.sim.cli import main
+
+from .conftest import Write, one_node_toml
+
+TENANTS = """
+[[tenants]]
+name = "a"
+guaranteed = { gpu = 4 }
+
+[[tenants]]
+name = "b"
+guaranteed = { gpu = 4 }
+"""
+CSV = "job_id,submit_s,tenant,gpus,duration_s\n" + "\n".join(
+    f"j{i},{i * 200},{'ab'[i % 2]},{1 + i % 4},{900 + 100 * i}" for i in range(16)
+)
+
+
+def test_every_policy_side_by_side(write: Write, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policies = ["static", "pooled-fifo"] + (["market", "pure-auction"] if hasattr(allocator, "clear") else [])
+    path = write(one_node_toml(TENANTS), CSV)
+    out = tmp_path / "out"
+    stdout = io.StringIO()
+    argv = [str(path), "--out", str(out), "--quiet"] + [a for p in policies for a in ("--policy", p)]
+    assert main(argv, stdout) == 0
+    lines = stdout.getvalue().splitlines()
+    printed = [json.loads(line) for line in lines[: len(policies)]]
+    assert [s["policy"] for s in printed] == policies
+    assert all(s["completed"] == 16 for s in printed)
+    assert any(line.startswith("| static |") for line in lines)
+    written = json.loads((out / "summary.json").read_text())
+    assert [s["policy"] for s in written] == policies
+    for name in ("utilization", "tenants", "prices", "queue_cdf"):
+        assert (out / f"{name}.png").stat().st_size > 1000
+    assert capsys.readouterr().err == ""  # --quiet: no progress bar
