@@ -23,7 +23,7 @@ from allocator.tiers import (
     market_order,
     preference_order,
     tier_b,
-    tier_g,
+    tier_g_pos,
     tier_s,
 )
 
@@ -61,23 +61,35 @@ def mark_below_reserve(state: RoundState, below: BOOL) -> None:
 def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], *, first: bool) -> None:
     """One pass: budget filter over every type at once, then each type's tiers and placement."""
     bids, n_tenants = state.book.bids, len(state.book.tenants)
-    price = np.zeros(len(bids), dtype=np.int64)
-    price[rows] = bids.limit[rows, choice[rows]]
-    need = np.zeros(len(bids), dtype=np.int64)
-    need[rows] = limit_holds(bids.gpus[rows], price[rows], bids.max_s[rows])
+    if rows.size == len(bids) and bids.limit.shape[1] == 1:
+        price, need = bids.limit[:, 0], limit_holds(bids.gpus, bids.limit[:, 0], bids.max_s)
+    else:
+        price = np.zeros(len(bids), dtype=np.int64)
+        price[rows] = bids.limit[rows, choice[rows]]
+        need = np.zeros(len(bids), dtype=np.int64)
+        need[rows] = limit_holds(bids.gpus[rows], price[rows], bids.max_s[rows])
     ordered = market_order(rows, price, state.rank)
     grouped = by_tenant(ordered, bids.tenant, n_tenants)
-    admitted = budget_filter(grouped, bids.tenant, need, state.budget_left)
-    mark_over_budget(state, grouped[~admitted], choice, need)
-    ok = np.zeros(len(bids), dtype=np.bool_)
-    ok[grouped[admitted]] = True
+    refused = budget_filter(grouped, bids.tenant, need, state.budget_left)
+    mark_over_budget(state, refused, choice, need)
+    ok = np.ones(len(bids), dtype=np.bool_)
+    ok[refused] = False
     for t in range(len(state.book.types)):
-        sel = ok & (choice == t)
-        mkt, ten = ordered[sel[ordered]], grouped[sel[grouped]]
+        sel = ok if len(state.book.types) == 1 else ok & (choice == t)
+        mkt = ordered if not refused.size and sel is ok else ordered[sel[ordered]]
         if mkt.size:
-            clear_type(state, t, mkt, ten, price, first=first)
+            clear_type(state, t, mkt, price[mkt], first=first)
     won = rows[state.win_tier[rows] >= 0]
-    np.subtract.at(state.budget_left, bids.tenant[won], need[won])
+    state.budget_left -= sum_by(bids.tenant[won], need[won], n_tenants)
+
+
+def sum_by(keys: NDArray[np.int32], values: I64, n: int) -> I64:
+    """Exact integer sums of ``values`` per key (float bincount while it is exact, else ufunc.at)."""
+    if values.size == 0 or int(values.sum()) < (1 << 53):
+        return np.bincount(keys, weights=values, minlength=n).astype(np.int64)
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, keys, values)
+    return out
 
 
 def mark_over_budget(state: RoundState, rows: I64, choice: NDArray[np.int32], need: I64) -> None:
@@ -89,64 +101,65 @@ def mark_over_budget(state: RoundState, rows: I64, choice: NDArray[np.int32], ne
     state.figure[fresh] = need[fresh]
 
 
-def clear_type(state: RoundState, t: int, mkt: I64, ten: I64, price: I64, *, first: bool) -> None:
-    """Tiers G, B, S by count, then placement and reclaim, for the admitted bids of one type."""
+def clear_type(state: RoundState, t: int, mkt: I64, price: I64, *, first: bool) -> None:
+    """Tiers G, B, S by count, then placement and reclaim, for the admitted bids ``mkt`` (market order) of one
+    type; ``price`` is their limit there. Arrays below are indexed by position in ``mkt``."""
     book, floor = state.book, state.floor
-    bids = book.bids
+    gpus, tenant = book.bids.gpus[mkt], book.bids.tenant[mkt]
+    ten = np.argsort(tenant.astype(np.int16) if len(book.tenants) < 32768 else tenant, kind="stable")
     unused = np.maximum(book.tenants.guarantee[:, t] - state.held_total(t), 0)
-    g_rows = ten[tier_g(ten, bids.tenant, bids.gpus, unused)]
-    tier = np.full(len(bids), -1, dtype=np.int8)
-    tier[g_rows] = TIER_G
-    supply = int(floor.free[pl.open_nodes(floor, t)].sum()) - int(bids.gpus[g_rows].sum())
+    tier = np.full(mkt.size, -1, dtype=np.int8)
+    g_pos = ten[tier_g_pos(tenant[ten], gpus[ten], unused)]
+    tier[g_pos] = TIER_G
+    supply = int(floor.free[pl.open_nodes(floor, t)].sum()) - int(gpus[g_pos].sum())
     if first:
         cand = ten[(tier[ten] < 0) & (price[ten] >= book.types.posted[t])]
-        b_mask, state.share[:, t] = tier_b(cand, bids.tenant, bids.gpus, book.tenants.weight, max(supply, 0))
+        b_mask, state.share[:, t] = tier_b(tenant[cand], gpus[cand], book.tenants.weight, max(supply, 0))
         tier[cand[b_mask]] = TIER_B
-        supply -= int(bids.gpus[cand[b_mask]].sum())
-    rest = mkt[tier[mkt] < 0]
-    s_mask = tier_s(rest, bids.gpus, supply)
-    tier[rest[s_mask]] = TIER_S
+        supply -= int(gpus[cand[b_mask]].sum())
+    rest = np.flatnonzero(tier < 0)
+    tier[rest[tier_s(gpus[rest], supply)]] = TIER_S
     placed = place_all(state, t, mkt, tier)
-    record(state, t, mkt, tier, placed, price, unused, spot_supply=supply)
+    record(state, t, mkt, tier, placed, price, unused[tenant] < gpus, spot_supply=supply)
 
 
 def place_all(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8]) -> BOOL:
     """Placement, ARCHITECTURE.md §Clearing step 5: starving gangs first, then G, B, S, then every other admitted
     bid that still fits (as spot, so no GPU stays idle while a bid fits); then reclaim for unplaced G gangs."""
     floor, gpus = state.floor, state.book.bids.gpus
-    placed = np.zeros(len(state.book.bids), dtype=np.bool_)
-    serve_starving(state, t, mkt[tier[mkt] >= 0], placed)
+    placed = np.zeros(mkt.size, dtype=np.bool_)
+    serve_starving(state, t, mkt, tier, placed)
     for group in (TIER_G, TIER_B, TIER_S, -1):
-        rows = mkt[(tier[mkt] == group) & ~placed[mkt]]
-        placed[rows[pl.place_rows(floor, t, rows, gpus)]] = True
-    tier[mkt[(tier[mkt] < 0) & placed[mkt]]] = TIER_S
-    g_left = mkt[(tier[mkt] == TIER_G) & ~placed[mkt]]
-    g_left = g_left[np.argsort(state.book.bids.tenant[g_left], kind="stable")]  # tenant, then market order
-    for row in g_left.tolist():
-        if reclaim_for(state, t, row):
-            placed[row] = True
+        pos = np.flatnonzero((tier == group) & ~placed)
+        placed[pos[pl.place_rows(floor, t, mkt[pos], gpus)]] = True
+    tier[(tier < 0) & placed] = TIER_S
+    g_left = np.flatnonzero((tier == TIER_G) & ~placed)
+    g_left = g_left[
+        np.argsort(state.book.bids.tenant[mkt[g_left]], kind="stable")
+    ]  # tenant, then market order
+    for pos in g_left.tolist():
+        if reclaim_for(state, t, int(mkt[pos])):
+            placed[pos] = True
             state.count("reclaimed_gangs")
         else:
             state.count("guarantee_unrestored")
     return placed
 
 
-def serve_starving(state: RoundState, t: int, selected: I64, placed: BOOL) -> None:
+def serve_starving(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8], placed: BOOL) -> None:
     """No starvation, ARCHITECTURE.md §Clearing step 5: a winning gang that has waited at least
     ``starve_rounds`` is placed before everything else; if it does not fit, nodes are reserved for it."""
     book, floor = state.book, state.floor
-    starving = selected[book.bids.waited[selected] >= book.policy.starve_rounds]
-    starving = starving[np.argsort(-book.bids.waited[starving], kind="stable")][
-        : book.policy.max_reservations
-    ]
-    for row in starving.tolist():
-        k = int(book.bids.gpus[row])
-        one = np.array([row], dtype=np.int64)
-        if pl.place_rows(floor, t, one, book.bids.gpus)[0]:
-            placed[row] = True
+    waited = book.bids.waited[mkt]
+    starving = np.flatnonzero((tier >= 0) & (waited >= book.policy.starve_rounds))
+    starving = starving[np.argsort(-waited[starving], kind="stable")][: book.policy.max_reservations]
+    for pos in starving.tolist():
+        row = int(mkt[pos])
+        if pl.place_one(floor, t, int(book.bids.gpus[row]), row):
+            placed[pos] = True
             state.count("starving_placed")
             continue
-        for node in pl.reserve_for(floor, t, k).tolist():
+        for node in pl.reserve_for(floor, t, int(book.bids.gpus[row])).tolist():
             state.reserved_jobs.append((node, int(book.bids.job[row])))
         state.count("starving_reserved")
 
@@ -158,38 +171,42 @@ def record(
     tier: NDArray[np.int8],
     placed: BOOL,
     price: I64,
-    unused: I64,
+    full: BOOL,
     *,
     spot_supply: int,
 ) -> None:
-    """Write the winners of this type and, for the rest, the reason they lost here (docs/allocator.md)."""
+    """Write the winners of this type and, for the rest, the reason they lost here (docs/allocator.md).
+    ``full``: the bid no longer fits its tenant's unused guarantee."""
     bids, book = state.book.bids, state.book
-    win = mkt[placed[mkt]]
-    state.win_tier[win] = tier[win]
+    win = mkt[placed]
+    state.win_tier[win] = tier[placed]
     state.win_type[win] = t
-    np.add.at(state.won, (bids.tenant[win], t), bids.gpus[win])
-    spot = win[tier[win] == TIER_S]
-    low = int(price[spot].min()) if spot.size else -1
-    if spot.size:
+    state.won[:, t] += np.bincount(
+        bids.tenant[win], weights=bids.gpus[win], minlength=len(book.tenants)
+    ).astype(np.int64)
+    spot = placed & (tier == TIER_S)
+    low = int(price[spot].min()) if spot.any() else -1
+    if low >= 0:
         state.s_low[t] = low if state.s_low[t] < 0 else min(low, int(state.s_low[t]))
-    lost = mkt[~placed[mkt]]
+    lost = np.flatnonzero(~placed)
     if lost.size:
         state.s_lose[t] = max(int(state.s_lose[t]), int(price[lost].max()))
-    lost = lost[~state.over_budget[lost]]  # an earlier refusal by the budget filter stands
-    state.reason_type[lost] = t
-    largest = pl.largest_fit(state.floor, t)
+    lost = lost[~state.over_budget[mkt[lost]]]  # an earlier refusal by the budget filter stands
+    rows, p_lost, t_lost = mkt[lost], price[lost], tier[lost]
     p = int(book.types.posted[t])
-    full = (unused[bids.tenant[lost]] < bids.gpus[lost]) & (price[lost] < p) & (spot_supply <= 0)
-    cheap = (low >= 0) & (price[lost] < low)
-    reason = np.where(
-        tier[lost] >= 0, NO_FIT, np.where(full, GUARANTEE_FULL, np.where(cheap, OUTBID, NO_FIT))
-    )
-    reason = np.where((reason == NO_FIT) & (tier[lost] < 0) & (spot_supply <= 0) & ~full, OUTBID, reason)
-    figure = np.where(
-        reason == GUARANTEE_FULL, p, np.where(reason == NO_FIT, largest, low + 1 if low >= 0 else -1)
-    )
-    state.reason[lost] = reason
-    state.figure[lost] = figure
+    reason = np.full(lost.size, NO_FIT, dtype=np.int8)
+    figure = np.full(lost.size, pl.largest_fit(state.floor, t), dtype=np.int64)
+    unsold = t_lost < 0
+    if spot_supply <= 0:
+        gfull = unsold & full[lost] & (p_lost < p)
+        reason[gfull], figure[gfull] = GUARANTEE_FULL, p
+        reason[unsold & ~gfull], figure[unsold & ~gfull] = OUTBID, -1
+    elif low >= 0:
+        cheap = unsold & (p_lost < low)
+        reason[cheap], figure[cheap] = OUTBID, low + 1
+    state.reason_type[rows] = t
+    state.reason[rows] = reason
+    state.figure[rows] = figure
 
 
 __all__ = ["clear"]

@@ -6,14 +6,13 @@ returns a list of violation messages (empty when the rule holds), each naming th
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
-from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result, canonical_bytes
+from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result, compute_digest
 from allocator.tiers import preference_order
 
 I64 = NDArray[np.int64]
@@ -270,7 +269,7 @@ def below_reserve_never_wins(book: Book, r: Result) -> list[str]:
 
 def digest_matches(book: Book, r: Result) -> list[str]:
     """The result carries the sha256 of its canonical serialisation."""
-    want = hashlib.sha256(canonical_bytes(r)).hexdigest()
+    want = compute_digest(r)
     return [] if want == r.digest else [f"digest mismatch: stored {r.digest}, computed {want}"]
 
 

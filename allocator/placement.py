@@ -65,6 +65,13 @@ class Floor:
         self.free[node] -= from_free
         self.explicit.append((row, node, slots))
 
+    def record(self, rows: I64, node: I64, count: I64, offset: I64) -> None:
+        """Append placements whose GPUs the caller has already taken (``offset``: first free slot used)."""
+        self.log_row.append(rows)
+        self.log_node.append(node)
+        self.log_count.append(count)
+        self.log_offset.append(offset)
+
     def log(self, rows: I64, node: I64, count: I64) -> None:
         """Record placements and take their GPUs (``node`` entries of one call are grouped by node)."""
         used = self.initial_free[node] - self.free[node]
@@ -85,20 +92,25 @@ def open_nodes(floor: Floor, t: int) -> I64:
     return ix[~floor.reserved[ix]]
 
 
-def place_size_class(floor: Floor, t: int, k: int, rows: I64) -> int:
-    """Place gangs of size k <= node size in order, best fit; returns how many (a prefix of ``rows``) landed."""
-    ix = open_nodes(floor, t)
-    f = floor.free[ix]
-    ok = f >= k
-    cand, fc = ix[ok], f[ok]
+def place_size_class(floor: Floor, ix: I64, f: I64, k: int, rows: I64) -> int:
+    """Place gangs of size k <= node size in order, best fit, on nodes ``ix`` whose free counts ``f`` (updated
+    in place) the caller holds; returns how many gangs (a prefix of ``rows``) landed."""
+    cand = np.flatnonzero(f >= k)
     if cand.size == 0 or rows.size == 0:
         return 0
+    fc = f[cand]
     order = np.argsort(fc.astype(np.int16), kind="stable")
     cand, fc = cand[order], fc[order]
-    cum = np.cumsum(fc // k)
-    n = min(rows.size, int(cum[-1]))
-    node_of = cand[np.searchsorted(cum, np.arange(n), side="right")]
-    floor.log(rows[:n], node_of, np.full(n, k, dtype=np.int64))
+    per = fc // k
+    n = min(rows.size, int(per.sum()))
+    local = np.repeat(cand, per)[:n]
+    first = np.cumsum(per) - per
+    rank = np.arange(n) - np.repeat(first, per)[:n]
+    node = ix[local]
+    floor.record(
+        rows[:n], node, np.full(n, k, dtype=np.int64), floor.initial_free[node] - f[local] + k * rank
+    )
+    f -= np.bincount(local, minlength=f.shape[0]) * k
     return n
 
 
@@ -124,6 +136,19 @@ def whole_node_choice(floor: Floor, t: int, k: int) -> tuple[I64, I64]:
     return members[take > 0], take[take > 0]
 
 
+def place_one(floor: Floor, t: int, k: int, row: int) -> bool:
+    """Place a single gang, best fit (the open node with the fewest free GPUs that still holds it)."""
+    if k > floor.max_cap[t]:
+        return place_whole_nodes(floor, t, k, row)
+    ix = open_nodes(floor, t)
+    f = floor.free[ix]
+    if not ix.size or int(f.max()) < k:
+        return False
+    at = int(np.argmin(np.where(f >= k, f, np.iinfo(np.int64).max)))
+    floor.log(np.array([row], dtype=np.int64), ix[at : at + 1], np.array([k], dtype=np.int64))
+    return True
+
+
 def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
     """Place one gang larger than any node of its type on whole nodes of one domain."""
     nodes, take = whole_node_choice(floor, t, k)
@@ -137,21 +162,27 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
 def place_rows(floor: Floor, t: int, rows: I64, gpus: NDArray[np.int32]) -> BOOL:
     """Placement of one group of gangs (``rows`` in priority order), largest gangs first; returns placed mask."""
     placed = np.zeros(rows.shape[0], dtype=np.bool_)
-    if rows.size == 0:
+    ix = open_nodes(floor, t)
+    ix = ix[floor.free[ix] > 0]
+    if rows.size == 0 or ix.size == 0:
         return placed
     size = gpus[rows]
     order = np.argsort((-size).astype(np.int16), kind="stable")
     srt = size[order]
     bounds = np.append(np.flatnonzero(segment_starts(srt)), srt.shape[0])
-    for a, b in zip(bounds[:-1], bounds[1:], strict=True):
-        k = int(srt[a])
-        seg = order[a:b]
+    f = floor.free[ix]
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        k, seg = int(srt[a]), order[a:b]
         if k > floor.max_cap[t]:
-            for i in seg:
+            floor.free[ix] = f
+            for i in seg.tolist():
                 placed[i] = place_whole_nodes(floor, t, k, int(rows[i]))
+            f = floor.free[ix]
         else:
-            n = place_size_class(floor, t, k, rows[seg])
-            placed[seg[:n]] = True
+            placed[seg[: place_size_class(floor, ix, f, k, rows[seg])]] = True
+        if not f.any():
+            break
+    floor.free[ix] = f
     return placed
 
 

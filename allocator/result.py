@@ -144,7 +144,7 @@ class Result:
         _frozen_arrays(self)
         object.__setattr__(self, "counters", dict(sorted(self.counters.items())))
         if not self.digest:
-            object.__setattr__(self, "digest", hashlib.sha256(canonical_bytes(self)).hexdigest())
+            object.__setattr__(self, "digest", compute_digest(self))
 
     def winner_records(self) -> Iterator[WinnerRecord]:
         """Iterate winners as small records (fine for a few thousand; use the arrays beyond)."""
@@ -169,26 +169,40 @@ class Result:
         return result_to_json(self)
 
 
-def _arrays(obj: object, prefix: str) -> Iterator[tuple[str, NDArray[Any]]]:
-    for f in fields(obj):  # type: ignore[arg-type]
-        value = getattr(obj, f.name)
-        if isinstance(value, np.ndarray):
-            yield f"{prefix}{f.name}", value
+_DIGEST_FIELDS = {
+    "winners": ("job", "tier", "gpu_type", "price", "hold", "slot_ptr", "slot_node", "slot_idx"),
+    "losers": ("job", "reason", "gpu_type", "figure"),
+    "preemptions": ("lease", "reason", "for_job"),
+    "": ("retiered", "posted", "spot_price", "reserved_node", "reserved_job"),
+}
+
+
+def canonical_parts(result: Result) -> Iterator[bytes | NDArray[Any]]:
+    """The canonical serialisation hashed into ``digest``, as a sequence of byte strings: for each array below
+    (rows in result order; bid rows and tenant indices are left out, they follow from job ids and the book),
+    ``name|dtype|shape|`` then its little-endian bytes; then the round, the counters (sorted) and the name
+    tables, NUL-separated."""
+    for table, names in _DIGEST_FIELDS.items():
+        obj = getattr(result, table) if table else result
+        for name in names:
+            arr = getattr(obj, name)
+            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+            yield f"{table}.{name}|{le.dtype.str}|{arr.shape}|".encode()
+            yield np.ascontiguousarray(le)
+    yield f"round={result.round}".encode()
+    yield "\x1e".join(f"{k}={v}" for k, v in result.counters.items()).encode()
+    for names in (result.type_names, result.node_names, result.tenant_names):
+        yield "\x00".join(names).encode()
+
+
+def compute_digest(result: Result) -> str:
+    """sha256 hex of ``canonical_parts``, fed piece by piece (no copy of the whole)."""
+    h = hashlib.sha256()
+    for part in canonical_parts(result):
+        h.update(part)
+    return h.hexdigest()
 
 
 def canonical_bytes(result: Result) -> bytes:
-    """Canonical serialisation hashed into ``digest``: for every array, in declaration order, its name, dtype
-    (little-endian), shape and raw bytes; then round, counters (sorted) and the name tables, NUL-separated."""
-    parts: list[bytes] = []
-    tables: list[tuple[str, object]] = [("winners.", result.winners), ("losers.", result.losers)]
-    tables += [("preemptions.", result.preemptions), ("", result)]
-    for prefix, table in tables:
-        for name, arr in _arrays(table, prefix):
-            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-            parts.append(f"{name}|{le.dtype.str}|{arr.shape}|".encode())
-            parts.append(le.tobytes())
-    parts.append(f"round={result.round}".encode())
-    parts.extend(f"{k}={v}".encode() for k, v in result.counters.items())
-    for names in (result.type_names, result.node_names, result.tenant_names):
-        parts.append("\x00".join(names).encode())
-    return b"\x1e".join(parts)
+    """The whole canonical serialisation in one piece (for tests; ``compute_digest`` avoids the copy)."""
+    return b"".join(p if isinstance(p, bytes) else p.tobytes() for p in canonical_parts(result))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_B, TIER_G, TIER_S, hold_of
+from allocator.book import hold_of
 from allocator.placement import slots_of_log
 from allocator.result import OVER_BUDGET, RECLAIM, Losers, Preemptions, Result, Winners
 from allocator.segments import segment_starts
@@ -62,10 +62,8 @@ def winners(state: RoundState, spot: I64) -> Winners:
     rows, per, node, slot = _placements(state)
     gtype = state.win_type[rows]
     tier = state.win_tier[rows]
-    price = np.select(
-        [tier == TIER_G, tier == TIER_B, tier == TIER_S],
-        [types.reserve[gtype], types.posted[gtype], spot[gtype]],
-    )
+    table = np.stack([types.reserve, types.posted, spot])  # row = tier G, B, S
+    price = table[tier, gtype]
     hold = np.asarray(hold_of(bids.gpus[rows], price, bids.max_s[rows]), dtype=np.int64)
     ptr = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
     return Winners(

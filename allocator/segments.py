@@ -44,8 +44,10 @@ def first_fit(seg: NDArray[Any], size: NDArray[Any], cap: NDArray[Any]) -> BOOL:
     large for what is left) can never fit, so it is dropped. What is left shrinks by at least one unit per
     pass once a segment is blocked, so there are at most ``max(size) + 1`` passes.
     """
-    take = np.zeros(size.shape[0], dtype=np.bool_)
     rem = np.asarray(cap, dtype=np.int64).copy()
+    if rem.shape[0] == 1:
+        return first_fit_one(size, int(rem[0]))
+    take = np.zeros(size.shape[0], dtype=np.bool_)
     idx = np.flatnonzero(size <= rem[seg])
     while idx.size:
         s, z = seg[idx], size[idx]
@@ -53,7 +55,40 @@ def first_fit(seg: NDArray[Any], size: NDArray[Any], cap: NDArray[Any]) -> BOOL:
         take[idx[ok]] = True
         rem -= np.bincount(s[ok], weights=z[ok], minlength=rem.shape[0]).astype(np.int64)
         rest = idx[~ok]
-        idx = rest[size[rest] <= rem[seg[rest]]]
+        idx = _useful(rest[size[rest] <= rem[seg[rest]]], seg, size, rem)
+    return take
+
+
+def _useful(idx: I64, seg: NDArray[Any], size: NDArray[Any], rem: I64) -> I64:
+    """Of the candidates ``idx``, keep per segment only the first floor(rem / v) items of each size v: first-fit
+    takes a prefix of the items of any one size (once one is skipped, later ones are too), at most that many."""
+    if idx.shape[0] < 4096:
+        return idx
+    keep = np.zeros(idx.shape[0], dtype=np.bool_)
+    z, s = size[idx], seg[idx]
+    for v in np.unique(z).tolist():
+        at = np.flatnonzero(z == v)
+        keep[at] = seg_cumsum(s[at], np.ones(at.shape[0], dtype=np.int64)) <= rem[s[at]] // v
+    return idx[keep]
+
+
+def first_fit_one(size: NDArray[Any], cap: int) -> BOOL:
+    """``first_fit`` for a single segment: the fitting prefix at once, then the few items that still fit what
+    is left (fewer than the largest item), each found by scanning forward in windows."""
+    take = np.zeros(size.shape[0], dtype=np.bool_)
+    cs = np.cumsum(size, dtype=np.int64)
+    n = int(np.searchsorted(cs, cap, side="right"))
+    take[:n] = True
+    rem, pos = cap - (int(cs[n - 1]) if n else 0), n
+    while rem > 0 and pos < size.shape[0]:
+        hit = np.flatnonzero(size[pos : pos + 4096] <= rem)
+        if hit.size == 0:
+            pos += 4096
+            continue
+        pos += int(hit[0])
+        take[pos] = True
+        rem -= int(size[pos])
+        pos += 1
     return take
 
 

@@ -58,8 +58,9 @@ def market_order(rows: I64, price: I64, rank: I64) -> I64:
     span = int(p.max() - p.min()) + 1
     n = int(rank.shape[0]) + 1
     if span < (1 << 62) // n:
-        key = (int(p.max()) - p) * n + rank[rows]
-        return rows[np.argsort(key)]
+        identity = rows.shape[0] == rank.shape[0]  # every bid, rows == arange
+        key = (int(p.max()) - p) * n + (rank if identity else rank[rows])
+        return np.argsort(key) if identity else rows[np.argsort(key)]
     return rows[np.lexsort((rank[rows], -p))]
 
 
@@ -70,10 +71,17 @@ def by_tenant(rows: I64, tenant: I32, n_tenants: int) -> I64:
     return rows[np.argsort(small, kind="stable")]
 
 
-def budget_filter(rows_t: I64, tenant: I32, need: I64, budget_left: I64) -> BOOL:
+def budget_filter(rows_t: I64, tenant: I32, need: I64, budget_left: I64) -> I64:
     """Budget filter, ARCHITECTURE.md §Clearing step 1: in the tenant's own order, admit bids while their holds
-    (at their limit price, the most they can pay) fit the tenant's budget. ``rows_t`` is grouped by tenant."""
-    return prefix_fit(tenant[rows_t], need[rows_t], budget_left)
+    (at their limit price, the most they can pay) fit the tenant's budget. ``rows_t`` is grouped by tenant;
+    returns the refused rows. Tenants who can pay for all their bids are admitted without the running sum."""
+    t = tenant[rows_t]
+    total = np.bincount(t, weights=need[rows_t], minlength=budget_left.shape[0])
+    poor = total * (1 + 1e-9) + 1 >= budget_left  # float sums: a safety margin, the exact test follows
+    if not poor.any():
+        return rows_t[:0]
+    sub = rows_t[poor[t]]
+    return sub[~prefix_fit(tenant[sub], need[sub], budget_left)]
 
 
 def limit_holds(gpus: NDArray[np.int32], price: I64, max_s: I64) -> I64:
@@ -81,25 +89,27 @@ def limit_holds(gpus: NDArray[np.int32], price: I64, max_s: I64) -> I64:
     return np.asarray(hold_of(gpus, price, max_s), dtype=np.int64)
 
 
-def tier_g(rows_t: I64, tenant: I32, gpus: I32, unused: I64) -> BOOL:
-    """Tier G, ARCHITECTURE.md §Clearing step 2: each tenant's eligible bids, in its own order, are
-    first-fit into its unused guarantee (q minus every GPU it holds)."""
-    return first_fit(tenant[rows_t], gpus[rows_t], unused)
+def tier_g_pos(tenant: I32, gpus: I32, unused: I64) -> BOOL:
+    """Tier G, ARCHITECTURE.md §Clearing step 2: each tenant's eligible bids (given grouped by tenant, each in
+    its own order) are first-fit into its unused guarantee (q minus every GPU it holds)."""
+    if not unused.any():
+        return np.zeros(tenant.shape[0], dtype=np.bool_)
+    return first_fit(tenant, gpus, unused)
 
 
-def tier_b(rows_t: I64, tenant: I32, gpus: I32, weight: NDArray[np.float64], supply: int) -> tuple[BOOL, I64]:
+def tier_b(tenant: I32, gpus: I32, weight: NDArray[np.float64], supply: int) -> tuple[BOOL, I64]:
     """Tier B, ARCHITECTURE.md §Clearing step 3: weighted water-filling of the excess ``supply`` over each
-    tenant's demand (``rows_t``: its bids at or above p), then first-fit into floor(e_t).
-    Returns the mask over ``rows_t`` and the entitlements e_t."""
-    demand = np.bincount(tenant[rows_t], weights=gpus[rows_t], minlength=weight.shape[0]).astype(np.int64)
+    tenant's demand (its bids at or above p, grouped by tenant), then first-fit into floor(e_t).
+    Returns the mask over the bids and the entitlements e_t."""
+    demand = np.bincount(tenant, weights=gpus, minlength=weight.shape[0]).astype(np.int64)
     share = water_fill(demand, weight, supply)
-    return first_fit(tenant[rows_t], gpus[rows_t], share), share
+    return first_fit(tenant, gpus, share), share
 
 
-def tier_s(rows: I64, gpus: I32, supply: int) -> BOOL:
+def tier_s(gpus: I32, supply: int) -> BOOL:
     """Tier S, ARCHITECTURE.md §Clearing step 4: what is left goes to the highest remaining bids per GPU
-    (``rows`` in market order), first-fit by count."""
-    return first_fit(np.zeros(rows.shape[0], dtype=np.int64), gpus[rows], np.array([max(supply, 0)]))
+    (given in market order), first-fit by count."""
+    return first_fit(np.zeros(gpus.shape[0], dtype=np.int64), gpus, np.array([max(supply, 0)]))
 
 
 def spot_price(reserve: int, posted: int, first_losing: int, lowest_winning: int) -> int:
