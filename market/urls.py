@@ -1,5 +1,12 @@
 """Market API routes (mounted under /api/v1/)."""
 
-from django.urls import path  # noqa: F401
+from django.urls import path
 
-urlpatterns: list[object] = []
+from market.api import ledger
+
+urlpatterns = [
+    path("tenants/<slug:slug>/balance", ledger.BalanceView.as_view(), name="ledger-balance"),
+    path("tenants/<slug:slug>/ledger", ledger.LedgerView.as_view(), name="ledger-entries"),
+    path("tenants/<slug:slug>/topups", ledger.TopupView.as_view(), name="ledger-topups"),
+    path("tenants/<slug:slug>/refunds", ledger.RefundView.as_view(), name="ledger-refunds"),
+]

@@ -1,0 +1,122 @@
+"""Ledger API: balance, entries, top-ups and refunds. Views parse, call a selector or service, serialize."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.access import access_tenant, require_admin
+from config.api import Pagination
+from market.api.ledger_serializers import (
+    BalanceSerializer,
+    EntrySerializer,
+    LedgerFilterSerializer,
+    MoneyMoveSerializer,
+)
+from market.selectors.ledger import ledger_entries, tenant_balance
+from market.services import ledger as services
+
+
+class LedgerRefused(exceptions.APIException):
+    """A LedgerError as an HTTP error, keeping the service's code."""
+
+    def __init__(self, exc: services.LedgerError, status_code: int) -> None:
+        super().__init__(detail=str(exc), code=exc.code)
+        self.status_code = status_code
+
+
+_STATUS = [
+    (services.NotPermitted, status.HTTP_403_FORBIDDEN),
+    (services.UnknownHold, status.HTTP_404_NOT_FOUND),
+    (services.KeyConflict, status.HTTP_409_CONFLICT),
+    (services.InsufficientFunds, status.HTTP_409_CONFLICT),
+    (services.HoldClosed, status.HTTP_409_CONFLICT),
+]
+
+
+def api_error(exc: services.LedgerError) -> exceptions.APIException:
+    if isinstance(exc, services.InvalidAmount | services.InvalidKey):
+        return serializers.ValidationError({exc.field: [str(exc)]})
+    code = next((code for cls, code in _STATUS if isinstance(exc, cls)), status.HTTP_400_BAD_REQUEST)
+    return LedgerRefused(exc, code)
+
+
+class BalanceView(APIView):
+    @extend_schema(responses=BalanceSerializer, summary="The tenant's balance (micro-credits and credits)")
+    def get(self, request: Request, slug: str) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        return Response(BalanceSerializer(BalanceSerializer.from_balance(tenant_balance(tenant=tenant))).data)
+
+
+class LedgerView(APIView):
+    @extend_schema(
+        parameters=[LedgerFilterSerializer],
+        responses=EntrySerializer(many=True),
+        summary="The tenant's journal entries, newest first (paginated)",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        query = LedgerFilterSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        f = query.validated_data
+        qs = ledger_entries(tenant=tenant, kind=f.get("kind"), since=f.get("since"), before=f.get("until"))
+        paginator = Pagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        return paginator.get_paginated_response(EntrySerializer(page, many=True).data)
+
+
+_IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Used when the body has no key.",
+)
+_MOVE_RESPONSES = {
+    201: EntrySerializer,
+    200: OpenApiResponse(EntrySerializer, description="The key was used before: the first entry, unchanged."),
+    409: OpenApiResponse(description="The key was used with different arguments, or the money is not there."),
+}
+
+
+class _MoneyMoveView(APIView):
+    """POST {amount, key?, memo?}: admin only, keyed."""
+
+    def move(self, request: Request, slug: str, service: Any) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        require_admin(request.user)
+        body = MoneyMoveSerializer(data=request.data, context={"request": request})
+        body.is_valid(raise_exception=True)
+        try:
+            entry = service(tenant=tenant, actor=request.user, **body.validated_data)
+        except services.LedgerError as exc:
+            raise api_error(exc) from exc
+        code = status.HTTP_200_OK if entry.replayed else status.HTTP_201_CREATED
+        return Response(EntrySerializer(entry).data, status=code)
+
+
+class TopupView(_MoneyMoveView):
+    @extend_schema(
+        request=MoneyMoveSerializer,
+        parameters=[_IDEMPOTENCY_HEADER],
+        responses=_MOVE_RESPONSES,
+        summary="Add credits to the tenant (platform admins)",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        return self.move(request, slug, services.ledger_topup)
+
+
+class RefundView(_MoneyMoveView):
+    @extend_schema(
+        request=MoneyMoveSerializer,
+        parameters=[_IDEMPOTENCY_HEADER],
+        responses=_MOVE_RESPONSES,
+        summary="Refund charged credits to the tenant (platform admins; at most its net charges)",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        return self.move(request, slug, services.ledger_refund)

@@ -1,0 +1,163 @@
+"""Ledger API shapes. Amounts travel as integer micro-credits, with credit strings alongside for people."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from market.models import EntryKind, JournalEntry, Posting
+from market.money import MAX_AMOUNT, AmountError, format_credits, parse_credits
+from market.services.ledger import KEY_MAX_LENGTH
+
+# Longer than any valid amount; refusing early keeps absurd inputs (a million digits) away from Decimal.
+AMOUNT_MAX_CHARS = 40
+
+
+class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    available = serializers.IntegerField(help_text="Micro-credits free to hold.")
+    held = serializers.IntegerField(help_text="Micro-credits held for running leases.")
+    spent = serializers.IntegerField(help_text="Net micro-credits charged (settlements minus refunds).")
+    available_credits = serializers.CharField()
+    held_credits = serializers.CharField()
+    spent_credits = serializers.CharField()
+
+    @staticmethod
+    def from_balance(balance: Any) -> dict[str, Any]:
+        figures = {"available": balance.available, "held": balance.held, "spent": balance.spent}
+        return figures | {f"{name}_credits": format_credits(value) for name, value in figures.items()}
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class CreditsField(serializers.Field):  # type: ignore[type-arg]
+    """A positive amount of credits, as a decimal string ("12.5") or a JSON number; becomes micro-credits."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str | int | float) and not isinstance(data, bool):
+            if len(str(data)) > AMOUNT_MAX_CHARS:
+                raise serializers.ValidationError("is too long to be an amount of credits")
+        elif data is not None:
+            raise serializers.ValidationError("must be a number of credits")
+        try:
+            micro = parse_credits(data)
+        except (AmountError, ArithmeticError) as exc:
+            raise serializers.ValidationError(str(exc) or "must be a number of credits") from exc
+        if micro <= 0:
+            raise serializers.ValidationError("must be positive")
+        if micro > MAX_AMOUNT:
+            raise serializers.ValidationError(f"must be at most {format_credits(MAX_AMOUNT)} credits")
+        return micro
+
+    def to_representation(self, value: int) -> str:
+        return format_credits(value)
+
+
+class MoneyMoveSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Body of a top-up or refund. The key may come from the body or the Idempotency-Key header."""
+
+    amount = CreditsField(help_text='Credits, e.g. "12.5" (at most 6 decimals).')
+    key = serializers.CharField(
+        required=False,
+        max_length=KEY_MAX_LENGTH,
+        help_text="Idempotency key (or the Idempotency-Key header).",
+    )
+    memo = serializers.CharField(required=False, max_length=200, allow_blank=True, default="")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        request = self.context["request"]
+        header = request.headers.get("Idempotency-Key", "").strip() or None
+        body = attrs.get("key")
+        if body and header and body != header:
+            raise serializers.ValidationError({"key": "differs from the Idempotency-Key header"})
+        key = body or header
+        if not key:
+            raise serializers.ValidationError(
+                {"key": "an idempotency key is required: 'key' in the body or the Idempotency-Key header"}
+            )
+        if len(key) > KEY_MAX_LENGTH:
+            raise serializers.ValidationError({"key": f"must be at most {KEY_MAX_LENGTH} characters"})
+        return attrs | {"key": key}
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class InstantField(serializers.Field):  # type: ignore[type-arg]
+    """An ISO date or datetime (naive means UTC). With end_of_day, a bare date means the end of that day."""
+
+    def __init__(self, *, end_of_day: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.end_of_day = end_of_day
+
+    def to_internal_value(self, data: Any) -> datetime:
+        text = str(data).strip()
+        try:
+            day = parse_date(text) if len(text) == 10 else None
+            moment = None if day else parse_datetime(text)
+        except ValueError:
+            day = moment = None
+        if day is not None:
+            moment = datetime.combine(day, time.min, tzinfo=UTC)
+            return moment + timedelta(days=1) if self.end_of_day else moment
+        if moment is None:
+            raise serializers.ValidationError(
+                "must be an ISO 8601 date or datetime, e.g. 2026-01-31T12:00:00Z"
+            )
+        if timezone.is_naive(moment):
+            moment = moment.replace(tzinfo=UTC)
+        # `until` is inclusive of the instant given; the selector takes an exclusive bound.
+        return moment + timedelta(microseconds=1) if self.end_of_day else moment
+
+    def to_representation(self, value: datetime) -> str:
+        return value.isoformat()
+
+
+class LedgerFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    kind = serializers.ChoiceField(choices=EntryKind.choices, required=False)
+    since = InstantField(required=False, help_text="Entries at or after this date/datetime.")
+    until = InstantField(
+        required=False, end_of_day=True, help_text="Entries up to this datetime, or through this whole date."
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "since" in attrs and "until" in attrs and attrs["until"] <= attrs["since"]:
+            raise serializers.ValidationError({"until": "must be after since"})
+        return attrs
+
+
+class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    account = serializers.CharField(source="account.label")
+
+    class Meta:
+        model = Posting
+        fields = ["account", "amount"]
+
+
+class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    amount_credits = serializers.SerializerMethodField()
+    hold = serializers.SlugRelatedField(slug_field="key", read_only=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    postings = PostingSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = JournalEntry
+        fields = [
+            "id",
+            "key",
+            "kind",
+            "tenant",
+            "amount",
+            "amount_credits",
+            "hold",
+            "memo",
+            "actor",
+            "created_at",
+            "postings",
+        ]
+
+    def get_amount_credits(self, entry: JournalEntry) -> str:
+        return format_credits(entry.amount)

@@ -1,0 +1,156 @@
+"""The ledger: append-only double entry in integer micro-credits (ARCHITECTURE.md §Money, docs/ledger.md).
+
+Sign convention: a posting adds its amount to its account's balance, and every entry's postings sum to zero.
+Tenants own an `available` and a `held` account, which may never go negative; the platform owns `revenue`
+and `topup` (the source of all money, so its balance is minus everything ever topped up).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class AccountKind(models.TextChoices):
+    AVAILABLE = "available", "Available"
+    HELD = "held", "Held"
+    REVENUE = "revenue", "Revenue"
+    TOPUP = "topup", "Top-up"
+
+
+TENANT_KINDS = (AccountKind.AVAILABLE, AccountKind.HELD)
+PLATFORM_KINDS = (AccountKind.REVENUE, AccountKind.TOPUP)
+
+
+class Account(models.Model):
+    """One account; `balance` caches the sum of its postings (`ledger_check` verifies it)."""
+
+    tenant = models.ForeignKey(
+        "accounts.Tenant", null=True, blank=True, on_delete=models.PROTECT, related_name="ledger_accounts"
+    )
+    kind = models.CharField(max_length=16, choices=AccountKind.choices)
+    balance = models.BigIntegerField(
+        default=0, help_text="Micro-credits; the sum of this account's postings."
+    )
+
+    class Meta:
+        ordering = ["tenant_id", "kind"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "kind"],
+                condition=models.Q(tenant__isnull=False),
+                name="account_tenant_kind",
+            ),
+            models.UniqueConstraint(
+                fields=["kind"], condition=models.Q(tenant__isnull=True), name="account_platform_kind"
+            ),
+            models.CheckConstraint(
+                condition=models.Q(tenant__isnull=False, kind__in=TENANT_KINDS)
+                | models.Q(tenant__isnull=True, kind__in=PLATFORM_KINDS),
+                name="account_kind_matches_owner",
+            ),
+            # The backstop for "no overdraft": services refuse first, the database refuses regardless.
+            models.CheckConstraint(
+                condition=models.Q(tenant__isnull=True) | models.Q(balance__gte=0),
+                name="account_tenant_nonnegative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        return f"{self.tenant.slug if self.tenant_id else 'platform'}:{self.kind}"
+
+
+class EntryKind(models.TextChoices):
+    TOPUP = "topup", "Top-up"
+    HOLD = "hold", "Hold"
+    SETTLE = "settle", "Settle"
+    RELEASE = "release", "Release"
+    REFUND = "refund", "Refund"
+
+
+class HoldState(models.TextChoices):
+    OPEN = "open", "Open"
+    SETTLED = "settled", "Settled"
+
+
+class Hold(models.Model):
+    """Money moved from available to held until settlement charges part of it and releases the rest."""
+
+    key = models.CharField(max_length=200, unique=True)
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="holds")
+    amount = models.BigIntegerField()
+    state = models.CharField(max_length=16, choices=HoldState.choices, default=HoldState.OPEN)
+    charged = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "state"], name="hold_tenant_state")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(amount__gte=0), name="hold_amount_nonnegative"),
+            models.CheckConstraint(
+                condition=models.Q(charged__gte=0, charged__lte=models.F("amount")),
+                name="hold_charged_within_amount",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(state=HoldState.OPEN, settled_at__isnull=True, charged=0)
+                | models.Q(state=HoldState.SETTLED, settled_at__isnull=False),
+                name="hold_state_consistent",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"hold {self.key} ({self.state})"
+
+
+class JournalEntry(models.Model):
+    """One keyed effect. `amount` is the figure the caller asked for (the settle charge before capping),
+    which a repeated call with the same key must match."""
+
+    key = models.CharField(max_length=200, unique=True)
+    kind = models.CharField(max_length=16, choices=EntryKind.choices)
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="ledger_entries")
+    amount = models.BigIntegerField()
+    hold = models.ForeignKey(Hold, null=True, blank=True, on_delete=models.PROTECT, related_name="entries")
+    memo = models.CharField(max_length=200, blank=True)
+    # PROTECT, not SET_NULL: the ledger is append-only, so deleting a user must not rewrite history.
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    # Set on the instance a service returns when the key had already been used (nothing was written).
+    replayed = False
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name_plural = "journal entries"
+        indexes = [models.Index(fields=["tenant", "created_at"], name="entry_tenant_created")]
+        constraints = [
+            models.CheckConstraint(condition=models.Q(amount__gte=0), name="entry_amount_nonnegative")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.key}"
+
+
+class Posting(models.Model):
+    entry = models.ForeignKey(JournalEntry, on_delete=models.PROTECT, related_name="postings")
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="postings")
+    amount = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(fields=["entry", "account"], name="posting_entry_account"),
+            models.CheckConstraint(condition=~models.Q(amount=0), name="posting_amount_nonzero"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account_id} {self.amount:+d}"

@@ -1,0 +1,284 @@
+"""Ledger writes (ARCHITECTURE.md §Money; docs/ledger.md).
+
+Every effect is one journal entry under a caller-chosen key. A call whose key was used before returns the
+first entry, marked `replayed`, and writes nothing, provided its arguments match; otherwise it raises
+KeyConflict. The entry row is inserted first, in a savepoint, so that of two concurrent calls with one key the
+second waits on the unique index, fails, and re-reads the winner instead of moving money twice.
+
+Account rows are always updated in one order (the tenant's available, its held, then revenue, then top-up),
+and a call touches one tenant only, so concurrent calls cannot deadlock on each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from accounts.audit import audit
+from accounts.models import Tenant, User
+from market.models import Account, AccountKind, EntryKind, Hold, HoldState, JournalEntry, Posting
+from market.money import MAX_AMOUNT, format_credits
+from market.selectors.ledger import tenant_spent
+
+KEY_MAX_LENGTH = 200
+
+
+class LedgerError(Exception):
+    """Base of every refusal; `code` is what the API reports."""
+
+    code = "ledger_error"
+
+
+class InvalidAmount(LedgerError, ValueError):
+    code = "invalid"
+
+    def __init__(self, message: str, *, field: str = "amount") -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class InvalidKey(LedgerError, ValueError):
+    code = "invalid"
+    field = "key"
+
+
+class InsufficientFunds(LedgerError):
+    code = "insufficient_funds"
+
+
+class RefundExceedsCharges(InsufficientFunds):
+    code = "refund_exceeds_charges"
+
+
+class KeyConflict(LedgerError):
+    code = "key_conflict"
+
+
+class UnknownHold(LedgerError):
+    code = "unknown_hold"
+
+
+class HoldClosed(LedgerError):
+    code = "hold_closed"
+
+
+class NotPermitted(LedgerError):
+    code = "permission_denied"
+
+
+@dataclass(frozen=True)
+class _Request:
+    """What a key stands for; a repeated call must ask for exactly this."""
+
+    kind: str
+    tenant_id: int | None
+    amount: int
+    hold_key: str | None
+    memo: str
+
+
+def _fingerprint(entry: JournalEntry) -> _Request:
+    closes_hold = entry.kind in (EntryKind.SETTLE, EntryKind.RELEASE)
+    return _Request(
+        kind=entry.kind,
+        tenant_id=None if closes_hold else entry.tenant_id,
+        amount=entry.amount,
+        hold_key=entry.hold.key if entry.hold_id else None,
+        memo=entry.memo,
+    )
+
+
+def _check_amount(amount: object, *, field: str = "amount", allow_zero: bool = False) -> int:
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise InvalidAmount("must be an integer number of micro-credits", field=field)
+    if amount < 0 or (amount == 0 and not allow_zero):
+        raise InvalidAmount("must be positive" if not allow_zero else "must not be negative", field=field)
+    if amount > MAX_AMOUNT:
+        raise InvalidAmount(f"must be at most {format_credits(MAX_AMOUNT)} credits", field=field)
+    return amount
+
+
+def _check_key(key: object) -> str:
+    if not isinstance(key, str) or not key.strip() or len(key) > KEY_MAX_LENGTH:
+        raise InvalidKey(f"must be a non-blank string of at most {KEY_MAX_LENGTH} characters")
+    return key
+
+
+def _require_admin(actor: User | None) -> User:
+    if actor is None or not actor.is_staff:
+        raise NotPermitted("Only platform admins may do this.")
+    return actor
+
+
+def _replay(key: str, request: _Request) -> JournalEntry | None:
+    entry = JournalEntry.objects.select_related("hold").filter(key=key).first()
+    if entry is None:
+        return None
+    if _fingerprint(entry) != request:
+        raise KeyConflict(f"key {key!r} was already used for a different {entry.kind} ({entry.pk})")
+    entry.replayed = True
+    return entry
+
+
+def _keyed(key: str, request: _Request, write: Callable[[], JournalEntry]) -> JournalEntry:
+    """Run write once per key (see the module docstring)."""
+    found = _replay(key, request)
+    if found is not None:
+        return found
+    try:
+        with transaction.atomic():
+            return write()
+    except IntegrityError:
+        found = _replay(key, request)
+        if found is None:
+            raise
+        return found
+
+
+def _tenant_account(tenant: Tenant, kind: AccountKind) -> Account:
+    return Account.objects.get_or_create(tenant=tenant, kind=kind)[0]
+
+
+def _platform_account(kind: AccountKind) -> Account:
+    return Account.objects.get_or_create(tenant=None, kind=kind)[0]
+
+
+_LOCK_ORDER = {AccountKind.AVAILABLE: 0, AccountKind.HELD: 1, AccountKind.REVENUE: 2, AccountKind.TOPUP: 3}
+
+
+def _post(entry: JournalEntry, legs: list[tuple[Account, int]]) -> None:
+    """Apply the legs to the cached balances and write them as postings.
+
+    A tenant account is only debited by a conditional UPDATE (balance >= amount), so two transactions racing
+    for the same money cannot both win: the second re-evaluates the condition after the first commits.
+    """
+    if sum(delta for _, delta in legs) != 0:  # a bug in this module, never a caller's mistake
+        raise AssertionError(f"unbalanced legs: {legs}")
+    legs = sorted((leg for leg in legs if leg[1]), key=lambda leg: _LOCK_ORDER[AccountKind(leg[0].kind)])
+    for account, delta in legs:
+        rows = Account.objects.filter(pk=account.pk)
+        if account.tenant_id is not None and delta < 0:
+            rows = rows.filter(balance__gte=-delta)
+        if rows.update(balance=F("balance") + delta) != 1:
+            have = Account.objects.get(pk=account.pk).balance
+            raise InsufficientFunds(
+                f"{account.kind} balance {format_credits(have)} is less than {format_credits(-delta)} credits"
+            )
+    Posting.objects.bulk_create([Posting(entry=entry, account=a, amount=d) for a, d in legs])
+
+
+@transaction.atomic
+def ledger_topup(*, tenant: Tenant, amount: int, key: str, actor: User, memo: str = "") -> JournalEntry:
+    """Add money to a tenant (top-up -> available). Platform admins only; audited."""
+    _require_admin(actor)
+    amount, key = _check_amount(amount), _check_key(key)
+    request = _Request(EntryKind.TOPUP, tenant.pk, amount, None, memo)
+
+    def write() -> JournalEntry:
+        entry = JournalEntry.objects.create(
+            key=key, kind=EntryKind.TOPUP, tenant=tenant, amount=amount, memo=memo, actor=actor
+        )
+        legs = [(_tenant_account(tenant, AccountKind.AVAILABLE), amount)]
+        _post(entry, legs + [(_platform_account(AccountKind.TOPUP), -amount)])
+        audit(actor=actor, tenant=tenant, action="ledger.topup", detail=_detail(entry))
+        return entry
+
+    return _keyed(key, request, write)
+
+
+@transaction.atomic
+def ledger_refund(*, tenant: Tenant, amount: int, key: str, actor: User, memo: str = "") -> JournalEntry:
+    """Give back charged money (revenue -> available), never more than the tenant's net charges so far."""
+    _require_admin(actor)
+    amount, key = _check_amount(amount), _check_key(key)
+    request = _Request(EntryKind.REFUND, tenant.pk, amount, None, memo)
+
+    def write() -> JournalEntry:
+        entry = JournalEntry.objects.create(
+            key=key, kind=EntryKind.REFUND, tenant=tenant, amount=amount, memo=memo, actor=actor
+        )
+        available = _tenant_account(tenant, AccountKind.AVAILABLE)
+        # Serialises refunds of one tenant, so two of them cannot both fit under the same charges.
+        Account.objects.select_for_update().filter(pk=available.pk).get()
+        spent = tenant_spent(tenant=tenant)
+        if amount > spent:
+            raise RefundExceedsCharges(
+                f"refund of {format_credits(amount)} credits exceeds the tenant's net charges "
+                f"({format_credits(spent)} credits)"
+            )
+        _post(entry, [(available, amount), (_platform_account(AccountKind.REVENUE), -amount)])
+        audit(actor=actor, tenant=tenant, action="ledger.refund", detail=_detail(entry))
+        return entry
+
+    return _keyed(key, request, write)
+
+
+@transaction.atomic
+def ledger_hold(*, tenant: Tenant, amount: int, key: str, memo: str = "") -> JournalEntry:
+    """Reserve money (available -> held); refused with InsufficientFunds rather than overdrawing.
+
+    The hold's key is also its entry's key; settle and release name the hold by it.
+    """
+    amount, key = _check_amount(amount, allow_zero=True), _check_key(key)
+    request = _Request(EntryKind.HOLD, tenant.pk, amount, key, memo)
+
+    def write() -> JournalEntry:
+        hold = Hold.objects.create(key=key, tenant=tenant, amount=amount)
+        entry = JournalEntry.objects.create(
+            key=key, kind=EntryKind.HOLD, tenant=tenant, amount=amount, hold=hold, memo=memo
+        )
+        legs = [(_tenant_account(tenant, AccountKind.AVAILABLE), -amount)]
+        _post(entry, legs + [(_tenant_account(tenant, AccountKind.HELD), amount)])
+        return entry
+
+    return _keyed(key, request, write)
+
+
+@transaction.atomic
+def ledger_settle(*, hold_key: str, charge: int, key: str) -> JournalEntry:
+    """Close a hold: charge at most its amount (held -> revenue) and release the rest (held -> available)."""
+    return _close_hold(kind=EntryKind.SETTLE, hold_key=hold_key, charge=charge, key=key)
+
+
+@transaction.atomic
+def ledger_release(*, hold_key: str, key: str) -> JournalEntry:
+    """Close a hold charging nothing."""
+    return _close_hold(kind=EntryKind.RELEASE, hold_key=hold_key, charge=0, key=key)
+
+
+def _close_hold(*, kind: EntryKind, hold_key: str, charge: int, key: str) -> JournalEntry:
+    charge = _check_amount(charge, field="charge", allow_zero=True)
+    key = _check_key(key)
+    request = _Request(kind, None, charge, hold_key, "")
+
+    def write() -> JournalEntry:
+        hold = Hold.objects.select_related("tenant").filter(key=hold_key).first()
+        if hold is None:
+            raise UnknownHold(f"no hold with key {hold_key!r}")
+        # The entry goes in before the hold is locked, so that a concurrent call with the same key fails on
+        # the key (and replays) rather than finding the hold closed.
+        entry = JournalEntry.objects.create(key=key, kind=kind, tenant=hold.tenant, amount=charge, hold=hold)
+        locked = Hold.objects.select_for_update().get(pk=hold.pk)
+        if locked.state != HoldState.OPEN:
+            raise HoldClosed(f"hold {hold_key!r} was already settled")
+        charged = min(charge, hold.amount)
+        tenant = hold.tenant
+        legs = [
+            (_tenant_account(tenant, AccountKind.HELD), -hold.amount),
+            (_tenant_account(tenant, AccountKind.AVAILABLE), hold.amount - charged),
+            (_platform_account(AccountKind.REVENUE), charged),
+        ]
+        _post(entry, legs)
+        hold.state, hold.charged, hold.settled_at = HoldState.SETTLED, charged, timezone.now()
+        hold.save(update_fields=["state", "charged", "settled_at"])
+        return entry
+
+    return _keyed(key, request, write)
+
+
+def _detail(entry: JournalEntry) -> dict[str, object]:
+    return {"entry": entry.pk, "key": entry.key, "amount": entry.amount, "memo": entry.memo}
