@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 
-from market.models import Account, Hold, JournalEntry, Posting
+from accounts.services import PolicyError
+from market.models import Account, GpuType, Hold, JournalEntry, Posting
+from market.services.gpu_types import gpu_type_save
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
@@ -58,3 +61,29 @@ class HoldAdmin(ReadOnlyAdmin):
 class PostingAdmin(ReadOnlyAdmin):
     list_display = ["id", "entry", "account", "amount"]
     list_select_related = ["entry", "account__tenant"]
+
+
+class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = GpuType
+        fields = ["name", "memory_gb", "reserve_price", "max_price"]
+
+
+@admin.register(GpuType)
+class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Prices are micro-credits per GPU-hour; saving goes through the service so it is checked and audited."""
+
+    form = GpuTypeForm
+    list_display = ["name", "memory_gb", "reserve_price", "max_price"]
+
+    def save_model(self, request: Any, obj: GpuType, form: Any, change: bool) -> None:
+        try:
+            gpu_type_save(
+                name=obj.name,
+                memory_gb=obj.memory_gb,
+                reserve_price=obj.reserve_price,
+                max_price=obj.max_price,
+                actor=request.user,
+            )
+        except PolicyError as exc:
+            self.message_user(request, f"{exc.field}: {exc.message}", level="error")

@@ -7,7 +7,7 @@ For tenant alpha, bob (a member of beta) is the outsider; every endpoint is test
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -60,7 +60,9 @@ def _user(username: str, *, staff: bool = False) -> User:
 
 
 @pytest.fixture
-def world(db: None) -> World:
+def world(db: None, settings: Any) -> World:
+    # Seven users hashed with Argon2 cost ~1.4 s per test; the hasher itself is checked in test_accounts_api.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     from accounts.models import Membership, Role, Tenant
     from market.models import GpuType
 

@@ -19,3 +19,11 @@ def test_me_needs_authentication(world: World) -> None:
     resp = world.client().get("/api/v1/me")
     assert resp.status_code == 401
     assert resp.json()["error"] == "not_authenticated"
+
+
+def test_passwords_are_hashed_with_argon2() -> None:
+    from django.conf import settings
+    from django.contrib.auth.hashers import make_password
+
+    assert settings.PASSWORD_HASHERS[0].endswith("Argon2PasswordHasher")
+    assert make_password("x").startswith("argon2")

@@ -35,7 +35,14 @@ class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 @extend_schema_field(OpenApiTypes.STR)
 class CreditsField(serializers.Field):  # type: ignore[type-arg]
-    """A positive amount of credits, as a decimal string ("12.5") or a JSON number; becomes micro-credits."""
+    """A positive amount of credits, as a decimal string ("12.5") or a JSON number; becomes micro-credits.
+
+    With allow_zero, zero is accepted too (a GPU type's reserve price may be free).
+    """
+
+    def __init__(self, *, allow_zero: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.allow_zero = allow_zero
 
     def to_internal_value(self, data: Any) -> int:
         if isinstance(data, str | int | float) and not isinstance(data, bool):
@@ -47,8 +54,10 @@ class CreditsField(serializers.Field):  # type: ignore[type-arg]
             micro = parse_credits(data)
         except (AmountError, ArithmeticError) as exc:
             raise serializers.ValidationError(str(exc) or "must be a number of credits") from exc
-        if micro <= 0:
-            raise serializers.ValidationError("must be positive")
+        if micro < 0 or (micro == 0 and not self.allow_zero):
+            raise serializers.ValidationError(
+                "must not be negative" if self.allow_zero else "must be positive"
+            )
         if micro > MAX_AMOUNT:
             raise serializers.ValidationError(f"must be at most {format_credits(MAX_AMOUNT)} credits")
         return micro

@@ -1,0 +1,93 @@
+"""GPU types API: everyone signed in reads them; platform admins create and change them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.access import require_admin
+from accounts.services import PolicyError
+from config.api import Pagination
+from market.api.ledger_serializers import CreditsField
+from market.models import GpuType
+from market.money import format_credits
+from market.services.gpu_types import gpu_type_save
+
+
+class GpuTypeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    reserve_price_credits = serializers.SerializerMethodField()
+    max_price_credits = serializers.SerializerMethodField()
+
+    class Meta:
+        model = GpuType
+        fields = [
+            "name",
+            "memory_gb",
+            "reserve_price",
+            "max_price",
+            "reserve_price_credits",
+            "max_price_credits",
+        ]
+        read_only_fields = fields
+
+    def get_reserve_price_credits(self, obj: GpuType) -> str:
+        return format_credits(obj.reserve_price)
+
+    def get_max_price_credits(self, obj: GpuType) -> str:
+        return format_credits(obj.max_price)
+
+
+class GpuTypeWriteSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Prices in credits per GPU-hour (decimal strings or numbers)."""
+
+    name = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", max_length=64)
+    memory_gb = serializers.IntegerField(min_value=1, max_value=100_000)
+    reserve_price = CreditsField(allow_zero=True)
+    max_price = CreditsField()
+
+
+def _save(request: Request, data: dict[str, Any]) -> GpuType:
+    body = GpuTypeWriteSerializer(data=data)
+    body.is_valid(raise_exception=True)
+    try:
+        return gpu_type_save(actor=request.user, **body.validated_data)
+    except PolicyError as exc:
+        raise serializers.ValidationError({exc.field: [exc.message]}) from exc
+
+
+class GpuTypeListView(APIView):
+    @extend_schema(responses=GpuTypeSerializer(many=True), summary="GPU types and their price bounds")
+    def get(self, request: Request) -> Response:
+        paginator = Pagination()
+        page = paginator.paginate_queryset(GpuType.objects.all(), request, view=self)
+        return paginator.get_paginated_response(GpuTypeSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=GpuTypeWriteSerializer, responses={201: GpuTypeSerializer}, summary="Add a GPU type"
+    )
+    def post(self, request: Request) -> Response:
+        require_admin(request.user)
+        if GpuType.objects.filter(name=request.data.get("name")).exists():
+            raise serializers.ValidationError(
+                {"name": ["a GPU type with this name exists; PUT to change it"]}
+            )
+        return Response(GpuTypeSerializer(_save(request, request.data)).data, status=status.HTTP_201_CREATED)
+
+
+class GpuTypeDetailView(APIView):
+    @extend_schema(responses=GpuTypeSerializer, summary="One GPU type")
+    def get(self, request: Request, name: str) -> Response:
+        return Response(GpuTypeSerializer(get_object_or_404(GpuType, name=name)).data)
+
+    @extend_schema(request=GpuTypeWriteSerializer, responses=GpuTypeSerializer, summary="Change a GPU type")
+    def put(self, request: Request, name: str) -> Response:
+        require_admin(request.user)
+        get_object_or_404(GpuType, name=name)
+        data = {**request.data, "name": name} if isinstance(request.data, dict) else request.data
+        return Response(GpuTypeSerializer(_save(request, data)).data)
