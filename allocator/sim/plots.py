@@ -86,26 +86,32 @@ def plot_tenants(out: Path, states: dict[str, SimState]) -> Path:
 def plot_prices(out: Path, states: dict[str, SimState]) -> Path:
     scenario = next(iter(states.values())).scenario
     types = scenario.types
+    edges = _edges(states)
     fig, axes = plt.subplots(len(types), 1, figsize=(8, 1.8 + 1.4 * len(types)), sharex=True, squeeze=False)
     for name, state in states.items():
-        h = state.history
-        times = np.array(h.price_time + [trace_of(state).ticks[-1]], dtype=np.float64)
-        start = float(state.jobs.submit_s[0]) if len(state.jobs) else 0.0
-        prices = (
-            np.array(h.price_micro + h.price_micro[-1:], dtype=np.float64) / 1e6 if h.price_micro else None
-        )
         for k, gpu_type in enumerate(types):
             ax: Axes = axes[k][0]
-            if prices is None:  # a policy that posts no price charges the reserve throughout
-                flat = state.reserve_by_pool[k] / 1e6
-                ax.plot([0, (times[-1] - start) / 86400], [flat, flat], lw=1, label=name)
-            else:
-                ax.step((times - start) / 86400, prices[:, k], where="post", lw=1, label=name)
+            ax.plot(_days(edges), _price_level(state, k, edges), lw=1, label=name)
             ax.set_ylabel(f"{gpu_type}\ncredits/GPU-h", fontsize=7)
     axes[0][0].legend(fontsize=7, ncol=4)
     axes[-1][0].set_xlabel("days from first submit")
-    fig.suptitle(f"{scenario.name}: price per GPU type (market: posted; pure-auction: clearing)", fontsize=9)
+    title = "price per GPU type, time-weighted mean per bin (market: posted; pure-auction: clearing)"
+    fig.suptitle(f"{scenario.name}: {title}", fontsize=9)
     return _save(fig, out / "prices.png")
+
+
+def _price_level(state: SimState, pool: int, edges: FloatArray) -> FloatArray:
+    """The price in force over each bin; a posted price may flip every round, so a mean reads better."""
+    h = state.history
+    reserve = state.reserve_by_pool[pool] / 1e6
+    if not h.price_micro:  # a policy that posts no price charges the reserve throughout
+        return np.full(len(edges) - 1, reserve)
+    starts = np.array(h.price_time, dtype=np.int64)
+    ends = np.append(starts[1:], max(int(edges[-1]), int(starts[-1]) + 1))
+    prices = np.array([row[pool] for row in h.price_micro], dtype=np.float64) / 1e6
+    covered = Steps(starts, ends, 1.0).integral(edges)
+    priced = Steps(starts, ends, prices).integral(edges)
+    return np.where(covered > 0, priced / np.maximum(covered, 1e-9), reserve)
 
 
 def plot_queue_cdf(out: Path, states: dict[str, SimState]) -> Path:
