@@ -70,7 +70,7 @@ def _set(obj: object, name: str, value: Any, dtype: Any, ndim: int, table: str) 
 def _first_bad(field_name: str, bad: BOOL, message: str) -> None:
     """Raise for the first row where ``bad`` holds, naming it as ``table[i].column``."""
     if bad.ndim > 1:
-        bad = bad.reshape(bad.shape[0], -1).any(axis=1)
+        bad = bad.any(axis=tuple(range(1, bad.ndim)))
     if bad.any():
         table, _, column = field_name.partition(".")
         raise BookError(f"{table}[{int(np.argmax(bad))}].{column}", message)

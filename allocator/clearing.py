@@ -119,16 +119,19 @@ def clear_type(state: RoundState, t: int, mkt: I64, price: I64, *, first: bool) 
         supply -= int(gpus[cand[b_mask]].sum())
     rest = np.flatnonzero(tier < 0)
     tier[rest[tier_s(gpus[rest], supply)]] = TIER_S
-    placed = place_all(state, t, mkt, tier)
-    record(state, t, mkt, tier, placed, price, unused[tenant] < gpus, spot_supply=supply)
+    placed = place_all(state, t, mkt, tier, price >= book.types.posted[t])
+    left = unused - np.bincount(tenant[g_pos], weights=gpus[g_pos], minlength=unused.shape[0]).astype(
+        np.int64
+    )
+    record(state, t, mkt, tier, placed, price, left[tenant] < gpus, spot_supply=supply)
 
 
-def place_all(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8]) -> BOOL:
+def place_all(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8], at_p: BOOL) -> BOOL:
     """Placement, ARCHITECTURE.md §Clearing step 5: starving gangs first, then G, B, S, then every other admitted
     bid that still fits (as spot, so no GPU stays idle while a bid fits); then reclaim for unplaced G gangs."""
     floor, gpus = state.floor, state.book.bids.gpus
     placed = np.zeros(mkt.size, dtype=np.bool_)
-    serve_starving(state, t, mkt, tier, placed)
+    serve_starving(state, t, mkt, (tier >= 0) | at_p, placed)
     for group in (TIER_G, TIER_B, TIER_S, -1):
         pos = np.flatnonzero((tier == group) & ~placed)
         placed[pos[pl.place_rows(floor, t, mkt[pos], gpus)]] = True
@@ -146,12 +149,13 @@ def place_all(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8]) -> BO
     return placed
 
 
-def serve_starving(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8], placed: BOOL) -> None:
-    """No starvation, ARCHITECTURE.md §Clearing step 5: a winning gang that has waited at least
-    ``starve_rounds`` is placed before everything else; if it does not fit, nodes are reserved for it."""
+def serve_starving(state: RoundState, t: int, mkt: I64, competitive: BOOL, placed: BOOL) -> None:
+    """No starvation, ARCHITECTURE.md §Clearing step 5: a gang that has waited at least ``starve_rounds`` and
+    competes (selected by a tier, or bidding at least the posted price) is placed before everything else; if it
+    does not fit, nodes are reserved for it (longest wait first, at most ``max_reservations`` per type)."""
     book, floor = state.book, state.floor
     waited = book.bids.waited[mkt]
-    starving = np.flatnonzero((tier >= 0) & (waited >= book.policy.starve_rounds))
+    starving = np.flatnonzero(competitive & (waited >= book.policy.starve_rounds))
     starving = starving[np.argsort(-waited[starving], kind="stable")][: book.policy.max_reservations]
     for pos in starving.tolist():
         row = int(mkt[pos])
@@ -159,9 +163,9 @@ def serve_starving(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8], 
             placed[pos] = True
             state.count("starving_placed")
             continue
-        for node in pl.reserve_for(floor, t, int(book.bids.gpus[row])).tolist():
-            state.reserved_jobs.append((node, int(book.bids.job[row])))
-        state.count("starving_reserved")
+        nodes = pl.reserve_for(floor, t, int(book.bids.gpus[row])).tolist()
+        state.reserved_jobs += [(node, int(book.bids.job[row])) for node in nodes]
+        state.count("starving_reserved", 1 if nodes else 0)
 
 
 def record(
@@ -202,7 +206,7 @@ def record(
         reason[gfull], figure[gfull] = GUARANTEE_FULL, p
         reason[unsold & ~gfull], figure[unsold & ~gfull] = OUTBID, -1
     elif low >= 0:
-        cheap = unsold & (p_lost < low)
+        cheap = unsold & (p_lost <= low)
         reason[cheap], figure[cheap] = OUTBID, low + 1
     state.reason_type[rows] = t
     state.reason[rows] = reason

@@ -230,29 +230,44 @@ def guarantee_honoured(book: Book, r: Result) -> list[str]:
     )
 
 
+def _outcome(book: Book, r: Result) -> tuple[I64, I64, I64]:
+    """Per bid row: GPU type it won in (-1: lost), type and reason of its loss (-1: won)."""
+    n = len(book.bids)
+    won_type, lost_type, reason = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+    won_type[r.winners.bid] = r.winners.gpu_type
+    lost_type[r.losers.bid] = r.losers.gpu_type
+    reason[r.losers.bid] = r.losers.reason
+    return won_type, lost_type, reason
+
+
 def tier_b_proportional(book: Book, r: Result) -> list[str]:
     """Tier B shares proportional to weight within one gang: for every tenant i still outbid in its first-choice
-    type t at or above p, no tenant j has b_j / w_j above (b_i + largest gang of i + 1) / w_i."""
-    w, lo, bids, weight = r.winners, r.losers, book.bids, book.tenants.weight
+    type t at or above p, no tenant j has b_j / w_j above (b_i + largest gang of i + 1) / w_i. Tenants whose bids
+    at or above p in t may have been selected but not placed there (lost as no_node_fits, or ended in another type)
+    are left out: placement, not the shares, decided them."""
+    w, bids, weight = r.winners, book.bids, book.tenants.weight
     first = preference_order(bids, book.types)[:, 0]
+    won_type, lost_type, reason = _outcome(book, r)
+    n_tenants = len(book.tenants)
     out: list[str] = []
     for t in range(len(book.types)):
-        b = np.zeros(len(book.tenants), dtype=np.int64)
+        b = np.zeros(n_tenants, dtype=np.int64)
         rows = (w.tier == TIER_B) & (w.gpu_type == t)
         np.add.at(b, w.tenant[rows], bids.gpus[w.bid[rows]])
-        misfit = np.zeros(len(book.tenants), dtype=np.bool_)
-        misfit[bids.tenant[lo.bid[(lo.reason == NO_FIT) & (lo.gpu_type == t)]]] = True
-        unmet_rows = (lo.reason == OUTBID) & (lo.gpu_type == t) & (first[lo.bid] == t)
-        unmet_rows &= bids.limit[lo.bid, t] >= book.types.posted[t]
-        gang = np.zeros(len(book.tenants), dtype=np.int64)
-        np.maximum.at(gang, bids.tenant[lo.bid[unmet_rows]], bids.gpus[lo.bid[unmet_rows]])
-        unmet = (gang > 0) & ~misfit
+        pool = (first == t) & (bids.limit[:, t] >= book.types.posted[t])
+        elsewhere = pool & (won_type != t) & ((lost_type != t) | (reason == NO_FIT))
+        unclear = np.bincount(bids.tenant[elsewhere], minlength=n_tenants) > 0
+        unmet_rows = pool & (lost_type == t) & (reason == OUTBID)
+        gang = np.zeros(n_tenants, dtype=np.int64)
+        np.maximum.at(gang, bids.tenant[unmet_rows], bids.gpus[unmet_rows])
+        unmet = (gang > 0) & ~unclear
         if not unmet.any() or not b.any():
             continue
         floor_i = ((b + gang + 1) / weight)[unmet].min()
-        top = b / weight
         out += _first(
-            f"tier B share above weight in type {t} (tenant)", top > floor_i + 1e-9, np.arange(b.size)
+            f"tier B share above weight in type {t} (tenant)",
+            b / weight > floor_i + 1e-9,
+            np.arange(n_tenants),
         )
     return out
 

@@ -51,8 +51,11 @@ class Floor:
 
     initial_free: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
+    touched: BOOL = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+
     def __post_init__(self) -> None:
         self.initial_free = self.nodes.free_count.astype(np.int64)
+        self.touched = np.zeros(len(self.nodes), dtype=np.bool_)  # took new work this round
 
     def free_slots(self, node: int) -> I64:
         """The slots of ``node`` still free now (a node's free slots are handed out in ascending order)."""
@@ -62,11 +65,13 @@ class Floor:
     def take_explicit(self, row: int, node: int, from_free: int, extra: I64) -> None:
         """Place ``row`` on ``node``: its first ``from_free`` free slots plus the freed slots ``extra``."""
         slots = np.concatenate([self.free_slots(node)[:from_free], extra]).astype(np.int64)
+        self.touched[node] = True
         self.free[node] -= from_free
         self.explicit.append((row, node, slots))
 
     def record(self, rows: I64, node: I64, count: I64, offset: I64) -> None:
         """Append placements whose GPUs the caller has already taken (``offset``: first free slot used)."""
+        self.touched[node] = True
         self.log_row.append(rows)
         self.log_node.append(node)
         self.log_count.append(count)
@@ -74,6 +79,7 @@ class Floor:
 
     def log(self, rows: I64, node: I64, count: I64) -> None:
         """Record placements and take their GPUs (``node`` entries of one call are grouped by node)."""
+        self.touched[node] = True
         used = self.initial_free[node] - self.free[node]
         starts = segment_starts(node)
         first = np.flatnonzero(starts)
@@ -234,6 +240,7 @@ def reserve_for(floor: Floor, t: int, k: int) -> I64:
     large enough, or for a gang larger than any node the nodes of the domain with the most free GPUs. Reserved
     nodes take no new work this round, so they drain towards the gang as leases end."""
     ix = open_nodes(floor, t)
+    ix = ix[~floor.touched[ix]]  # a node that already took new work this round cannot be held idle
     cap = floor.nodes.capacity[ix].astype(np.int64)
     if k <= floor.max_cap[t]:
         big = ix[cap >= k]

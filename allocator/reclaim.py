@@ -50,7 +50,9 @@ def _plan_node(state: RoundState, t: int, node: int, k: int, victims: I64) -> tu
     """Greedy victims on one node: (GPUs preempted, lease rows), or None when the gang still cannot fit."""
     ls, q = state.book.leases, state.book.tenants.guarantee
     have = int(state.floor.free[node])
-    total = state.held_total(t)
+    total = state.held[:, :, t].sum(
+        axis=1
+    )  # held before this round, less earlier preemptions; wins not counted
     taken: dict[int, int] = {}
     chosen: list[int] = []
     cost = 0

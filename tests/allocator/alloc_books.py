@@ -1,0 +1,110 @@
+"""Random order books for the allocator's property tests (hypothesis draws the shape, numpy fills it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import strategies as st
+
+from allocator import MICRO, Bids, Book, GpuTypes, Leases, Nodes, Policy, Tenants
+
+
+@dataclass(frozen=True)
+class Shape:
+    n_types: int
+    n_tenants: int
+    n_nodes: int
+    n_bids: int
+    seed: int
+    rich: bool  # every tenant can pay for every bid
+
+
+def shapes(max_types: int = 3, *, rich: bool | None = None) -> st.SearchStrategy[Shape]:
+    return st.builds(
+        Shape,
+        st.integers(1, max_types),
+        st.integers(1, 50),
+        st.integers(1, 12),
+        st.integers(0, 80),
+        st.integers(0, 2**32 - 1),
+        st.booleans() if rich is None else st.just(rich),
+    )
+
+
+def _leases(
+    rng: np.random.Generator, free: np.ndarray, gtype: np.ndarray, n_tenants: int, now: int
+) -> Leases:
+    """Occupy some slots with leases of 1..4 GPUs on one node."""
+    lease, tenant, ltype, tier, start, pre, ptr, snode, sidx = [], [], [], [], [], [], [0], [], []
+    for node in range(free.shape[0]):
+        slots = np.flatnonzero(free[node])
+        while slots.size and rng.random() < 0.35:
+            k = int(rng.integers(1, min(4, slots.size) + 1))
+            take, slots = slots[:k], slots[k:]
+            free[node, take] = False
+            lease.append(len(lease) + 1)
+            tenant.append(int(rng.integers(0, n_tenants)))
+            ltype.append(int(gtype[node]))
+            tier.append(int(rng.integers(0, 3)))
+            start.append(now - int(rng.choice([60, 3600, 86400])))
+            pre.append(tier[-1] != 0)
+            snode += [node] * k
+            sidx += take.tolist()
+            ptr.append(ptr[-1] + k)
+    if not lease:
+        return Leases.empty()
+    return Leases(lease, tenant, ltype, tier, start, np.array(pre, dtype=bool), ptr, snode, sidx)
+
+
+def make_book(s: Shape) -> Book:
+    """A book of the given shape: nodes of 4 or 8 GPUs in 1-3 domains, partly held by leases; gangs 1-16."""
+    rng = np.random.default_rng(s.seed)
+    now = 1_000_000
+    cap = rng.choice([4, 8], s.n_nodes)
+    gtype = rng.integers(0, s.n_types, s.n_nodes)
+    gtype[: s.n_types] = np.arange(min(s.n_types, s.n_nodes))
+    free = np.arange(8)[None, :] < cap[:, None]
+    leases = _leases(rng, free, gtype, s.n_tenants, now)
+    held = np.zeros((s.n_tenants, 3, s.n_types), dtype=np.int64)
+    owner = leases.slot_owner
+    np.add.at(held, (leases.tenant[owner], leases.tier[owner], leases.gpu_type[owner]), 1)
+    reserve = rng.integers(1, 4, s.n_types) * MICRO
+    posted = reserve + rng.integers(0, 3, s.n_types) * MICRO
+    types = GpuTypes(tuple(f"g{t}" for t in range(s.n_types)), reserve, posted, posted * 4)
+    guarantee = np.where(
+        rng.random((s.n_tenants, s.n_types)) < 0.3, rng.integers(1, 9, (s.n_tenants, s.n_types)), 0
+    )
+    balance = (
+        np.full(s.n_tenants, 10**15)
+        if s.rich
+        else rng.choice([0, 5 * MICRO, 50 * MICRO, 10**15], s.n_tenants)
+    )
+    guardrail = np.full(s.n_tenants, -1) if s.rich else rng.choice([-1, -1, 20 * MICRO], s.n_tenants)
+    tenants = Tenants(
+        tuple(f"t{i}" for i in range(s.n_tenants)),
+        rng.integers(1, 5, s.n_tenants).astype(float),
+        guarantee,
+        held,
+        balance,
+        guardrail,
+    )
+    gpus = np.where(rng.random(s.n_bids) < 0.6, 1, rng.integers(2, 17, s.n_bids))
+    limit = rng.integers(0, 7, (s.n_bids, s.n_types)) * MICRO + rng.integers(0, 3, (s.n_bids, s.n_types))
+    accept = rng.random((s.n_bids, s.n_types)) < 0.7
+    if s.n_bids:
+        accept[np.arange(s.n_bids), rng.integers(0, s.n_types, s.n_bids)] = True
+    bids = Bids(
+        job=rng.permutation(s.n_bids) + 100,
+        tenant=rng.integers(0, s.n_tenants, s.n_bids),
+        gpus=gpus,
+        limit=np.where(accept, limit, -1).reshape(s.n_bids, s.n_types),
+        max_s=rng.integers(1, 5, s.n_bids) * 3600,
+        submit=rng.integers(0, 5, s.n_bids),
+        waited=rng.choice([0, 0, 0, 9], s.n_bids),
+    )
+    nodes = Nodes(tuple(f"n{i}" for i in range(s.n_nodes)), gtype, rng.integers(0, 3, s.n_nodes), cap, free)
+    policy = Policy(min_runtime_s=600, starve_rounds=5, price_step_bp=500, max_reservations=2)
+    return Book(
+        now=now, round=3, types=types, nodes=nodes, tenants=tenants, bids=bids, leases=leases, policy=policy
+    )

@@ -1,0 +1,93 @@
+"""Property tests: every invariant of ARCHITECTURE.md §Clearing over random books, plus determinism.
+
+The invariants themselves live in allocator/invariants.py (shared with `python -m allocator check`).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from allocator.alloc_books import Shape, make_book, shapes
+from hypothesis import HealthCheck, given, settings
+
+from allocator import Book, clear
+from allocator.invariants import CHECKS, check
+from allocator.result_json import result_from_json
+
+FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@FAST
+@given(shapes())
+def test_every_invariant_holds(shape: Shape) -> None:
+    book = make_book(shape)
+    assert check(book, clear(book)) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(shapes())
+def test_same_book_same_bytes(shape: Shape) -> None:
+    first, second = clear(make_book(shape)), clear(make_book(shape))
+    assert first.digest == second.digest
+    assert json.dumps(first.to_json()) == json.dumps(second.to_json())
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes())
+def test_json_round_trips_keep_the_result(shape: Shape) -> None:
+    book = make_book(shape)
+    result = clear(book)
+    again = Book.from_json(json.loads(json.dumps(book.to_json())))
+    assert clear(again).digest == result.digest
+    read = result_from_json(json.loads(json.dumps(result.to_json())), book)
+    assert read.digest == result.digest
+    assert check(book, read) == []
+
+
+@settings(max_examples=80, deadline=None)
+@given(shapes(max_types=1, rich=True))
+def test_raising_a_winning_bid_never_makes_it_lose(shape: Shape) -> None:
+    """Within a pool (one GPU type, budgets that do not bind), a winner that bids more still wins."""
+    book = make_book(shape)
+    result = clear(book)
+    for row in result.winners.bid[:5].tolist():
+        limit = book.bids.limit.copy()
+        limit[row, 0] += 3_000_000
+        raised = Book(
+            book.now,
+            book.round,
+            book.types,
+            book.nodes,
+            book.tenants,
+            Bids_with(book, limit),
+            book.leases,
+            book.policy,
+        )
+        assert row in clear(raised).winners.bid.tolist(), (
+            f"job {book.bids.job[row]} lost after raising its bid"
+        )
+
+
+def Bids_with(book: Book, limit: np.ndarray) -> object:
+    b = book.bids
+    return type(b)(b.job, b.tenant, b.gpus, limit, b.max_s, b.submit, b.waited)
+
+
+def test_checks_catch_a_broken_result() -> None:
+    """The checker is not vacuous: a result with a GPU bound twice and a price above the bid is rejected."""
+    from dataclasses import replace
+
+    book = make_book(Shape(1, 3, 2, 30, 7, True))
+    result = clear(book)
+    w = result.winners
+    assert len(w) >= 2
+    dup = replace(
+        w,
+        slot_node=np.full_like(w.slot_node, w.slot_node[0]),
+        slot_idx=np.full_like(w.slot_idx, w.slot_idx[0]),
+    )
+    pricey = replace(w, price=w.price + 10**12)
+    assert any("bound twice" in v for v in check(book, replace(result, winners=dup)))
+    assert any("more than its bid" in v for v in check(book, replace(result, winners=pricey)))
+    assert len(CHECKS) >= 10

@@ -1,0 +1,340 @@
+"""Named table cases, one or more per rule of ARCHITECTURE.md §Clearing (kueue flavorassigner_test style)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from allocator import MICRO, REASON_NAMES, Book, clear
+from allocator.invariants import check
+
+R, P = 1 * MICRO, 2 * MICRO  # reserve and posted price of the default type
+NOW = 1_000_000
+RICH = 10**15
+
+
+def node(
+    name: str, cap: int = 8, *, gpu: str = "h100", domain: int = 0, free: list[int] | None = None
+) -> dict[str, Any]:
+    row: dict[str, Any] = {"name": name, "gpu_type": gpu, "capacity": cap, "domain": domain}
+    if free is not None:
+        row["free"] = free
+    return row
+
+
+def tenant(
+    name: str, *, weight: float = 1, balance: int = RICH, guarantee: int = 0, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "weight": weight,
+        "balance": balance,
+        "guarantee": {"h100": guarantee} if guarantee else {},
+        **extra,
+    }
+
+
+def bids(
+    tenant_name: str, n: int, *, first_job: int, gpus: int = 1, limit: int = 3 * MICRO, **extra: Any
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "job": first_job + i,
+            "tenant": tenant_name,
+            "gpus": gpus,
+            "limits": {"h100": limit},
+            "max_hours": 1,
+            "submit": first_job + i,
+            **extra,
+        }
+        for i in range(n)
+    ]
+
+
+def lease(
+    lease_id: int, owner: str, tier: str, gpus: list[tuple[str, int]], *, age: int = 7200, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "lease": lease_id,
+        "tenant": owner,
+        "gpu_type": "h100",
+        "tier": tier,
+        "gpus": [list(g) for g in gpus],
+        "start": NOW - age,
+        **extra,
+    }
+
+
+def book(
+    nodes: list[dict[str, Any]],
+    tenants: list[dict[str, Any]],
+    bid_rows: list[dict[str, Any]],
+    leases: list[dict[str, Any]] | None = None,
+    **policy: int,
+) -> dict[str, Any]:
+    types = [
+        {"name": "h100", "reserve": R, "posted": P, "max_price": 10 * MICRO},
+        {"name": "a100", "reserve": R // 2, "posted": R, "max_price": 10 * MICRO},
+    ]
+    return {
+        "now": NOW,
+        "round": 7,
+        "gpu_types": types,
+        "nodes": nodes,
+        "tenants": tenants,
+        "bids": bid_rows,
+        "leases": leases or [],
+        "policy": policy,
+    }
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    book: dict[str, Any]
+    want_gpus: dict[str, int] = field(default_factory=dict)  # tenant -> GPUs won
+    want_tiers: dict[str, dict[str, int]] = field(default_factory=dict)  # tenant -> tier -> GPUs won
+    want_losers: dict[int, str] = field(default_factory=dict)  # job -> reason
+    want_preempted: tuple[int, ...] | None = None
+    want_retiered: tuple[int, ...] | None = None
+    want_reserved: dict[str, int] | None = None  # node -> job
+    want_counters: dict[str, int] = field(default_factory=dict)
+    want_spot_price: int | None = None
+    want_types: dict[int, str] = field(default_factory=dict)  # job -> GPU type won
+    want_nodes: dict[int, set[str]] = field(default_factory=dict)  # job -> nodes of its GPUs
+
+
+TWO_NODES = [node("n0"), node("n1")]
+HALF_BUSY = [node("n0", free=[4, 5, 6, 7]), node("n1", free=[4, 5, 6, 7])]
+HALF_BUSY_LEASES = [
+    lease(1, "c", "G", [("n0", s) for s in range(4)]),
+    lease(2, "c", "G", [("n1", s) for s in range(4)]),
+]
+C_HOLDS_G = tenant("c", guarantee=8)
+CASES = [
+    Case(
+        "alone gets the whole cluster",
+        book(TWO_NODES, [tenant("a")], bids("a", 20, first_job=1)),
+        want_gpus={"a": 16},
+        want_tiers={"a": {"B": 16}},
+    ),
+    Case(
+        "weights 1 and 3 split the excess 1:3",
+        book(
+            TWO_NODES,
+            [tenant("a", weight=1), tenant("b", weight=3)],
+            bids("a", 16, first_job=1) + bids("b", 16, first_job=100),
+        ),
+        want_gpus={"a": 4, "b": 12},
+        want_tiers={"a": {"B": 4}, "b": {"B": 12}},
+    ),
+    Case(
+        "a guarantee is honoured against richer bidders",
+        book(
+            [node("n0")],
+            [tenant("a", guarantee=4), tenant("b")],
+            bids("a", 6, first_job=1, limit=R) + bids("b", 8, first_job=100, limit=9 * MICRO),
+        ),
+        want_gpus={"a": 4, "b": 4},
+        want_tiers={"a": {"G": 4}, "b": {"B": 4}},
+        want_losers={5: "guarantee_full_below_posted", 6: "guarantee_full_below_posted"},
+    ),
+    Case(
+        "an idle guarantee is lent in tier S",
+        book(
+            [node("n0")],
+            [tenant("a", guarantee=8), tenant("b")],
+            bids("b", 8, first_job=100, limit=R + 500_000),
+        ),
+        want_gpus={"b": 8},
+        want_tiers={"b": {"S": 8}},
+        want_spot_price=R + 500_000,
+    ),
+    Case(
+        "the owner returns and reclaims its lent guarantee",
+        book(
+            [node("n0", free=[])],
+            [tenant("a", guarantee=4), tenant("b")],
+            bids("a", 4, first_job=1, limit=R),
+            [lease(10 + s, "b", "S", [("n0", s)]) for s in range(8)],
+        ),
+        want_gpus={"a": 4},
+        want_tiers={"a": {"G": 4}},
+        want_preempted=(10, 11, 12, 13),
+        want_counters={"reclaimed_gangs": 4},
+    ),
+    Case(
+        "reclaim respects the minimum runtime",
+        book(
+            [node("n0", free=[])],
+            [tenant("a", guarantee=4), tenant("b")],
+            bids("a", 2, first_job=1, limit=R),
+            [lease(10 + s, "b", "S", [("n0", s)], age=60) for s in range(8)],
+        ),
+        want_gpus={},
+        want_preempted=(),
+        want_losers={1: "no_node_fits", 2: "no_node_fits"},
+        want_counters={"guarantee_unrestored": 2},
+    ),
+    Case(
+        "reclaim never takes the victim below its own guarantee; its leases are re-tiered to G",
+        book(
+            [node("n0", free=[])],
+            [tenant("a", guarantee=4), tenant("b", guarantee=6)],
+            bids("a", 4, first_job=1, limit=R),
+            [lease(10 + s, "b", "S", [("n0", s)]) for s in range(8)],
+        ),
+        want_gpus={"a": 2},
+        want_retiered=(10, 11, 12, 13, 14, 15),
+        want_preempted=(16, 17),
+        want_counters={"guarantee_unrestored": 2, "reclaimed_gangs": 2},
+    ),
+    Case(
+        "an 8-GPU gang waits rather than being split",
+        book(
+            HALF_BUSY,
+            [tenant("a"), tenant("b"), C_HOLDS_G],
+            bids("a", 1, first_job=1, gpus=8, limit=9 * MICRO) + bids("b", 10, first_job=100),
+            HALF_BUSY_LEASES,
+        ),
+        want_gpus={"b": 8},
+        want_losers={1: "no_node_fits"},
+        want_reserved={},
+    ),
+    Case(
+        "a gang that waited too long gets its node reserved",
+        book(
+            HALF_BUSY,
+            [tenant("a"), tenant("b"), C_HOLDS_G],
+            bids("a", 1, first_job=1, gpus=8, limit=9 * MICRO, waited=5) + bids("b", 10, first_job=100),
+            HALF_BUSY_LEASES,
+            starve_rounds=5,
+        ),
+        want_gpus={"b": 4},
+        want_losers={1: "no_node_fits"},
+        want_reserved={"n0": 1},
+        want_counters={"starving_reserved": 1},
+        want_nodes={100: {"n1"}, 103: {"n1"}},
+    ),
+    Case(
+        "a gang larger than a node takes whole nodes of one domain",
+        book(
+            [node("n0", domain=0), node("n1", domain=1), node("n2", domain=1)],
+            [tenant("a")],
+            bids("a", 1, first_job=1, gpus=16),
+        ),
+        want_gpus={"a": 16},
+        want_nodes={1: {"n1", "n2"}},
+    ),
+    Case(
+        "a bid below reserve never wins",
+        book(TWO_NODES, [tenant("a")], bids("a", 2, first_job=1, limit=R - 1)),
+        want_gpus={},
+        want_losers={1: "below_reserve", 2: "below_reserve"},
+    ),
+    Case(
+        "a tenant out of budget wins nothing",
+        book(
+            TWO_NODES,
+            [tenant("a", balance=0), tenant("b")],
+            bids("a", 4, first_job=1) + bids("b", 2, first_job=100),
+        ),
+        want_gpus={"b": 2},
+        want_losers={1: "over_budget", 4: "over_budget"},
+    ),
+    Case(
+        "the guardrail caps what a round may hold",
+        book(TWO_NODES, [tenant("a", guardrail=2 * 3 * MICRO)], bids("a", 4, first_job=1)),
+        want_gpus={"a": 2},
+        want_losers={3: "over_budget", 4: "over_budget"},
+    ),
+    Case(
+        "spot winners pay one uniform price, at most the first losing bid",
+        book(
+            [node("n0", 4)],
+            [tenant("a")],
+            [*bids("a", 3, first_job=1, limit=R + 300_000), *bids("a", 2, first_job=10, limit=R + 100_000)],
+        ),
+        want_gpus={"a": 4},
+        want_spot_price=R + 100_000,
+        want_losers={11: "outbid"},
+    ),
+    Case(
+        "a job accepting two types tries the larger margin first and falls back",
+        book(
+            [node("n0", 1), node("m0", 1, gpu="a100")],
+            [tenant("a")],
+            [
+                {
+                    "job": 1,
+                    "tenant": "a",
+                    "gpus": 1,
+                    "limits": {"h100": 3 * MICRO, "a100": 5 * MICRO // 2},
+                    "max_hours": 1,
+                },
+                {
+                    "job": 2,
+                    "tenant": "a",
+                    "gpus": 1,
+                    "limits": {"h100": 3 * MICRO, "a100": 5 * MICRO // 2},
+                    "max_hours": 1,
+                },
+            ],
+        ),
+        want_types={1: "a100", 2: "h100"},
+    ),
+    Case(
+        "a gang that fits a node takes the fullest node that holds it (best fit)",
+        book(
+            [node("n0", free=[4, 5, 6, 7]), node("n1")],
+            [tenant("a"), C_HOLDS_G],
+            bids("a", 1, first_job=1, gpus=4),
+            [lease(1, "c", "G", [("n0", s) for s in range(4)])],
+        ),
+        want_gpus={"a": 4},
+        want_nodes={1: {"n0"}},
+    ),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_clearing_rules(case: Case) -> None:
+    b = Book.from_json(case.book)
+    result = clear(b)
+    assert check(b, result) == []
+    records = list(result.winner_records())
+    got: dict[str, int] = {}
+    tiers: dict[str, dict[str, int]] = {}
+    for w in records:
+        got[w.tenant] = got.get(w.tenant, 0) + len(w.gpus)
+        tiers.setdefault(w.tenant, {}).setdefault(w.tier, 0)
+        tiers[w.tenant][w.tier] += len(w.gpus)
+    if case.want_gpus or not records:
+        assert got == case.want_gpus
+    for name, want in case.want_tiers.items():
+        assert tiers.get(name) == want, name
+    losers = {
+        int(j): REASON_NAMES[int(r)] for j, r in zip(result.losers.job, result.losers.reason, strict=True)
+    }
+    for job, reason in case.want_losers.items():
+        assert losers.get(job) == reason, job
+    if case.want_preempted is not None:
+        assert tuple(sorted(result.preemptions.lease.tolist())) == case.want_preempted
+    if case.want_retiered is not None:
+        assert tuple(result.retiered.tolist()) == case.want_retiered
+    if case.want_reserved is not None:
+        names = result.node_names
+        assert {
+            names[n]: int(j) for n, j in zip(result.reserved_node, result.reserved_job, strict=True)
+        } == case.want_reserved
+    for key, value in case.want_counters.items():
+        assert result.counters[key] == value, key
+    if case.want_spot_price is not None:
+        assert int(result.spot_price[0]) == case.want_spot_price
+    by_job = {w.job: w for w in records}
+    for job, gpu in case.want_types.items():
+        assert by_job[job].gpu_type == gpu
+    for job, nodes in case.want_nodes.items():
+        assert {n for n, _ in by_job[job].gpus} == nodes
