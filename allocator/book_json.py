@@ -115,12 +115,13 @@ def nodes_from_json(rows: Any, type_ix: Mapping[str, int], busy: set[tuple[int, 
         )
         slots = _get(r, "free", at, None)
         if slots is None:
-            free[i, : caps[i]] = True
-            for s in range(caps[i]):
-                free[i, s] = (i, s) not in busy
+            free[i, : caps[i]] = [(i, s) not in busy for s in range(caps[i])]
             continue
         for s in _list(slots, f"{at}.free"):
-            free[i, _int(s, f"{at}.free", minimum=0, what="a list of slot indices below capacity")] = True
+            slot = _int(s, f"{at}.free", minimum=0, what="a list of slot indices below capacity")
+            if slot >= caps[i]:
+                raise BookError(f"{at}.free", "slot index beyond capacity")
+            free[i, slot] = True
     return Nodes(tuple(names), np.array(gtype), np.array(domain), np.array(caps), free)
 
 
