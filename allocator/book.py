@@ -70,14 +70,14 @@ def _set(obj: object, name: str, value: Any, dtype: Any, ndim: int, table: str) 
 def _first_bad(field_name: str, bad: BOOL, message: str) -> None:
     """Raise for the first row where ``bad`` holds, naming it as ``table[i].column``."""
     if bad.ndim > 1:
-        bad = bad.any(axis=tuple(range(1, bad.ndim)))
+        bad = np.asarray(bad.any(axis=tuple(range(1, bad.ndim))), dtype=np.bool_)
     if bad.any():
         table, _, column = field_name.partition(".")
         raise BookError(f"{table}[{int(np.argmax(bad))}].{column}", message)
 
 
 def _same_rows(table: str, arrays: Mapping[str, NDArray[Any]]) -> int:
-    rows = {name: a.shape[0] for name, a in arrays.items()}
+    rows = {name: int(a.shape[0]) for name, a in arrays.items()}
     n = next(iter(rows.values()))
     for name, got in rows.items():
         if got != n:
@@ -146,7 +146,7 @@ class Nodes:
     @property
     def free_count(self) -> I32:
         """Free GPUs per node."""
-        return self.free.sum(axis=1, dtype=np.int32)
+        return np.asarray(self.free.sum(axis=1, dtype=np.int32), dtype=np.int32)
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ class Tenants:
         _set(self, "held", self.held, np.int32, 3, "tenants")
         _set(self, "balance", self.balance, np.int64, 1, "tenants")
         _set(self, "guardrail", self.guardrail, np.int64, 1, "tenants")
-        cols = {
+        cols: dict[str, NDArray[Any]] = {
             "weight": self.weight,
             "guarantee": self.guarantee,
             "held": self.held,
@@ -224,14 +224,21 @@ class Bids:
         if limit.ndim == 1 and limit.size == 0:
             limit = limit.reshape(0, 1)
         _set(self, "limit", limit, np.int64, 2, "bids")
-        cols = {"job": self.job, "tenant": self.tenant, "gpus": self.gpus, "limit": self.limit}
+        cols: dict[str, NDArray[Any]] = {
+            "job": self.job,
+            "tenant": self.tenant,
+            "gpus": self.gpus,
+            "limit": self.limit,
+        }
         _same_rows("bids", {**cols, "max_s": self.max_s, "submit": self.submit, "waited": self.waited})
         _first_bad("bids.gpus", self.gpus <= 0, "must be a positive integer")
         _first_bad("bids.max_s", self.max_s <= 0, "must be a positive integer")
         _first_bad(
             "bids.limit", self.limit < NO_PRICE, "must be a non-negative integer or -1 (not acceptable)"
         )
-        _first_bad("bids.limit", (self.limit < 0).all(axis=1), "must accept at least one GPU type")
+        _first_bad(
+            "bids.limit", np.asarray((self.limit < 0).all(axis=1)), "must accept at least one GPU type"
+        )
         _first_bad("bids.waited", self.waited < 0, "must be a non-negative integer")
         if self.job.size and np.unique(self.job).size != self.job.size:
             _first_bad("bids.job", _duplicated(self.job), "duplicate job id")
@@ -286,7 +293,12 @@ class Leases:
         _set(self, "preemptible", self.preemptible, np.bool_, 1, "leases")
         for name, dtype in (("slot_ptr", np.int64), ("slot_node", np.int32), ("slot_idx", np.int32)):
             _set(self, name, getattr(self, name), dtype, 1, "leases")
-        cols = {"lease": self.lease, "tenant": self.tenant, "gpu_type": self.gpu_type, "tier": self.tier}
+        cols: dict[str, NDArray[Any]] = {
+            "lease": self.lease,
+            "tenant": self.tenant,
+            "gpu_type": self.gpu_type,
+            "tier": self.tier,
+        }
         n = _same_rows("leases", {**cols, "start": self.start, "preemptible": self.preemptible})
         if self.slot_ptr.shape[0] != n + 1 or self.slot_ptr[0] != 0 or (np.diff(self.slot_ptr) <= 0).any():
             raise BookError(
@@ -313,8 +325,9 @@ class Leases:
 
     @classmethod
     def empty(cls) -> Leases:
-        z = np.zeros(0, dtype=np.int64)
-        return cls(z, z, z, z, z, z.astype(bool), np.zeros(1, dtype=np.int64), z, z)
+        z64, z32 = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
+        ptr = np.zeros(1, dtype=np.int64)
+        return cls(z64, z32, z32, z32.astype(np.int8), z64, z64.astype(np.bool_), ptr, z32, z32)
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ def tenants_from_json(rows: Any, type_ix: Mapping[str, int], held_by_leases: np.
     names = [_get(r, "name", f"tenants[{i}]") for i, r in enumerate(rows)]
     _index(names, "tenants")
     n_types = len(type_ix)
-    guarantee = np.zeros((len(rows), n_types), dtype=np.int64)
+    guarantee = np.zeros((len(rows), n_types), dtype=np.int32)
     held = held_by_leases.copy()
     weight, balance, guardrail = [], [], []
     for i, r in enumerate(rows):
@@ -275,7 +275,7 @@ def bids_from_columns(cols: Any, type_ix: Mapping[str, int], tenant_ix: Mapping[
         raise BookError(
             "bids.limits", "must map GPU type names to lists of limit prices (-1: not acceptable)"
         )
-    for tname, values in limits.items():
+    for tname in limits:
         t = _name(tname, type_ix, "bids.limits", "GPU type")
         limit[:, t] = _column(limits, tname, n, np.int64)
     if "max_s" not in cols and "max_hours" in cols:

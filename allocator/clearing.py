@@ -140,9 +140,9 @@ def place_all(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8], at_p:
     g_left = g_left[
         np.argsort(state.book.bids.tenant[mkt[g_left]], kind="stable")
     ]  # tenant, then market order
-    for pos in g_left.tolist():
-        if reclaim_for(state, t, int(mkt[pos])):
-            placed[pos] = True
+    for at in g_left.tolist():
+        if reclaim_for(state, t, int(mkt[at])):
+            placed[at] = True
             state.count("reclaimed_gangs")
         else:
             state.count("guarantee_unrestored")

@@ -139,7 +139,7 @@ def _held_after(book: Book, r: Result) -> I64:
         out, (ls.tenant[r.preemptions.row], ls.gpu_type[r.preemptions.row]), ls.gpus[r.preemptions.row]
     )
     np.add.at(out, (r.winners.tenant, r.winners.gpu_type), book.bids.gpus[r.winners.bid])
-    return out
+    return np.asarray(out, dtype=np.int64)
 
 
 def tier_g_within_guarantee(book: Book, r: Result) -> list[str]:
@@ -274,7 +274,7 @@ def tier_b_proportional(book: Book, r: Result) -> list[str]:
 
 def below_reserve_never_wins(book: Book, r: Result) -> list[str]:
     """A bid below the reserve of every type it accepts never wins (and is reported as below reserve)."""
-    eligible = (book.bids.limit >= book.types.reserve[None, :]).any(axis=1)
+    eligible = np.asarray((book.bids.limit >= book.types.reserve[None, :]).any(axis=1), dtype=np.bool_)
     out = _first("winner below reserve (job)", ~eligible[r.winners.bid], r.winners.job)
     lo = r.losers
     return out + _first(

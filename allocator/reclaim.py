@@ -27,7 +27,7 @@ def retier(state: RoundState) -> None:
     gap = np.maximum(tenants.guarantee - state.held[:, TIER_G, :], 0).reshape(-1)
     take = cand[first_fit(seg, ls.gpus[cand], gap)]
     np.subtract.at(state.held, (ls.tenant[take], ls.tier[take], ls.gpu_type[take]), ls.gpus[take])
-    np.add.at(state.held, (ls.tenant[take], TIER_G, ls.gpu_type[take]), ls.gpus[take])
+    np.add.at(state.held, (ls.tenant[take], np.full(take.size, TIER_G), ls.gpu_type[take]), ls.gpus[take])
     state.lease_tier[take] = TIER_G
     state.retiered = np.sort(ls.lease[take])
 

@@ -199,7 +199,7 @@ def compute_digest(result: Result) -> str:
     """sha256 hex of ``canonical_parts``, fed piece by piece (no copy of the whole)."""
     h = hashlib.sha256()
     for part in canonical_parts(result):
-        h.update(part)
+        h.update(part if isinstance(part, bytes) else part.data)
     return h.hexdigest()
 
 

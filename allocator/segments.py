@@ -29,12 +29,13 @@ def seg_cumsum(seg: NDArray[Any], values: NDArray[Any]) -> I64:
     cs = np.cumsum(values, dtype=np.int64)
     start = segment_starts(seg)
     base = (cs - values)[start]
-    return cs - np.repeat(base, np.diff(np.append(np.flatnonzero(start), seg.shape[0])))
+    out: I64 = cs - np.repeat(base, np.diff(np.append(np.flatnonzero(start), seg.shape[0])))
+    return out
 
 
 def prefix_fit(seg: NDArray[Any], size: NDArray[Any], cap: NDArray[Any]) -> BOOL:
     """Admit items of each segment while their running total fits ``cap[seg]`` (stops at the first miss)."""
-    return seg_cumsum(seg, size) <= cap[seg]
+    return np.asarray(seg_cumsum(seg, size) <= cap[seg], dtype=np.bool_)
 
 
 def first_fit(seg: NDArray[Any], size: NDArray[Any], cap: NDArray[Any]) -> BOOL:

@@ -18,12 +18,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def small_book() -> dict[str, Any]:
     return {
-        "now": 10_000, "round": 1,
+        "now": 10_000,
+        "round": 1,
         "gpu_types": [{"name": "h100", "reserve": MICRO, "posted": 2 * MICRO}],
         "nodes": [{"name": "n0", "gpu_type": "h100", "capacity": 8}],
-        "tenants": [{"name": "a", "balance": 100 * MICRO}, {"name": "b", "balance": 100 * MICRO, "weight": 2}],
-        "bids": [{"job": i, "tenant": "ab"[i % 2], "gpus": 1 + i % 3, "limits": {"h100": 3 * MICRO}, "max_hours": 1}
-                 for i in range(6)],
+        "tenants": [
+            {"name": "a", "balance": 100 * MICRO},
+            {"name": "b", "balance": 100 * MICRO, "weight": 2},
+        ],
+        "bids": [
+            {
+                "job": i,
+                "tenant": "ab"[i % 2],
+                "gpus": 1 + i % 3,
+                "limits": {"h100": 3 * MICRO},
+                "max_hours": 1,
+            }
+            for i in range(6)
+        ],
     }
 
 
@@ -59,17 +71,25 @@ def test_check_names_each_violation(tmp_path: Path, capsys: pytest.CaptureFixtur
         (lambda b: b["bids"][2].update(gpus="two"), "bids[2].gpus: must be a positive integer"),
         (lambda b: b["bids"][1].update(tenant="zed"), "bids[1].tenant: must name a known tenant"),
         (lambda b: b["bids"][0].pop("limits"), "bids[0].limits: is required"),
-        (lambda b: b["bids"][0].update(limits={"h100": -5}), "bids[0].limits.h100: must be a non-negative integer"),
+        (
+            lambda b: b["bids"][0].update(limits={"h100": -5}),
+            "bids[0].limits.h100: must be a non-negative integer",
+        ),
         (lambda b: b["tenants"][1].update(weight=0), "tenants[1].weight: must be a positive number"),
         (lambda b: b["nodes"][0].update(capacity=-1), "nodes[0].capacity: must be a positive integer"),
         (lambda b: b["nodes"][0].update(free=[9]), "nodes[0].free: slot index beyond capacity"),
         (lambda b: b["gpu_types"][0].update(posted=1), "gpu_types[0].posted: must be an integer >= reserve"),
-        (lambda b: b.update(policy={"starve_rounds": -1}), "policy.starve_rounds: must be a non-negative integer"),
+        (
+            lambda b: b.update(policy={"starve_rounds": -1}),
+            "policy.starve_rounds: must be a non-negative integer",
+        ),
         (lambda b: b["bids"][4].update(job=0), "bids[4].job: duplicate job id"),
         (lambda b: b.pop("nodes"), "book.nodes: is required"),
     ],
 )
-def test_malformed_books_name_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any, want: str) -> None:
+def test_malformed_books_name_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any, want: str
+) -> None:
     data = small_book()
     mutate(data)
     assert main(["clear", write(tmp_path, "book.json", data)]) == 2
@@ -85,8 +105,13 @@ def test_not_json_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture
 def test_module_entry_point_exits_2_without_traceback(tmp_path: Path) -> None:
     data = small_book()
     data["bids"][3]["gpus"] = 0
-    run = subprocess.run([sys.executable, "-m", "allocator", "clear", write(tmp_path, "b.json", data)],
-                         capture_output=True, text=True, cwd=ROOT, check=False)
+    run = subprocess.run(
+        [sys.executable, "-m", "allocator", "clear", write(tmp_path, "b.json", data)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+    )
     assert run.returncode == 2
     assert run.stderr == "error: bids[3].gpus: must be a positive integer\n"
 
@@ -99,7 +124,9 @@ def test_columnar_bids_and_round_trip() -> None:
 
 
 def test_bids_from_rows_and_direct_construction_errors() -> None:
-    bids = Bids.from_rows([{"job": 1, "tenant": "a", "gpus": 2, "limits": {"h100": 5}, "max_hours": 2}], ["h100"], ["a"])
+    bids = Bids.from_rows(
+        [{"job": 1, "tenant": "a", "gpus": 2, "limits": {"h100": 5}, "max_hours": 2}], ["h100"], ["a"]
+    )
     assert bids.max_s.tolist() == [7200] and bids.limit.tolist() == [[5]]
     with pytest.raises(BookError) as err:
         Bids([1, 2], [0, 0], [1, 0], [[5], [5]], [60, 60], [0, 0], [0, 0])
