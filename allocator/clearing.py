@@ -7,6 +7,8 @@ what earlier passes left (fragments), so they run tier G and then spot (tier S) 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -18,7 +20,7 @@ from allocator.result_build import build_result
 from allocator.state import RoundState
 from allocator.tiers import (
     budget_filter,
-    by_tenant,
+    group_by_tenant,
     limit_holds,
     market_order,
     preference_order,
@@ -43,7 +45,7 @@ def clear(book: Book) -> Result:
         if rows.size == 0:
             break
         run_pass(state, rows, prefs[:, j], first=j == 0)
-        pending &= state.win_tier < 0
+        pending &= ~state.won_bid
     return build_result(state)
 
 
@@ -58,29 +60,54 @@ def mark_below_reserve(state: RoundState, below: BOOL) -> None:
     state.figure[rows] = accepted.min(axis=1) if rows.size else 0
 
 
-def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], *, first: bool) -> None:
-    """One pass: budget filter over every type at once, then each type's tiers and placement."""
+@dataclass(frozen=True)
+class Slate:
+    """Bids of one pass in market order (price desc, submit time, job id): every array is indexed by position.
+    ``ten`` lists the positions grouped by tenant, each tenant's bids still in market order."""
+
+    rows: I64
+    price: I64
+    gpus: I64
+    tenant: I32
+    need: I64
+    ten: I64
+
+    def subset(self, pos: I64, n_tenants: int) -> Slate:
+        tenant = self.tenant[pos]
+        return Slate(self.rows[pos], self.price[pos], self.gpus[pos], tenant, self.need[pos], group_by_tenant(tenant, n_tenants))
+
+
+def slate_of(state: RoundState, rows: I64, choice: NDArray[np.int32]) -> Slate:
+    """Gather the columns of ``rows`` once, in market order, with the price of the type each one tries."""
     bids, n_tenants = state.book.bids, len(state.book.tenants)
     if rows.size == len(bids) and bids.limit.shape[1] == 1:
-        price, need = bids.limit[:, 0], limit_holds(bids.gpus, bids.limit[:, 0], bids.max_s)
+        price = bids.limit[:, 0]
     else:
         price = np.zeros(len(bids), dtype=np.int64)
         price[rows] = bids.limit[rows, choice[rows]]
-        need = np.zeros(len(bids), dtype=np.int64)
-        need[rows] = limit_holds(bids.gpus[rows], price[rows], bids.max_s[rows])
-    ordered = market_order(rows, price, state.rank)
-    grouped = by_tenant(ordered, bids.tenant, n_tenants)
-    refused = budget_filter(grouped, bids.tenant, need, state.budget_left)
-    mark_over_budget(state, refused, choice, need)
-    ok = np.ones(len(bids), dtype=np.bool_)
-    ok[refused] = False
-    for t in range(len(state.book.types)):
-        sel = ok if len(state.book.types) == 1 else ok & (choice == t)
-        mkt = ordered if not refused.size and sel is ok else ordered[sel[ordered]]
-        if mkt.size:
-            clear_type(state, t, mkt, price[mkt], first=first)
-    won = rows[state.win_tier[rows] >= 0]
-    state.budget_left -= sum_by(bids.tenant[won], need[won], n_tenants)
+    order = market_order(rows, price, state.rank)
+    gpus, tenant = bids.gpus[order].astype(np.int64), bids.tenant[order]
+    o_price = price[order]
+    need = limit_holds(gpus, o_price, bids.max_s[order])
+    return Slate(order, o_price, gpus, tenant, need, group_by_tenant(tenant, n_tenants))
+
+
+def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], *, first: bool) -> None:
+    """One pass: budget filter over every type at once, then each type's tiers and placement."""
+    n_tenants, n_types = len(state.book.tenants), len(state.book.types)
+    slate = slate_of(state, rows, choice)
+    refused = budget_filter(slate.tenant, slate.need, slate.ten, state.budget_left)
+    mark_over_budget(state, slate.rows[refused], choice, slate.need[refused])
+    keep = np.ones(slate.rows.shape[0], dtype=np.bool_)
+    keep[refused] = False
+    kind = choice[slate.rows] if n_types > 1 else None
+    for t in range(n_types):
+        part, admitted = slate, (keep if refused.size else None)
+        if kind is not None:
+            part, admitted = slate.subset(np.flatnonzero(keep & (kind == t)), n_tenants), None
+        if part.rows.size:
+            won = clear_type(state, t, part, admitted, first=first)
+            state.budget_left -= sum_by(part.tenant[won], part.need[won], n_tenants)
 
 
 def sum_by(keys: NDArray[np.int32], values: I64, n: int) -> I64:
@@ -95,53 +122,60 @@ def sum_by(keys: NDArray[np.int32], values: I64, n: int) -> I64:
 def mark_over_budget(state: RoundState, rows: I64, choice: NDArray[np.int32], need: I64) -> None:
     """Budget filter outcome, ARCHITECTURE.md §Clearing step 1: the first pass that refuses a bid sets its reason
     (over budget or guardrail) and figure (the hold it needed)."""
-    fresh = rows[~state.over_budget[rows]]
-    state.over_budget[fresh] = True
-    state.reason_type[fresh] = choice[fresh]
-    state.figure[fresh] = need[fresh]
+    fresh = ~state.over_budget[rows]
+    rows = rows[fresh]
+    state.over_budget[rows] = True
+    state.reason_type[rows] = choice[rows]
+    state.figure[rows] = need[fresh]
 
 
-def clear_type(state: RoundState, t: int, mkt: I64, price: I64, *, first: bool) -> None:
-    """Tiers G, B, S by count, then placement and reclaim, for the admitted bids ``mkt`` (market order) of one
-    type; ``price`` is their limit there. Arrays below are indexed by position in ``mkt``."""
+REFUSED = -2  # tier mark of a position the budget filter refused (it takes no part in this type)
+
+
+def clear_type(state: RoundState, t: int, s: Slate, admitted: BOOL | None, *, first: bool) -> I64:
+    """Tiers G, B, S by count, then placement and reclaim, for the bids of one type (``admitted``: those the
+    budget filter let through, None for all); returns the positions that won."""
     book, floor = state.book, state.floor
-    gpus, tenant = book.bids.gpus[mkt], book.bids.tenant[mkt]
-    ten = np.argsort(tenant.astype(np.int16) if len(book.tenants) < 32768 else tenant, kind="stable")
+    tt, tg = s.tenant[s.ten], s.gpus[s.ten]
     unused = np.maximum(book.tenants.guarantee[:, t] - state.held_total(t), 0)
-    tier = np.full(mkt.size, -1, dtype=np.int8)
-    g_pos = ten[tier_g_pos(tenant[ten], gpus[ten], unused)]
-    tier[g_pos] = TIER_G
-    supply = int(floor.free[pl.open_nodes(floor, t)].sum()) - int(gpus[g_pos].sum())
+    tier = np.full(s.rows.shape[0], -1, dtype=np.int8)
+    if admitted is not None:
+        tier[~admitted] = REFUSED
+    g_pos = s.ten[:0]
+    if unused.any():
+        ok = unused[tt] > 0
+        cand = np.flatnonzero(ok if admitted is None else ok & admitted[s.ten])
+        g_pos = s.ten[cand[tier_g_pos(tt[cand], tg[cand], unused)]]
+        tier[g_pos] = TIER_G
+    supply = int(floor.free[pl.open_nodes(floor, t)].sum()) - int(s.gpus[g_pos].sum())
     if first:
-        cand = ten[(tier[ten] < 0) & (price[ten] >= book.types.posted[t])]
-        b_mask, state.share[:, t] = tier_b(tenant[cand], gpus[cand], book.tenants.weight, max(supply, 0))
-        tier[cand[b_mask]] = TIER_B
-        supply -= int(gpus[cand[b_mask]].sum())
-    rest = np.flatnonzero(tier < 0)
-    tier[rest[tier_s(gpus[rest], supply)]] = TIER_S
-    placed = place_all(state, t, mkt, tier, price >= book.types.posted[t])
-    left = unused - np.bincount(tenant[g_pos], weights=gpus[g_pos], minlength=unused.shape[0]).astype(
-        np.int64
-    )
-    record(state, t, mkt, tier, placed, price, left[tenant] < gpus, spot_supply=supply)
+        cand = np.flatnonzero((tier[s.ten] == -1) & (s.price[s.ten] >= book.types.posted[t]))
+        b_take, state.share[:, t] = tier_b(tt[cand], tg[cand], book.tenants.weight, max(supply, 0))
+        tier[s.ten[cand[b_take]]] = TIER_B
+        supply -= int(tg[cand[b_take]].sum())
+    rest = np.flatnonzero(tier == -1)
+    tier[rest[tier_s(s.gpus[rest], supply)]] = TIER_S
+    placed = place_all(state, t, s, tier)
+    left = unused - np.bincount(s.tenant[g_pos], weights=s.gpus[g_pos], minlength=unused.shape[0]).astype(np.int64)
+    return record(state, t, s, tier, placed, left, spot_supply=supply)
 
 
-def place_all(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8], at_p: BOOL) -> BOOL:
+def place_all(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8]) -> BOOL:
     """Placement, ARCHITECTURE.md §Clearing step 5: starving gangs first, then G, B, S, then every other admitted
     bid that still fits (as spot, so no GPU stays idle while a bid fits); then reclaim for unplaced G gangs."""
-    floor, gpus = state.floor, state.book.bids.gpus
-    placed = np.zeros(mkt.size, dtype=np.bool_)
-    serve_starving(state, t, mkt, (tier >= 0) | at_p, placed)
+    floor = state.floor
+    placed = np.zeros(s.rows.shape[0], dtype=np.bool_)
+    serve_starving(state, t, s, tier, placed)
     for group in (TIER_G, TIER_B, TIER_S, -1):
-        pos = np.flatnonzero((tier == group) & ~placed)
-        placed[pos[pl.place_rows(floor, t, mkt[pos], gpus)]] = True
-    tier[(tier < 0) & placed] = TIER_S
+        pos = np.flatnonzero(tier == group)
+        pos = pos[~placed[pos]]
+        floor.context = (TIER_S if group < 0 else group, t)
+        placed[pos[pl.place_rows(floor, t, s.rows[pos], s.gpus[pos])]] = True
+    tier[(tier == -1) & placed] = TIER_S
     g_left = np.flatnonzero((tier == TIER_G) & ~placed)
-    g_left = g_left[
-        np.argsort(state.book.bids.tenant[mkt[g_left]], kind="stable")
-    ]  # tenant, then market order
+    g_left = g_left[np.argsort(s.tenant[g_left], kind="stable")]  # tenant, then market order
     for at in g_left.tolist():
-        if reclaim_for(state, t, int(mkt[at])):
+        if reclaim_for(state, t, int(s.rows[at])):
             placed[at] = True
             state.count("reclaimed_gangs")
         else:
@@ -149,60 +183,54 @@ def place_all(state: RoundState, t: int, mkt: I64, tier: NDArray[np.int8], at_p:
     return placed
 
 
-def serve_starving(state: RoundState, t: int, mkt: I64, competitive: BOOL, placed: BOOL) -> None:
+def serve_starving(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], placed: BOOL) -> None:
     """No starvation, ARCHITECTURE.md §Clearing step 5: a gang that has waited at least ``starve_rounds`` and
     competes (selected by a tier, or bidding at least the posted price) is placed before everything else; if it
     does not fit, nodes are reserved for it (longest wait first, at most ``max_reservations`` per type)."""
     book, floor = state.book, state.floor
-    waited = book.bids.waited[mkt]
+    if not state.any_starving:
+        return
+    waited = book.bids.waited[s.rows]
+    competitive = (tier >= 0) | ((tier == -1) & (s.price >= book.types.posted[t]))
     starving = np.flatnonzero(competitive & (waited >= book.policy.starve_rounds))
     starving = starving[np.argsort(-waited[starving], kind="stable")][: book.policy.max_reservations]
-    for pos in starving.tolist():
-        row = int(mkt[pos])
-        if pl.place_one(floor, t, int(book.bids.gpus[row]), row):
-            placed[pos] = True
+    for at in starving.tolist():
+        row, k = int(s.rows[at]), int(s.gpus[at])
+        floor.context = (TIER_S if tier[at] < 0 else int(tier[at]), t)
+        if pl.place_one(floor, t, k, row):
+            placed[at] = True
             state.count("starving_placed")
             continue
-        nodes = pl.reserve_for(floor, t, int(book.bids.gpus[row])).tolist()
+        nodes = pl.reserve_for(floor, t, k).tolist()
         state.reserved_jobs += [(node, int(book.bids.job[row])) for node in nodes]
         state.count("starving_reserved", 1 if nodes else 0)
 
 
-def record(
-    state: RoundState,
-    t: int,
-    mkt: I64,
-    tier: NDArray[np.int8],
-    placed: BOOL,
-    price: I64,
-    full: BOOL,
-    *,
-    spot_supply: int,
-) -> None:
-    """Write the winners of this type and, for the rest, the reason they lost here (docs/allocator.md).
-    ``full``: the bid no longer fits its tenant's unused guarantee."""
-    bids, book = state.book.bids, state.book
-    win = mkt[placed]
-    state.win_tier[win] = tier[placed]
-    state.win_type[win] = t
-    state.won[:, t] += np.bincount(
-        bids.tenant[win], weights=bids.gpus[win], minlength=len(book.tenants)
-    ).astype(np.int64)
-    spot = placed & (tier == TIER_S)
-    low = int(price[spot].min()) if spot.any() else -1
+def record(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], placed: BOOL, left: I64, *, spot_supply: int) -> I64:
+    """Note the winners of this type and, for the rest, the reason they lost here (docs/allocator.md).
+    ``left``: each tenant's guarantee still unused after tier G. Returns the winning positions."""
+    book = state.book
+    win = np.flatnonzero(placed)
+    state.won_bid[s.rows[win]] = True
+    state.won[:, t] += np.bincount(s.tenant[win], weights=s.gpus[win], minlength=len(book.tenants)).astype(np.int64)
+    spot = win[tier[win] == TIER_S]
+    low = int(s.price[spot].min()) if spot.size else -1
     if low >= 0:
         state.s_low[t] = low if state.s_low[t] < 0 else min(low, int(state.s_low[t]))
-    lost = np.flatnonzero(~placed)
+    lost = np.flatnonzero(~placed & (tier != REFUSED))
+    p_lost = s.price[lost]
     if lost.size:
-        state.s_lose[t] = max(int(state.s_lose[t]), int(price[lost].max()))
-    lost = lost[~state.over_budget[mkt[lost]]]  # an earlier refusal by the budget filter stands
-    rows, p_lost, t_lost = mkt[lost], price[lost], tier[lost]
+        state.s_lose[t] = max(int(state.s_lose[t]), int(p_lost.max()))
+    rows = s.rows[lost]
+    if state.over_budget.any():
+        keep = ~state.over_budget[rows]  # an earlier refusal by the budget filter stands
+        lost, rows, p_lost = lost[keep], rows[keep], p_lost[keep]
+    unsold = tier[lost] < 0
     p = int(book.types.posted[t])
     reason = np.full(lost.size, NO_FIT, dtype=np.int8)
     figure = np.full(lost.size, pl.largest_fit(state.floor, t), dtype=np.int64)
-    unsold = t_lost < 0
     if spot_supply <= 0:
-        gfull = unsold & full[lost] & (p_lost < p)
+        gfull = unsold & (left[s.tenant[lost]] < s.gpus[lost]) & (p_lost < p)
         reason[gfull], figure[gfull] = GUARANTEE_FULL, p
         reason[unsold & ~gfull], figure[unsold & ~gfull] = OUTBID, -1
     elif low >= 0:
@@ -211,6 +239,7 @@ def record(
     state.reason_type[rows] = t
     state.reason[rows] = reason
     state.figure[rows] = figure
+    return win
 
 
 __all__ = ["clear"]

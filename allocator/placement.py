@@ -38,7 +38,9 @@ class Floor:
     log_node: list[I64] = field(default_factory=list)
     log_count: list[I64] = field(default_factory=list)
     log_offset: list[I64] = field(default_factory=list)
-    explicit: list[tuple[int, int, I64]] = field(default_factory=list)
+    log_tier: list[I64] = field(default_factory=list)
+    context: tuple[int, int] = (0, 0)  # (tier, GPU type) of the placements being made, logged with them
+    explicit: list[tuple[int, int, I64, int]] = field(default_factory=list)
 
     @classmethod
     def of(cls, nodes: Nodes, n_types: int) -> Floor:
@@ -67,7 +69,7 @@ class Floor:
         slots = np.concatenate([self.free_slots(node)[:from_free], extra]).astype(np.int64)
         self.touched[node] = True
         self.free[node] -= from_free
-        self.explicit.append((row, node, slots))
+        self.explicit.append((row, node, slots, self.context[1]))
 
     def record(self, rows: I64, node: I64, count: I64, offset: I64) -> None:
         """Append placements whose GPUs the caller has already taken (``offset``: first free slot used)."""
@@ -76,19 +78,15 @@ class Floor:
         self.log_node.append(node)
         self.log_count.append(count)
         self.log_offset.append(offset)
+        self.log_tier.append(np.full(rows.shape[0], self.context[0] * 256 + self.context[1], dtype=np.int64))
 
     def log(self, rows: I64, node: I64, count: I64) -> None:
         """Record placements and take their GPUs (``node`` entries of one call are grouped by node)."""
-        self.touched[node] = True
         used = self.initial_free[node] - self.free[node]
-        starts = segment_starts(node)
-        first = np.flatnonzero(starts)
+        first = np.flatnonzero(segment_starts(node))
         run_start = np.repeat(first, np.diff(np.append(first, node.shape[0])))
-        within = np.cumsum(count) - count - (np.cumsum(count) - count)[run_start]
-        self.log_row.append(rows)
-        self.log_node.append(node)
-        self.log_count.append(count)
-        self.log_offset.append(used + within)
+        before = np.cumsum(count) - count
+        self.record(rows, node, count, used + before - before[run_start])
         self.free -= np.bincount(node, weights=count, minlength=self.free.shape[0]).astype(np.int64)
 
 
@@ -98,24 +96,36 @@ def open_nodes(floor: Floor, t: int) -> I64:
     return ix[~floor.reserved[ix]]
 
 
+def best_fit_nodes(f: I64, k: int, gangs: int) -> I64:
+    """Local indices of the nodes that best fit ``gangs`` gangs of size k, in best-fit order (free count, then
+    index), only as many as needed: whole free-count buckets below the last one needed, and just the first nodes
+    of that last bucket."""
+    hist = np.bincount(f, minlength=k + 1)
+    fits = np.arange(hist.shape[0])
+    room = np.cumsum(np.where(fits >= k, hist * (fits // k), 0))
+    top = min(int(np.searchsorted(room, gangs)), hist.shape[0] - 1)
+    below = np.flatnonzero((f >= k) & (f < top))
+    below = below[np.argsort(f[below].astype(np.int16), kind="stable")]
+    short = gangs - (int(room[top - 1]) if top > 0 else 0)
+    last = np.flatnonzero(f == top)[: max(0, -(-short // (top // k)))] if top >= k else below[:0]
+    return np.concatenate([below, last])
+
+
 def place_size_class(floor: Floor, ix: I64, f: I64, k: int, rows: I64) -> int:
     """Place gangs of size k <= node size in order, best fit, on nodes ``ix`` whose free counts ``f`` (updated
     in place) the caller holds; returns how many gangs (a prefix of ``rows``) landed."""
-    cand = np.flatnonzero(f >= k)
-    if cand.size == 0 or rows.size == 0:
+    if rows.size == 0:
         return 0
-    fc = f[cand]
-    order = np.argsort(fc.astype(np.int16), kind="stable")
-    cand, fc = cand[order], fc[order]
-    per = fc // k
+    cand = best_fit_nodes(f, k, rows.size)
+    if cand.size == 0:
+        return 0
+    per = f[cand] // k
     n = min(rows.size, int(per.sum()))
     local = np.repeat(cand, per)[:n]
     first = np.cumsum(per) - per
     rank = np.arange(n) - np.repeat(first, per)[:n]
     node = ix[local]
-    floor.record(
-        rows[:n], node, np.full(n, k, dtype=np.int64), floor.initial_free[node] - f[local] + k * rank
-    )
+    floor.record(rows[:n], node, np.full(n, k, dtype=np.int64), floor.initial_free[node] - f[local] + k * rank)
     f -= np.bincount(local, minlength=f.shape[0]) * k
     return n
 
@@ -165,14 +175,14 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
     return True
 
 
-def place_rows(floor: Floor, t: int, rows: I64, gpus: NDArray[np.int32]) -> BOOL:
-    """Placement of one group of gangs (``rows`` in priority order), largest gangs first; returns placed mask."""
+def place_rows(floor: Floor, t: int, rows: I64, size: I64) -> BOOL:
+    """Placement of one group of gangs (``rows`` in priority order, gang sizes ``size``), largest gangs first;
+    returns the placed mask."""
     placed = np.zeros(rows.shape[0], dtype=np.bool_)
     ix = open_nodes(floor, t)
     ix = ix[floor.free[ix] > 0]
     if rows.size == 0 or ix.size == 0:
         return placed
-    size = gpus[rows]
     order = np.argsort((-size).astype(np.int16), kind="stable")
     srt = size[order]
     bounds = np.append(np.flatnonzero(segment_starts(srt)), srt.shape[0])
@@ -215,23 +225,39 @@ def fits(floor: Floor, t: int, k: NDArray[np.int32]) -> BOOL:
     return np.where(k <= floor.max_cap[t], k <= single, k <= multi)
 
 
-def slots_of_log(floor: Floor) -> tuple[I64, I64, I64, I64]:
-    """Expand the log into (bid row per entry, GPUs per entry, node per GPU, slot per GPU), in log order.
+def _prefix_free(floor: Floor) -> BOOL:
+    """True for nodes whose free slots are exactly 0 .. free-1."""
+    free = floor.nodes.free
+    if free.shape[1] == 0:
+        return np.ones(free.shape[0], dtype=np.bool_)
+    first_busy = np.where(free.all(axis=1), free.shape[1], np.argmin(free, axis=1))
+    return np.asarray(first_busy >= floor.initial_free, dtype=np.bool_)
+
+
+def slots_of_log(floor: Floor) -> tuple[I64, I64, I64, I64, I64]:
+    """Expand the log into (bid row, GPUs, tier * 256 + type per entry; node, slot per GPU), in log order.
     A node's free slots are handed out in ascending slot order, in the order gangs landed on it."""
     if not floor.log_row:
         z = np.zeros(0, dtype=np.int64)
-        return z, z, z, z
+        return z, z, z, z, z
     row = np.concatenate(floor.log_row)
     node = np.concatenate(floor.log_node)
     count = np.concatenate(floor.log_count)
     offset = np.concatenate(floor.log_offset)
-    free_slot = np.nonzero(floor.nodes.free)[1]
-    node_ptr = np.concatenate([[0], np.cumsum(floor.initial_free)])
     entry = np.repeat(np.arange(row.shape[0]), count)
     within = np.arange(entry.shape[0]) - np.repeat(np.cumsum(count) - count, count)
     gnode = node[entry]
-    slot = free_slot[node_ptr[gnode] + offset[entry] + within].astype(np.int64)
-    return row, count, gnode, slot
+    slot = offset[entry] + within  # the slot itself where a node's free slots are 0..free-1 (the usual case)
+    gappy = ~_prefix_free(floor)
+    if gappy.any():
+        at = np.flatnonzero(gappy[gnode])
+        sub = np.flatnonzero(gappy)
+        free_slot = np.nonzero(floor.nodes.free[sub])[1]
+        ptr = np.zeros(gappy.shape[0] + 1, dtype=np.int64)
+        ptr[sub + 1] = floor.initial_free[sub]
+        ptr = np.cumsum(ptr)
+        slot[at] = free_slot[ptr[gnode[at]] + slot[at]]
+    return row, count, np.concatenate(floor.log_tier), gnode, slot
 
 
 def reserve_for(floor: Floor, t: int, k: int) -> I64:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import hold_of
+from allocator.book import TIER_G, hold_of
 from allocator.placement import slots_of_log
 from allocator.result import OVER_BUDGET, RECLAIM, Losers, Preemptions, Result, Winners
 from allocator.segments import segment_starts
@@ -40,49 +40,40 @@ def posted_prices(state: RoundState) -> I64:
     )
 
 
-def _placements(state: RoundState) -> tuple[I64, I64, I64, I64]:
-    """(winner bid rows, GPUs per winner, node per GPU, slot per GPU), winners in placement order."""
-    row, count, node, slot = slots_of_log(state.floor)
+def _placements(state: RoundState) -> tuple[I64, I64, I64, I64, I64, I64]:
+    """(winner bid rows, GPUs, tier, type per winner; node, slot per GPU), winners in placement order."""
+    row, count, kind, node, slot = slots_of_log(state.floor)
     ex = state.floor.explicit
     if ex:
+        sizes = [e[2].size for e in ex]
         row = np.concatenate([row, np.array([e[0] for e in ex], dtype=np.int64)])
-        count = np.concatenate([count, np.array([e[2].size for e in ex], dtype=np.int64)])
-        node = np.concatenate(
-            [node, np.repeat(np.array([e[1] for e in ex], dtype=np.int64), [e[2].size for e in ex])]
-        )
+        count = np.concatenate([count, np.array(sizes, dtype=np.int64)])
+        kind = np.concatenate([kind, np.array([TIER_G * 256 + e[3] for e in ex], dtype=np.int64)])
+        node = np.concatenate([node, np.repeat(np.array([e[1] for e in ex], dtype=np.int64), sizes)])
         slot = np.concatenate([slot, *[e[2] for e in ex]])
     first = segment_starts(row)
     per = np.add.reduceat(count, np.flatnonzero(first)) if row.size else count
-    return row[first], per, node, slot
+    kind = kind[first]
+    return row[first], per, kind // 256, kind % 256, node, slot
 
 
 def winners(state: RoundState, spot: I64) -> Winners:
     """The winners table: tier G pays r, tier B pays p, tier S the uniform spot price; hold at that price."""
     bids, types = state.book.bids, state.book.types
-    rows, per, node, slot = _placements(state)
-    gtype = state.win_type[rows]
-    tier = state.win_tier[rows]
-    table = np.stack([types.reserve, types.posted, spot])  # row = tier G, B, S
-    price = table[tier, gtype]
-    hold = np.asarray(hold_of(bids.gpus[rows], price, bids.max_s[rows]), dtype=np.int64)
+    rows, per, tier, gtype, node, slot = _placements(state)
+    table = np.stack([types.reserve, types.posted, spot]).ravel()  # tier G, B, S by type
+    price = table[tier * len(types) + gtype]
+    hold = np.asarray(hold_of(per, price, bids.max_s[rows]), dtype=np.int64)
     ptr = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
     return Winners(
-        bids.job[rows],
-        rows,
-        bids.tenant[rows],
-        tier,
-        gtype,
-        price.astype(np.int64),
-        hold,
-        ptr,
-        node.astype(np.int32),
-        slot.astype(np.int32),
+        bids.job[rows], rows, bids.tenant[rows], tier.astype(np.int8), gtype.astype(np.int32),
+        price.astype(np.int64), hold, ptr, node.astype(np.int32), slot.astype(np.int32),
     )
 
 
 def losers(state: RoundState) -> Losers:
     """Every bid that did not win, with its reason code and figure."""
-    rows = np.flatnonzero(state.win_tier < 0)
+    rows = np.flatnonzero(~state.won_bid)
     reason = np.where(state.over_budget[rows], OVER_BUDGET, state.reason[rows]).astype(np.int8)
     return Losers(state.book.bids.job[rows], rows, reason, state.reason_type[rows], state.figure[rows])
 

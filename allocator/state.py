@@ -33,8 +33,8 @@ class RoundState:
     lease_tier: I8
     preempted: BOOL
     preempted_for: I64
-    win_tier: I8
-    win_type: I32
+    won_bid: BOOL
+    any_starving: bool
     reason: I8
     reason_type: I32
     figure: I64
@@ -59,8 +59,8 @@ class RoundState:
             lease_tier=book.leases.tier.copy(),
             preempted=np.zeros(n_leases, dtype=np.bool_),
             preempted_for=np.full(n_leases, -1, dtype=np.int64),
-            win_tier=np.full(n_bids, NOT_WON, dtype=np.int8),
-            win_type=np.full(n_bids, -1, dtype=np.int32),
+            won_bid=np.zeros(n_bids, dtype=np.bool_),
+            any_starving=bool((book.bids.waited >= book.policy.starve_rounds).any()),
             reason=np.zeros(n_bids, dtype=np.int8),
             reason_type=np.full(n_bids, -1, dtype=np.int32),
             figure=np.zeros(n_bids, dtype=np.int64),

@@ -64,23 +64,21 @@ def market_order(rows: I64, price: I64, rank: I64) -> I64:
     return rows[np.lexsort((rank[rows], -p))]
 
 
-def by_tenant(rows: I64, tenant: I32, n_tenants: int) -> I64:
-    """Stable regrouping of ordered ``rows`` by tenant (radix sort on small tenant ids)."""
-    t = tenant[rows]
-    small = t.astype(np.int16) if n_tenants < 32768 else t
-    return rows[np.argsort(small, kind="stable")]
+def group_by_tenant(tenant: I32, n_tenants: int) -> I64:
+    """Positions of ``tenant`` (bids in market order) grouped by tenant, stable (radix sort on small ids)."""
+    small = tenant.astype(np.int16) if n_tenants < 32768 else tenant
+    return np.argsort(small, kind="stable").astype(np.int64)
 
 
-def budget_filter(rows_t: I64, tenant: I32, need: I64, budget_left: I64) -> I64:
+def budget_filter(tenant: I32, need: I64, ten: I64, budget_left: I64) -> I64:
     """Budget filter, ARCHITECTURE.md §Clearing step 1: in the tenant's own order, admit bids while their holds
-    (at their limit price, the most they can pay) fit the tenant's budget. ``rows_t`` is grouped by tenant;
-    returns the refused rows. Tenants who can pay for all their bids are admitted without the running sum."""
-    t = tenant[rows_t]
-    total = np.bincount(t, weights=need[rows_t], minlength=budget_left.shape[0])
+    (at their limit price, the most they can pay) fit the tenant's budget. ``ten`` lists positions grouped by
+    tenant; returns the refused positions. Tenants who can pay for all their bids skip the running sum."""
+    total = np.bincount(tenant, weights=need, minlength=budget_left.shape[0])
     poor = total * (1 + 1e-9) + 1 >= budget_left  # float sums: a safety margin, the exact test follows
     if not poor.any():
-        return rows_t[:0]
-    sub = rows_t[poor[t]]
+        return ten[:0]
+    sub = ten[poor[tenant[ten]]]
     return sub[~prefix_fit(tenant[sub], need[sub], budget_left)]
 
 
