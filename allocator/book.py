@@ -120,6 +120,7 @@ class Nodes:
     domain: I32
     capacity: I32
     free: BOOL
+    free_count_: I32 = field(init=False, repr=False, compare=False)  # cache of free_count
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(self.names))
@@ -139,6 +140,9 @@ class Nodes:
         _first_bad("nodes.domain", self.domain < 0, "must be a non-negative integer")
         slots = np.arange(self.free.shape[1])[None, :]
         _first_bad("nodes.free", self.free & (slots >= self.capacity[:, None]), "slot index beyond capacity")
+        count = np.asarray(self.free.sum(axis=1, dtype=np.int32), dtype=np.int32)
+        count.setflags(write=False)
+        object.__setattr__(self, "free_count_", count)
 
     def __len__(self) -> int:
         return int(self.gpu_type.shape[0])
@@ -146,7 +150,7 @@ class Nodes:
     @property
     def free_count(self) -> I32:
         """Free GPUs per node."""
-        return np.asarray(self.free.sum(axis=1, dtype=np.int32), dtype=np.int32)
+        return self.free_count_
 
 
 @dataclass(frozen=True)

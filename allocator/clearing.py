@@ -13,7 +13,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator import placement as pl
-from allocator.book import TIER_B, TIER_G, TIER_S, Book
+from allocator.book import TIER_B, TIER_G, TIER_S, Bids, Book
 from allocator.reclaim import reclaim_for, retier
 from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
 from allocator.result_build import build_result
@@ -30,6 +30,7 @@ from allocator.tiers import (
 )
 
 I64 = NDArray[np.int64]
+I32 = NDArray[np.int32]
 BOOL = NDArray[np.bool_]
 
 
@@ -69,35 +70,57 @@ class Slate:
     price: I64
     gpus: I64
     tenant: I32
-    need: I64
     ten: I64
+    ten_tenant: I32  # tenant[ten]: each tenant id repeated as often as it bids
+
+    @classmethod
+    def of(cls, rows: I64, price: I64, gpus: I64, tenant: I32, n_tenants: int) -> Slate:
+        ten_tenant = np.repeat(np.arange(n_tenants, dtype=np.int32), np.bincount(tenant, minlength=n_tenants))
+        return cls(rows, price, gpus, tenant, group_by_tenant(tenant, n_tenants), ten_tenant)
 
     def subset(self, pos: I64, n_tenants: int) -> Slate:
-        tenant = self.tenant[pos]
-        return Slate(self.rows[pos], self.price[pos], self.gpus[pos], tenant, self.need[pos], group_by_tenant(tenant, n_tenants))
+        return Slate.of(self.rows[pos], self.price[pos], self.gpus[pos], self.tenant[pos], n_tenants)
+
+    def need(self, bids: Bids, pos: I64) -> I64:
+        """Holds at the limit price of the bids at ``pos`` (the budget filter's worst case)."""
+        return limit_holds(self.gpus[pos], self.price[pos], bids.max_s[self.rows[pos]])
 
 
-def slate_of(state: RoundState, rows: I64, choice: NDArray[np.int32]) -> Slate:
-    """Gather the columns of ``rows`` once, in market order, with the price of the type each one tries."""
-    bids, n_tenants = state.book.bids, len(state.book.tenants)
+def row_prices(bids: Bids, rows: I64, choice: NDArray[np.int32]) -> I64:
+    """Limit price of every bid in the type it tries this pass (indexed by bid row; 0 outside ``rows``)."""
     if rows.size == len(bids) and bids.limit.shape[1] == 1:
-        price = bids.limit[:, 0]
-    else:
-        price = np.zeros(len(bids), dtype=np.int64)
-        price[rows] = bids.limit[rows, choice[rows]]
+        return bids.limit[:, 0]
+    price = np.zeros(len(bids), dtype=np.int64)
+    price[rows] = bids.limit[rows, choice[rows]]
+    return price
+
+
+def slate_of(state: RoundState, rows: I64, price: I64) -> Slate:
+    """Gather the columns of ``rows`` once, in market order."""
+    bids, n_tenants = state.book.bids, len(state.book.tenants)
     order = market_order(rows, price, state.rank)
-    gpus, tenant = bids.gpus[order].astype(np.int64), bids.tenant[order]
-    o_price = price[order]
-    need = limit_holds(gpus, o_price, bids.max_s[order])
-    return Slate(order, o_price, gpus, tenant, need, group_by_tenant(tenant, n_tenants))
+    tenant = bids.tenant[order]
+    return Slate.of(order, price[order], bids.gpus[order].astype(np.int64), tenant, n_tenants)
+
+
+def spend_bound(bids: Bids, rows: I64, price: I64, n_tenants: int) -> NDArray[np.float64]:
+    """What each tenant's bids of this pass would hold at their limit prices, in floats (a screen only)."""
+    if rows.size == len(bids):
+        g, p, m, t = bids.gpus, price, bids.max_s, bids.tenant
+    else:
+        g, p, m, t = bids.gpus[rows], price[rows], bids.max_s[rows], bids.tenant[rows]
+    out = np.asarray(np.bincount(t, weights=g * (p * (m / 3600.0)), minlength=n_tenants), dtype=np.float64)
+    return out
 
 
 def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], *, first: bool) -> None:
     """One pass: budget filter over every type at once, then each type's tiers and placement."""
-    n_tenants, n_types = len(state.book.tenants), len(state.book.types)
-    slate = slate_of(state, rows, choice)
-    refused = budget_filter(slate.tenant, slate.need, slate.ten, state.budget_left)
-    mark_over_budget(state, slate.rows[refused], choice, slate.need[refused])
+    bids, n_tenants, n_types = state.book.bids, len(state.book.tenants), len(state.book.types)
+    price = row_prices(bids, rows, choice)
+    slate = slate_of(state, rows, price)
+    poor = spend_bound(bids, rows, price, n_tenants) * (1 + 1e-9) + 1 >= state.budget_left
+    refused, need = budget_filter(slate, poor, lambda pos: slate.need(bids, pos), state.budget_left)
+    mark_over_budget(state, slate.rows[refused], choice, need)
     keep = np.ones(slate.rows.shape[0], dtype=np.bool_)
     keep[refused] = False
     kind = choice[slate.rows] if n_types > 1 else None
@@ -107,7 +130,8 @@ def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], *, first: 
             part, admitted = slate.subset(np.flatnonzero(keep & (kind == t)), n_tenants), None
         if part.rows.size:
             won = clear_type(state, t, part, admitted, first=first)
-            state.budget_left -= sum_by(part.tenant[won], part.need[won], n_tenants)
+            if n_types > 1:  # a later pass may spend again
+                state.budget_left -= sum_by(part.tenant[won], part.need(bids, won), n_tenants)
 
 
 def sum_by(keys: NDArray[np.int32], values: I64, n: int) -> I64:
@@ -136,7 +160,7 @@ def clear_type(state: RoundState, t: int, s: Slate, admitted: BOOL | None, *, fi
     """Tiers G, B, S by count, then placement and reclaim, for the bids of one type (``admitted``: those the
     budget filter let through, None for all); returns the positions that won."""
     book, floor = state.book, state.floor
-    tt, tg = s.tenant[s.ten], s.gpus[s.ten]
+    tt, tg = s.ten_tenant, s.gpus[s.ten]
     unused = np.maximum(book.tenants.guarantee[:, t] - state.held_total(t), 0)
     tier = np.full(s.rows.shape[0], -1, dtype=np.int8)
     if admitted is not None:
@@ -149,14 +173,16 @@ def clear_type(state: RoundState, t: int, s: Slate, admitted: BOOL | None, *, fi
         tier[g_pos] = TIER_G
     supply = int(floor.free[pl.open_nodes(floor, t)].sum()) - int(s.gpus[g_pos].sum())
     if first:
-        cand = np.flatnonzero((tier[s.ten] == -1) & (s.price[s.ten] >= book.types.posted[t]))
+        cand = np.flatnonzero(((tier == -1) & (s.price >= book.types.posted[t]))[s.ten])
         b_take, state.share[:, t] = tier_b(tt[cand], tg[cand], book.tenants.weight, max(supply, 0))
         tier[s.ten[cand[b_take]]] = TIER_B
         supply -= int(tg[cand[b_take]].sum())
     rest = np.flatnonzero(tier == -1)
     tier[rest[tier_s(s.gpus[rest], supply)]] = TIER_S
     placed = place_all(state, t, s, tier)
-    left = unused - np.bincount(s.tenant[g_pos], weights=s.gpus[g_pos], minlength=unused.shape[0]).astype(np.int64)
+    left = unused - np.bincount(s.tenant[g_pos], weights=s.gpus[g_pos], minlength=unused.shape[0]).astype(
+        np.int64
+    )
     return record(state, t, s, tier, placed, left, spot_supply=supply)
 
 
@@ -206,13 +232,17 @@ def serve_starving(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], 
         state.count("starving_reserved", 1 if nodes else 0)
 
 
-def record(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], placed: BOOL, left: I64, *, spot_supply: int) -> I64:
+def record(
+    state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], placed: BOOL, left: I64, *, spot_supply: int
+) -> I64:
     """Note the winners of this type and, for the rest, the reason they lost here (docs/allocator.md).
     ``left``: each tenant's guarantee still unused after tier G. Returns the winning positions."""
     book = state.book
     win = np.flatnonzero(placed)
     state.won_bid[s.rows[win]] = True
-    state.won[:, t] += np.bincount(s.tenant[win], weights=s.gpus[win], minlength=len(book.tenants)).astype(np.int64)
+    state.won[:, t] += np.bincount(s.tenant[win], weights=s.gpus[win], minlength=len(book.tenants)).astype(
+        np.int64
+    )
     spot = win[tier[win] == TIER_S]
     low = int(s.price[spot].min()) if spot.size else -1
     if low >= 0:

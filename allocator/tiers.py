@@ -5,12 +5,16 @@ Each function works on bid rows already in a fixed order and returns masks; plac
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Bids, GpuTypes, hold_of
+
+if TYPE_CHECKING:
+    from allocator.clearing import Slate
 from allocator.segments import first_fit, prefix_fit, water_fill
 
 I64 = NDArray[np.int64]
@@ -70,24 +74,27 @@ def group_by_tenant(tenant: I32, n_tenants: int) -> I64:
     return np.argsort(small, kind="stable").astype(np.int64)
 
 
-def budget_filter(tenant: I32, need: I64, ten: I64, budget_left: I64) -> I64:
+def budget_filter(
+    slate: Slate, poor: BOOL, need_at: Callable[[I64], I64], budget_left: I64
+) -> tuple[I64, I64]:
     """Budget filter, ARCHITECTURE.md §Clearing step 1: in the tenant's own order, admit bids while their holds
-    (at their limit price, the most they can pay) fit the tenant's budget. ``ten`` lists positions grouped by
-    tenant; returns the refused positions. Tenants who can pay for all their bids skip the running sum."""
-    total = np.bincount(tenant, weights=need, minlength=budget_left.shape[0])
-    poor = total * (1 + 1e-9) + 1 >= budget_left  # float sums: a safety margin, the exact test follows
+    (at their limit price, the most they can pay) fit the tenant's budget. Only ``poor`` tenants (who might not
+    pay for every bid) need the running sum. Returns the refused positions of the slate and their holds."""
     if not poor.any():
-        return ten[:0]
-    sub = ten[poor[tenant[ten]]]
-    return sub[~prefix_fit(tenant[sub], need[sub], budget_left)]
+        return slate.ten[:0], slate.ten[:0]
+    keep = poor[slate.ten_tenant]
+    sub, tenant = slate.ten[keep], slate.ten_tenant[keep]
+    need = need_at(sub)
+    ok = prefix_fit(tenant, need, budget_left)
+    return sub[~ok], need[~ok]
 
 
-def limit_holds(gpus: NDArray[np.int32], price: I64, max_s: I64) -> I64:
+def limit_holds(gpus: NDArray[Any], price: I64, max_s: I64) -> I64:
     """The holds of bids if they paid their limit ``price`` (the budget filter's worst case)."""
     return np.asarray(hold_of(gpus, price, max_s), dtype=np.int64)
 
 
-def tier_g_pos(tenant: I32, gpus: I32, unused: I64) -> BOOL:
+def tier_g_pos(tenant: I32, gpus: NDArray[Any], unused: I64) -> BOOL:
     """Tier G, ARCHITECTURE.md §Clearing step 2: each tenant's eligible bids (given grouped by tenant, each in
     its own order) are first-fit into its unused guarantee (q minus every GPU it holds)."""
     if not unused.any():
@@ -95,7 +102,7 @@ def tier_g_pos(tenant: I32, gpus: I32, unused: I64) -> BOOL:
     return first_fit(tenant, gpus, unused)
 
 
-def tier_b(tenant: I32, gpus: I32, weight: NDArray[np.float64], supply: int) -> tuple[BOOL, I64]:
+def tier_b(tenant: I32, gpus: NDArray[Any], weight: NDArray[np.float64], supply: int) -> tuple[BOOL, I64]:
     """Tier B, ARCHITECTURE.md §Clearing step 3: weighted water-filling of the excess ``supply`` over each
     tenant's demand (its bids at or above p, grouped by tenant), then first-fit into floor(e_t).
     Returns the mask over the bids and the entitlements e_t."""
@@ -104,7 +111,7 @@ def tier_b(tenant: I32, gpus: I32, weight: NDArray[np.float64], supply: int) -> 
     return first_fit(tenant, gpus, share), share
 
 
-def tier_s(gpus: I32, supply: int) -> BOOL:
+def tier_s(gpus: NDArray[Any], supply: int) -> BOOL:
     """Tier S, ARCHITECTURE.md §Clearing step 4: what is left goes to the highest remaining bids per GPU
     (given in market order), first-fit by count."""
     return first_fit(np.zeros(gpus.shape[0], dtype=np.int64), gpus, np.array([max(supply, 0)]))
