@@ -125,7 +125,9 @@ def place_size_class(floor: Floor, ix: I64, f: I64, k: int, rows: I64) -> int:
     first = np.cumsum(per) - per
     rank = np.arange(n) - np.repeat(first, per)[:n]
     node = ix[local]
-    floor.record(rows[:n], node, np.full(n, k, dtype=np.int64), floor.initial_free[node] - f[local] + k * rank)
+    floor.record(
+        rows[:n], node, np.full(n, k, dtype=np.int64), floor.initial_free[node] - f[local] + k * rank
+    )
     f -= np.bincount(local, minlength=f.shape[0]) * k
     return n
 

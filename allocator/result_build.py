@@ -66,8 +66,16 @@ def winners(state: RoundState, spot: I64) -> Winners:
     hold = np.asarray(hold_of(per, price, bids.max_s[rows]), dtype=np.int64)
     ptr = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
     return Winners(
-        bids.job[rows], rows, bids.tenant[rows], tier.astype(np.int8), gtype.astype(np.int32),
-        price.astype(np.int64), hold, ptr, node.astype(np.int32), slot.astype(np.int32),
+        bids.job[rows],
+        rows,
+        bids.tenant[rows],
+        tier.astype(np.int8),
+        gtype.astype(np.int32),
+        price.astype(np.int64),
+        hold,
+        ptr,
+        node.astype(np.int32),
+        slot.astype(np.int32),
     )
 
 
