@@ -106,9 +106,13 @@ class Engine:
     def _reject_unaffordable(self, now: int) -> None:
         """A tenant's balance never grows, so a job it cannot pay for even at the reserve never runs."""
         state = self.state
+        if not (state.budget_micro >= 0).any():
+            return  # nobody has a budget: nothing to check (the Philly traces)
         available: dict[int, int | None] = {}
         for job in list(state.waiting):
             tenant = int(state.jobs.tenant[job])
+            if not state.limited(tenant):
+                continue
             if tenant not in available:
                 available[tenant] = state.available_micro(tenant)
             balance = available[tenant]
