@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-import allocator
 from allocator.sim.cli import main
 
 from .conftest import Write, one_node_toml
@@ -28,7 +27,7 @@ CSV = "job_id,submit_s,tenant,gpus,duration_s\n" + "\n".join(
 
 
 def test_every_policy_side_by_side(write: Write, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    policies = ["static", "pooled-fifo"] + (["market", "pure-auction"] if hasattr(allocator, "clear") else [])
+    policies = ["static", "pooled-fifo", "market", "pure-auction"]
     path = write(one_node_toml(TENANTS), CSV)
     out = tmp_path / "out"
     stdout = io.StringIO()
@@ -44,3 +43,20 @@ def test_every_policy_side_by_side(write: Write, tmp_path: Path, capsys: pytest.
     for name in ("utilization", "tenants", "prices", "queue_cdf"):
         assert (out / f"{name}.png").stat().st_size > 1000
     assert capsys.readouterr().err == ""  # --quiet: no progress bar
+
+
+def test_manage_py_simulate_forwards_to_the_simulator(write: Write, tmp_path: Path) -> None:
+    """The Django command is the documented door; it must reach the same code and report input errors."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DEBUG": "1", "GPUMARKET_VAR_DIR": str(tmp_path / "var")}
+    path = write(one_node_toml(TENANTS), CSV)
+    cmd = [sys.executable, str(root / "manage.py"), "simulate", str(path), "--policy", "market", "--quiet"]
+    done = subprocess.run([*cmd, "--no-plots"], env=env, capture_output=True, text=True, cwd=root)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[0])["completed"] == 16
+    bad = subprocess.run([*cmd[:3], str(tmp_path / "missing.toml")], env=env, capture_output=True, text=True)
+    assert bad.returncode != 0 and "missing.toml" in bad.stderr and "Traceback" not in bad.stderr
