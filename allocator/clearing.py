@@ -198,6 +198,7 @@ def place_all(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8]) -> BO
         floor.context = (TIER_S if group < 0 else group, t)
         placed[pos[pl.place_rows(floor, t, s.rows[pos], s.gpus[pos])]] = True
     tier[(tier == -1) & placed] = TIER_S
+    state.victim_cache.clear()  # entitlements of this type may have changed
     g_left = np.flatnonzero((tier == TIER_G) & ~placed)
     g_left = g_left[np.argsort(s.tenant[g_left], kind="stable")]  # tenant, then market order
     for at in g_left.tolist():
@@ -214,12 +215,15 @@ def serve_starving(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], 
     competes (selected by a tier, or bidding at least the posted price) is placed before everything else; if it
     does not fit, nodes are reserved for it (longest wait first, at most ``max_reservations`` per type)."""
     book, floor = state.book, state.floor
-    if not state.any_starving:
+    if not state.starving.any():
         return
-    waited = book.bids.waited[s.rows]
-    competitive = (tier >= 0) | ((tier == -1) & (s.price >= book.types.posted[t]))
-    starving = np.flatnonzero(competitive & (waited >= book.policy.starve_rounds))
-    starving = starving[np.argsort(-waited[starving], kind="stable")][: book.policy.max_reservations]
+    starving = np.flatnonzero(state.starving[s.rows])
+    competitive = (tier[starving] >= 0) | (
+        (tier[starving] == -1) & (s.price[starving] >= book.types.posted[t])
+    )
+    starving = starving[competitive]
+    waited = book.bids.waited[s.rows[starving]]
+    starving = starving[np.argsort(-waited, kind="stable")][: book.policy.max_reservations]
     for at in starving.tolist():
         row, k = int(s.rows[at]), int(s.gpus[at])
         floor.context = (TIER_S if tier[at] < 0 else int(tier[at]), t)

@@ -38,7 +38,9 @@ class Floor:
     log_node: list[I64] = field(default_factory=list)
     log_count: list[I64] = field(default_factory=list)
     log_offset: list[I64] = field(default_factory=list)
-    log_tier: list[I64] = field(default_factory=list)
+    log_tier: list[NDArray[np.int8]] = field(default_factory=list)
+    log_type: list[NDArray[np.int16]] = field(default_factory=list)
+    multi_node: bool = False  # some gang was logged on several nodes (several log entries)
     context: tuple[int, int] = (0, 0)  # (tier, GPU type) of the placements being made, logged with them
     explicit: list[tuple[int, int, I64, int]] = field(default_factory=list)
 
@@ -78,7 +80,8 @@ class Floor:
         self.log_node.append(node)
         self.log_count.append(count)
         self.log_offset.append(offset)
-        self.log_tier.append(np.full(rows.shape[0], self.context[0] * 256 + self.context[1], dtype=np.int64))
+        self.log_tier.append(np.full(rows.shape[0], self.context[0], dtype=np.int8))
+        self.log_type.append(np.full(rows.shape[0], self.context[1], dtype=np.int16))
 
     def log(self, rows: I64, node: I64, count: I64) -> None:
         """Record placements and take their GPUs (``node`` entries of one call are grouped by node)."""
@@ -173,6 +176,7 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
     if nodes.size == 0:
         return False
     order = np.argsort(nodes, kind="stable")
+    floor.multi_node = floor.multi_node or nodes.size > 1
     floor.log(np.full(nodes.size, row, dtype=np.int64)[order], nodes[order], take[order])
     return True
 
@@ -236,12 +240,12 @@ def _prefix_free(floor: Floor) -> BOOL:
     return np.asarray(first_busy >= floor.initial_free, dtype=np.bool_)
 
 
-def slots_of_log(floor: Floor) -> tuple[I64, I64, I64, I64, I64]:
-    """Expand the log into (bid row, GPUs, tier * 256 + type per entry; node, slot per GPU), in log order.
+def slots_of_log(floor: Floor) -> tuple[I64, I64, NDArray[np.int8], NDArray[np.int16], I64, I64]:
+    """Expand the log into (bid row, GPUs, tier, type per entry; node, slot per GPU), in log order.
     A node's free slots are handed out in ascending slot order, in the order gangs landed on it."""
     if not floor.log_row:
         z = np.zeros(0, dtype=np.int64)
-        return z, z, z, z, z
+        return z, z, z.astype(np.int8), z.astype(np.int16), z, z
     row = np.concatenate(floor.log_row)
     node = np.concatenate(floor.log_node)
     count = np.concatenate(floor.log_count)
@@ -259,7 +263,7 @@ def slots_of_log(floor: Floor) -> tuple[I64, I64, I64, I64, I64]:
         ptr[sub + 1] = floor.initial_free[sub]
         ptr = np.cumsum(ptr)
         slot[at] = free_slot[ptr[gnode[at]] + slot[at]]
-    return row, count, np.concatenate(floor.log_tier), gnode, slot
+    return row, count, np.concatenate(floor.log_tier), np.concatenate(floor.log_type), gnode, slot
 
 
 def reserve_for(floor: Floor, t: int, k: int) -> I64:

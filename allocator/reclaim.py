@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S
-from allocator.segments import first_fit
+from allocator.segments import first_fit, seg_cumsum, segment_starts
 from allocator.state import RoundState
 
 I64 = NDArray[np.int64]
@@ -35,9 +35,17 @@ def retier(state: RoundState) -> None:
 def victim_order(state: RoundState, t: int, claimant: int) -> I64:
     """Who may be preempted for a guarantee, ARCHITECTURE.md §Clearing step 6, in order: tier S leases, then
     tier B leases of the tenant furthest above its entitlement; never tier G, never a non-preemptible lease,
-    never one younger than the minimum runtime (youngest first otherwise, then lease id)."""
+    never one younger than the minimum runtime (youngest first otherwise, then lease id); never the claimant's."""
+    if t not in state.victim_cache:
+        state.victim_cache[t] = _victims(state, t)
+    rows = state.victim_cache[t]
+    out: I64 = rows[state.book.leases.tenant[rows] != claimant]
+    return out
+
+
+def _victims(state: RoundState, t: int) -> I64:
     ls, book = state.book.leases, state.book
-    ok = (~state.preempted) & (ls.gpu_type == t) & ls.preemptible & (ls.tenant != claimant)
+    ok = (~state.preempted) & (ls.gpu_type == t) & ls.preemptible
     ok &= (state.lease_tier == TIER_S) | (state.lease_tier == TIER_B)
     ok &= book.now - ls.start >= book.policy.min_runtime_s
     rows = np.flatnonzero(ok)
@@ -47,22 +55,21 @@ def victim_order(state: RoundState, t: int, claimant: int) -> I64:
 
 
 def _plan_node(state: RoundState, t: int, node: int, k: int, victims: I64) -> tuple[int, list[int]] | None:
-    """Greedy victims on one node: (GPUs preempted, lease rows), or None when the gang still cannot fit."""
+    """Greedy victims on one node, in victim order: (GPUs preempted, lease rows), or None when the gang still
+    cannot fit. A victim is skipped when taking it would leave its tenant below its own guarantee."""
     ls, q = state.book.leases, state.book.tenants.guarantee
     have = int(state.floor.free[node])
-    total = state.held[:, :, t].sum(
-        axis=1
-    )  # held before this round, less earlier preemptions; wins not counted
     taken: dict[int, int] = {}
     chosen: list[int] = []
     cost = 0
     for v in victims.tolist():
         if have >= k:
             break
-        on_node = int((ls.slot_node[ls.slot_ptr[v] : ls.slot_ptr[v + 1]] == node).sum())
-        m, g = int(ls.tenant[v]), int(ls.gpus[v])
-        if on_node == 0 or total[m] - taken.get(m, 0) - g < q[m, t]:
-            continue  # never below the victim's own guarantee
+        span = slice(int(ls.slot_ptr[v]), int(ls.slot_ptr[v + 1]))
+        on_node = int((ls.slot_node[span] == node).sum())
+        m, g = int(ls.tenant[v]), span.stop - span.start
+        if on_node == 0 or int(state.held[m, :, t].sum()) - taken.get(m, 0) - g < q[m, t]:
+            continue  # held counts what the tenant had before the round, less earlier preemptions
         taken[m] = taken.get(m, 0) + g
         chosen.append(v)
         have += on_node
@@ -70,33 +77,47 @@ def _plan_node(state: RoundState, t: int, node: int, k: int, victims: I64) -> tu
     return (cost, chosen) if have >= k else None
 
 
+def _candidate_nodes(state: RoundState, k: int, victims: I64) -> I64:
+    """Nodes where preempting victims (in order) could make room for a gang of k, cheapest first (GPUs freed
+    on the node until it fits, then node index); a screen for ``_plan_node``."""
+    ls, floor = state.book.leases, state.floor
+    counts = ls.slot_ptr[victims + 1] - ls.slot_ptr[victims]
+    starts = np.repeat(ls.slot_ptr[victims] - (np.cumsum(counts) - counts), counts)
+    node = ls.slot_node[starts + np.arange(starts.shape[0])].astype(np.int64)
+    order = np.argsort(node, kind="stable")  # by node, victims still in order
+    node = node[order]
+    freed = seg_cumsum(node, np.ones(node.shape[0], dtype=np.int64))
+    enough = (freed + floor.free[node] >= k) & ~floor.reserved[node]
+    at = np.flatnonzero(enough & segment_starts(np.where(enough, node, -1 - node)))
+    return node[at[np.lexsort((node[at], freed[at]))]]
+
+
 def reclaim_for(state: RoundState, t: int, row: int) -> bool:
     """Reclaim, ARCHITECTURE.md §Clearing step 6: preempt the cheapest set of eligible victims that lets the
     gang ``row`` (within its tenant's guarantee) fit on one node; place it there. False when impossible."""
     bids, ls, floor = state.book.bids, state.book.leases, state.floor
     k, m = int(bids.gpus[row]), int(bids.tenant[row])
-    if k > floor.max_cap[t]:
-        return False  # whole-node gangs are not restored by preemption; counted by the caller
+    if k > floor.max_cap[t] or state.reclaim_failed.get((m, t), k + 1) <= k:
+        return False  # whole-node gangs are not restored by preemption; a failure stays a failure this round
     victims = victim_order(state, t, m)
-    if victims.size == 0:
-        return False
-    nodes = np.unique(
-        ls.slot_node[np.concatenate([np.arange(ls.slot_ptr[v], ls.slot_ptr[v + 1]) for v in victims])]
-    )
-    best: tuple[int, int, list[int]] | None = None
-    for node in nodes[~floor.reserved[nodes]].tolist():
-        plan = _plan_node(state, t, node, k, victims)
-        if plan is not None and (best is None or plan[0] < best[0]):
-            best = (plan[0], node, plan[1])
+    best: tuple[int, list[int]] | None = None
+    for node in _candidate_nodes(state, k, victims).tolist() if victims.size else []:
+        on_node = victims[np.isin(victims, ls.slot_owner[ls.slot_node == node])]
+        plan = _plan_node(state, t, node, k, on_node)
+        if plan is not None:
+            best = (node, plan[1])
+            break
     if best is None:
+        state.reclaim_failed[(m, t)] = min(k, state.reclaim_failed.get((m, t), k))
         return False
-    _, node, chosen = best
+    node, chosen = best
+    state.victim_cache.clear()  # held and preempted change below
     extra = []
     for v in chosen:
+        span = slice(int(ls.slot_ptr[v]), int(ls.slot_ptr[v + 1]))
         state.preempted[v] = True
         state.preempted_for[v] = int(bids.job[row])
-        state.held[ls.tenant[v], state.lease_tier[v], t] -= ls.gpus[v]
-        span = slice(ls.slot_ptr[v], ls.slot_ptr[v + 1])
+        state.held[ls.tenant[v], state.lease_tier[v], t] -= span.stop - span.start
         extra.append(np.sort(ls.slot_idx[span][ls.slot_node[span] == node]))
     from_free = min(int(floor.free[node]), k)
     floor.take_explicit(

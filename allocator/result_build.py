@@ -31,8 +31,8 @@ def posted_prices(state: RoundState) -> I64:
     """Posted price update, ARCHITECTURE.md §Clearing step 7: demand is every GPU asked at or above p in the
     type, supply the GPUs free in it at the start of the round."""
     book = state.book
-    at_p = book.bids.limit >= book.types.posted[None, :]
-    demand = (at_p * book.bids.gpus[:, None].astype(np.int64)).sum(axis=0)
+    limit, gpus = book.bids.limit, book.bids.gpus
+    demand = np.array([int(gpus[limit[:, t] >= book.types.posted[t]].sum()) for t in range(len(book.types))])
     supply = np.bincount(book.nodes.gpu_type, weights=book.nodes.free_count, minlength=len(book.types))
     t = book.types
     return next_posted(
@@ -40,21 +40,23 @@ def posted_prices(state: RoundState) -> I64:
     )
 
 
-def _placements(state: RoundState) -> tuple[I64, I64, I64, I64, I64, I64]:
+def _placements(state: RoundState) -> tuple[I64, I64, NDArray[np.int8], NDArray[np.int16], I64, I64]:
     """(winner bid rows, GPUs, tier, type per winner; node, slot per GPU), winners in placement order."""
-    row, count, kind, node, slot = slots_of_log(state.floor)
+    row, count, tier, gtype, node, slot = slots_of_log(state.floor)
     ex = state.floor.explicit
     if ex:
         sizes = [e[2].size for e in ex]
         row = np.concatenate([row, np.array([e[0] for e in ex], dtype=np.int64)])
         count = np.concatenate([count, np.array(sizes, dtype=np.int64)])
-        kind = np.concatenate([kind, np.array([TIER_G * 256 + e[3] for e in ex], dtype=np.int64)])
+        tier = np.concatenate([tier, np.full(len(ex), TIER_G, dtype=np.int8)])
+        gtype = np.concatenate([gtype, np.array([e[3] for e in ex], dtype=np.int16)])
         node = np.concatenate([node, np.repeat(np.array([e[1] for e in ex], dtype=np.int64), sizes)])
         slot = np.concatenate([slot, *[e[2] for e in ex]])
+    if not state.floor.multi_node:  # one log entry per winner
+        return row, count, tier, gtype, node, slot
     first = segment_starts(row)
     per = np.add.reduceat(count, np.flatnonzero(first)) if row.size else count
-    kind = kind[first]
-    return row[first], per, kind // 256, kind % 256, node, slot
+    return row[first], per, tier[first], gtype[first], node, slot
 
 
 def winners(state: RoundState, spot: I64) -> Winners:
@@ -62,7 +64,7 @@ def winners(state: RoundState, spot: I64) -> Winners:
     bids, types = state.book.bids, state.book.types
     rows, per, tier, gtype, node, slot = _placements(state)
     table = np.stack([types.reserve, types.posted, spot]).ravel()  # tier G, B, S by type
-    price = table[tier * len(types) + gtype]
+    price = table[tier.astype(np.int64) * len(types) + gtype]
     hold = np.asarray(hold_of(per, price, bids.max_s[rows]), dtype=np.int64)
     ptr = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
     return Winners(

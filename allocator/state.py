@@ -34,7 +34,7 @@ class RoundState:
     preempted: BOOL
     preempted_for: I64
     won_bid: BOOL
-    any_starving: bool
+    starving: BOOL  # per bid: waited at least starve_rounds
     reason: I8
     reason_type: I32
     figure: I64
@@ -45,6 +45,10 @@ class RoundState:
     counters: dict[str, int] = field(default_factory=dict)
     reserved_jobs: list[tuple[int, int]] = field(default_factory=list)
     retiered: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    reclaim_failed: dict[tuple[int, int], int] = field(
+        default_factory=dict
+    )  # (tenant, type) -> smallest gang
+    victim_cache: dict[int, I64] = field(default_factory=dict)  # type -> victim order (reclaim)
 
     @classmethod
     def start(cls, book: Book) -> RoundState:
@@ -60,7 +64,7 @@ class RoundState:
             preempted=np.zeros(n_leases, dtype=np.bool_),
             preempted_for=np.full(n_leases, -1, dtype=np.int64),
             won_bid=np.zeros(n_bids, dtype=np.bool_),
-            any_starving=bool((book.bids.waited >= book.policy.starve_rounds).any()),
+            starving=book.bids.waited >= book.policy.starve_rounds,
             reason=np.zeros(n_bids, dtype=np.int8),
             reason_type=np.full(n_bids, -1, dtype=np.int32),
             figure=np.zeros(n_bids, dtype=np.int64),

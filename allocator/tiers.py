@@ -31,10 +31,20 @@ def preference_order(bids: Bids, types: GpuTypes) -> I32:
     eligible = bids.limit >= types.reserve[None, :]
     if bids.limit.shape[1] == 1:
         return np.where(eligible, 0, -1).astype(np.int32)
-    key = np.where(eligible, types.posted[None, :] - bids.limit, np.iinfo(np.int64).max)
-    order = np.argsort(key, axis=1, kind="stable")
-    ok = np.take_along_axis(eligible, order, axis=1)
-    return np.where(ok, order, -1).astype(np.int32)
+    n, n_types = bids.limit.shape
+    limit_t = np.ascontiguousarray(bids.limit.T)
+    ok_t = limit_t >= types.reserve[:, None]
+    key = np.where(ok_t, types.posted[:, None] - limit_t, np.iinfo(np.int64).max)  # one row per type
+    flat = np.full(n * n_types, -1, dtype=np.int32)
+    base = np.arange(n, dtype=np.int64) * n_types
+    for j in range(n_types):  # rank of type j in each bid's order: how many types come before it (T is small)
+        rank = np.zeros(n, dtype=np.int64)
+        for i in range(n_types):
+            if i != j:
+                rank += (key[i] < key[j]) if i > j else (key[i] <= key[j])
+        flat[base + rank] = np.where(ok_t[j], j, -1)
+    # ineligible types sort last (their key is the maximum), so -1 pads the end of each row
+    return flat.reshape(n, n_types)
 
 
 def tie_rank(bids: Bids) -> I64:

@@ -15,7 +15,7 @@ from allocator.alloc_books import Shape, make_book, shapes
 from allocator.invariants import CHECKS, check
 from allocator.result_json import result_from_json
 
-FAST = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @FAST
@@ -45,7 +45,7 @@ def test_json_round_trips_keep_the_result(shape: Shape) -> None:
     assert check(book, read) == []
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(shapes(max_types=1, rich=True))
 def test_raising_a_winning_bid_never_makes_it_lose(shape: Shape) -> None:
     """Within a pool (one GPU type, budgets that do not bind), a winner that bids more still wins."""
