@@ -40,6 +40,12 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise BookError(where, "must be an object mapping GPU type names to counts")
+    return value
+
+
 def _index(names: Sequence[str], where: str) -> dict[str, int]:
     index: dict[str, int] = {}
     for i, name in enumerate(names):
@@ -148,10 +154,10 @@ def tenants_from_json(rows: Any, type_ix: Mapping[str, int], held_by_leases: np.
             if g is None
             else _int(g, f"{at}.guardrail", minimum=0, what="a non-negative integer or null")
         )
-        for tname, q in dict(_get(r, "guarantee", at, {})).items():
+        for tname, q in _mapping(_get(r, "guarantee", at, {}), f"{at}.guarantee").items():
             t = _name(tname, type_ix, f"{at}.guarantee", "GPU type")
             guarantee[i, t] = _int(q, f"{at}.guarantee.{tname}", minimum=0, what="a non-negative integer")
-        for tname, tiers in dict(_get(r, "held", at, {})).items():
+        for tname, tiers in _mapping(_get(r, "held", at, {}), f"{at}.held").items():
             t = _name(tname, type_ix, f"{at}.held", "GPU type")
             for k, tier in enumerate(TIER_NAMES):
                 held[i, k, t] = _int(

@@ -29,8 +29,18 @@ def _load(path: str, what: str) -> Any:
         ) from None
 
 
+def _book(path: str) -> Book:
+    data = _load(path, "book")
+    try:
+        return Book.from_json(data)
+    except BookError:
+        raise
+    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:  # a shape the parser did not foresee
+        raise BookError("book", f"malformed ({type(exc).__name__}: {exc})") from None
+
+
 def cmd_clear(args: argparse.Namespace) -> int:
-    book = Book.from_json(_load(args.book, "book"))
+    book = _book(args.book)
     json.dump(
         clear(book).to_json(),
         sys.stdout,
@@ -42,7 +52,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    book = Book.from_json(_load(args.book, "book"))
+    book = _book(args.book)
     result = result_from_json(_load(args.result, "result"), book)
     violations = check(book, result)
     for v in violations:

@@ -136,3 +136,21 @@ def test_bids_from_rows_and_direct_construction_errors() -> None:
 def test_hold_is_integer_ceiling() -> None:
     assert int(hold_of(2, 3 * MICRO, 1800)) == 3 * MICRO
     assert int(hold_of(1, 1, 1)) == 1  # 1/3600 of a micro-credit rounds up
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda b: b["tenants"][0].update(guarantee="lots"),
+        lambda b: b["tenants"][0].update(held=[1]),
+        lambda b: b["nodes"][0].update(free="all"),
+        lambda b: b["bids"].append("not a bid"),
+        lambda b: b.update(gpu_types={"h100": 1}),
+        lambda b: b["bids"][0].update(limits={"h100": 10**30}),
+    ],
+)
+def test_odd_shapes_are_errors_not_tracebacks(tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any) -> None:
+    data = small_book()
+    mutate(data)
+    assert main(["clear", write(tmp_path, "book.json", data)]) == 2
+    assert capsys.readouterr().err.startswith("error: ")
