@@ -88,8 +88,8 @@ class Slate:
 
 def row_prices(bids: Bids, rows: I64, choice: NDArray[np.int32]) -> I64:
     """Limit price of every bid in the type it tries this pass (indexed by bid row; 0 outside ``rows``)."""
-    if rows.size == len(bids) and bids.limit.shape[1] == 1:
-        return bids.limit[:, 0]
+    if bids.limit.shape[1] == 1:
+        return np.ascontiguousarray(bids.limit[:, 0])  # outside ``rows`` the price is never read
     price = np.zeros(len(bids), dtype=np.int64)
     price[rows] = bids.limit[rows, choice[rows]]
     return price
@@ -105,8 +105,10 @@ def slate_of(state: RoundState, rows: I64, price: I64) -> Slate:
 
 def spend_bound(bids: Bids, rows: I64, price: I64, n_tenants: int) -> NDArray[np.float64]:
     """What each tenant's bids of this pass would hold at their limit prices, in floats (a screen only)."""
-    if rows.size == len(bids):
-        g, p, m, t = bids.gpus, price, bids.max_s, bids.tenant
+    if rows.size * 2 > len(bids):  # most bids: no gathers, zero weight outside ``rows``
+        inside = np.zeros(len(bids), dtype=np.bool_)
+        inside[rows] = True
+        g, p, m, t = np.where(inside, bids.gpus, 0), price, bids.max_s, bids.tenant
     else:
         g, p, m, t = bids.gpus[rows], price[rows], bids.max_s[rows], bids.tenant[rows]
     out = np.asarray(np.bincount(t, weights=g * (p * (m / 3600.0)), minlength=n_tenants), dtype=np.float64)

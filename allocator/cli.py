@@ -35,7 +35,13 @@ def _book(path: str) -> Book:
         return Book.from_json(data)
     except BookError:
         raise
-    except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:  # a shape the parser did not foresee
+    except (
+        TypeError,
+        ValueError,
+        KeyError,
+        IndexError,
+        OverflowError,
+    ) as exc:  # a shape the parser did not foresee
         raise BookError("book", f"malformed ({type(exc).__name__}: {exc})") from None
 
 

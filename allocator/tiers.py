@@ -69,13 +69,17 @@ def market_order(rows: I64, price: I64, rank: I64) -> I64:
     if rows.size == 0:
         return rows
     p = price[rows]
-    span = int(p.max() - p.min()) + 1
+    top, span = int(p.max()), int(p.max() - p.min()) + 1
     n = int(rank.shape[0]) + 1
-    if span < (1 << 62) // n:
-        identity = rows.shape[0] == rank.shape[0]  # every bid, rows == arange
-        key = (int(p.max()) - p) * n + (rank if identity else rank[rows])
-        return np.argsort(key) if identity else rows[np.argsort(key)]
-    return rows[np.lexsort((rank[rows], -p))]
+    if span >= (1 << 62) // (n + 1):
+        return rows[np.lexsort((rank[rows], -p))]
+    if rows.size * 2 < rank.shape[0]:
+        return rows[np.argsort((top - p) * n + rank[rows])]
+    # most bids: key every bid (no gathers), those outside ``rows`` last, and cut them off
+    inside = np.zeros(rank.shape[0], dtype=np.bool_)
+    inside[rows] = True
+    key = np.where(inside, (top - price) * n + rank, np.iinfo(np.int64).max)
+    return np.argsort(key)[: rows.size]
 
 
 def group_by_tenant(tenant: I32, n_tenants: int) -> I64:
