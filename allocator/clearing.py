@@ -68,13 +68,13 @@ class Slate:
 
     rows: I64
     price: I64
-    gpus: I64
+    gpus: I32
     tenant: I32
     ten: I64
     ten_tenant: I32  # tenant[ten]: each tenant id repeated as often as it bids
 
     @classmethod
-    def of(cls, rows: I64, price: I64, gpus: I64, tenant: I32, n_tenants: int) -> Slate:
+    def of(cls, rows: I64, price: I64, gpus: I32, tenant: I32, n_tenants: int) -> Slate:
         ten_tenant = np.repeat(np.arange(n_tenants, dtype=np.int32), np.bincount(tenant, minlength=n_tenants))
         return cls(rows, price, gpus, tenant, group_by_tenant(tenant, n_tenants), ten_tenant)
 
@@ -100,7 +100,7 @@ def slate_of(state: RoundState, rows: I64, price: I64) -> Slate:
     bids, n_tenants = state.book.bids, len(state.book.tenants)
     order = market_order(rows, price, state.rank)
     tenant = bids.tenant[order]
-    return Slate.of(order, price[order], bids.gpus[order].astype(np.int64), tenant, n_tenants)
+    return Slate.of(order, price[order], bids.gpus[order], tenant, n_tenants)
 
 
 def spend_bound(bids: Bids, rows: I64, price: I64, n_tenants: int) -> NDArray[np.float64]:
@@ -177,8 +177,9 @@ def clear_type(state: RoundState, t: int, s: Slate, admitted: BOOL | None, *, fi
     if first:
         cand = np.flatnonzero(((tier == -1) & (s.price >= book.types.posted[t]))[s.ten])
         b_take, state.share[:, t] = tier_b(tt[cand], tg[cand], book.tenants.weight, max(supply, 0))
-        tier[s.ten[cand[b_take]]] = TIER_B
-        supply -= int(tg[cand[b_take]].sum())
+        b_sel = cand[b_take]
+        tier[s.ten[b_sel]] = TIER_B
+        supply -= int(tg[b_sel].sum())
     rest = np.flatnonzero(tier == -1)
     tier[rest[tier_s(s.gpus[rest], supply)]] = TIER_S
     placed = place_all(state, t, s, tier)

@@ -13,6 +13,7 @@ searchsorted over nodes sorted by (free, index), not a loop over gangs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -181,7 +182,7 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
     return True
 
 
-def place_rows(floor: Floor, t: int, rows: I64, size: I64) -> BOOL:
+def place_rows(floor: Floor, t: int, rows: I64, size: NDArray[np.integer[Any]]) -> BOOL:
     """Placement of one group of gangs (``rows`` in priority order, gang sizes ``size``), largest gangs first;
     returns the placed mask."""
     placed = np.zeros(rows.shape[0], dtype=np.bool_)

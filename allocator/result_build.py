@@ -32,7 +32,12 @@ def posted_prices(state: RoundState) -> I64:
     type, supply the GPUs free in it at the start of the round."""
     book = state.book
     limit, gpus = book.bids.limit, book.bids.gpus
-    demand = np.array([int(gpus[limit[:, t] >= book.types.posted[t]].sum()) for t in range(len(book.types))])
+    demand = np.array(
+        [
+            int(gpus.sum(where=limit[:, t] >= book.types.posted[t], dtype=np.int64))
+            for t in range(len(book.types))
+        ]
+    )
     supply = np.bincount(book.nodes.gpu_type, weights=book.nodes.free_count, minlength=len(book.types))
     t = book.types
     return next_posted(
