@@ -60,7 +60,7 @@ def _check_leases(book: Book) -> None:
         raise BookError("leases.gpus", "a GPU is held by two leases")
     held = np.zeros_like(book.tenants.held)
     np.add.at(held, (leases.tenant[owner], leases.tier[owner], leases.gpu_type[owner]), 1)
-    short = (book.tenants.held < held).reshape(len(book.tenants), -1).any(axis=1)
+    short = (book.tenants.held < held).any(axis=(1, 2))
     if short.any():
         raise BookError(
             f"tenants[{int(np.argmax(short))}].held", "is less than the GPUs of its listed leases"

@@ -338,3 +338,26 @@ def test_clearing_rules(case: Case) -> None:
         assert by_job[job].gpu_type == gpu
     for job, nodes in case.want_nodes.items():
         assert {n for n, _ in by_job[job].gpus} == nodes
+
+
+EDGE_BOOKS = {
+    "no nodes": book([], [tenant("a")], bids("a", 2, first_job=1)),
+    "no tenants and no bids": book([node("n0")], [], []),
+    "no bids": book([node("n0")], [tenant("a", balance=0)], []),
+    "a type without nodes": book(
+        [node("n0")],
+        [tenant("a")],
+        [{"job": 1, "tenant": "a", "gpus": 1, "limits": {"a100": 5 * MICRO}, "max_hours": 1}],
+    ),
+    "a gang larger than the cluster": book(
+        [node("n0")], [tenant("a")], bids("a", 1, first_job=1, gpus=64, waited=9)
+    ),
+}
+
+
+@pytest.mark.parametrize("doc", EDGE_BOOKS.values(), ids=EDGE_BOOKS.keys())
+def test_edge_books_clear_cleanly(doc: dict[str, Any]) -> None:
+    b = Book.from_json(doc)
+    result = clear(b)
+    assert check(b, result) == []
+    assert len(result.winners) + len(result.losers) == len(b.bids)
