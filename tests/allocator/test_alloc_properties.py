@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 
 from allocator import Book, clear
-from allocator.alloc_books import Shape, make_book, shapes
+from alloc_books import Shape, make_book, shapes
 from allocator.invariants import CHECKS, check
 from allocator.result_json import result_from_json
 
