@@ -149,7 +149,9 @@ def test_hold_is_integer_ceiling() -> None:
         lambda b: b["bids"][0].update(limits={"h100": 10**30}),
     ],
 )
-def test_odd_shapes_are_errors_not_tracebacks(tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any) -> None:
+def test_odd_shapes_are_errors_not_tracebacks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mutate: Any
+) -> None:
     data = small_book()
     mutate(data)
     assert main(["clear", write(tmp_path, "book.json", data)]) == 2

@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from alloc_books import Shape, make_book, shapes
 from hypothesis import HealthCheck, given, settings
 
 from allocator import Book, clear
-from alloc_books import Shape, make_book, shapes
 from allocator.invariants import CHECKS, check
 from allocator.result_json import result_from_json
 
