@@ -222,16 +222,6 @@ def largest_fit(floor: Floor, t: int) -> int:
     return max(single, int(per.max()))
 
 
-def fits(floor: Floor, t: int, k: NDArray[np.int32]) -> BOOL:
-    """Would each gang size in ``k`` fit type ``t`` now (one node if k fits a node, else whole nodes)?"""
-    ix = open_nodes(floor, t)
-    if ix.size == 0:
-        return np.zeros(k.shape[0], dtype=np.bool_)
-    single = int(floor.free[ix].max())
-    multi = largest_fit(floor, t)
-    return np.where(k <= floor.max_cap[t], k <= single, k <= multi)
-
-
 def _prefix_free(floor: Floor) -> BOOL:
     """True for nodes whose free slots are exactly 0 .. free-1."""
     free = floor.nodes.free

@@ -16,8 +16,6 @@ I32 = NDArray[np.int32]
 I8 = NDArray[np.int8]
 BOOL = NDArray[np.bool_]
 
-NOT_WON = -1
-
 
 @dataclass
 class RoundState:

@@ -147,7 +147,3 @@ def next_posted(posted: I64, reserve: I64, cap: I64, demand: I64, supply: I64, s
     if step_bp == 0:
         moved = posted
     return np.clip(moved, reserve, cap).astype(np.int64)
-
-
-def as_i64(x: Any) -> I64:
-    return np.asarray(x, dtype=np.int64)
