@@ -10,7 +10,7 @@ MAX_AMOUNT = 10**15  # one billion credits
 
 
 class AmountError(ValueError):
-    pass
+    """An amount that is not a whole number of micro-credits; the message says why."""
 
 
 def parse_credits(value: object) -> int:

@@ -18,6 +18,20 @@ from allocator.sim.state import SimState
 
 Write = Callable[[str, str], Path]
 
+# Two tenants with equal guarantees and weights, and the jobs file header, shared by the policy tests.
+HEADER = "job_id,submit_s,tenant,gpus,duration_s"
+TWO = """
+[[tenants]]
+name = "a"
+guaranteed = { gpu = 4 }
+weight = 1
+
+[[tenants]]
+name = "b"
+guaranteed = { gpu = 4 }
+weight = 1
+"""
+
 
 def one_node_toml(tenants: str, gpus: int = 8, extra: str = "") -> str:
     """A scenario with one pool of one node; `tenants` is the [[tenants]] tables."""

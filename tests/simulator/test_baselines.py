@@ -7,20 +7,7 @@ import pytest
 from allocator.sim.scenario import MICRO
 from allocator.sim.state import DONE, REJECTED
 
-from .conftest import Replay, job, one_node_toml
-
-HEADER = "job_id,submit_s,tenant,gpus,duration_s"
-TWO = """
-[[tenants]]
-name = "a"
-guaranteed = { gpu = 4 }
-weight = 1
-
-[[tenants]]
-name = "b"
-guaranteed = { gpu = 4 }
-weight = 1
-"""
+from .conftest import HEADER, TWO, Replay, job, one_node_toml
 
 
 @pytest.mark.parametrize("policy", ["static", "pooled-fifo"])

@@ -10,22 +10,7 @@ import pytest
 import allocator
 from allocator.sim.state import DONE, REJECTED
 
-from .conftest import Replay, job, one_node_toml
-
-pytestmark = pytest.mark.skipif(not hasattr(allocator, "clear"), reason="allocator.clear not available yet")
-
-HEADER = "job_id,submit_s,tenant,gpus,duration_s"
-TWO = """
-[[tenants]]
-name = "a"
-guaranteed = { gpu = 4 }
-weight = 1
-
-[[tenants]]
-name = "b"
-guaranteed = { gpu = 4 }
-weight = 1
-"""
+from .conftest import HEADER, TWO, Replay, job, one_node_toml
 
 
 def rows(prefix: str, tenant: str, count: int, submit: int, duration: int) -> str:
