@@ -46,6 +46,7 @@ typecheck: install
 
 bench: install
 	$(PY) bench/clearing.py
+	$(PY) bench/simulate.py
 
 clean:
 	rm -rf $(VENV) var
