@@ -18,6 +18,11 @@ class Tenant(models.Model):
         default=1, help_text="Share of the excess relative to other tenants."
     )
     active = models.BooleanField(default=True)
+    guardrail = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="Most one round may hold for this tenant, micro-credits (empty: none).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

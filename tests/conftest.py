@@ -50,6 +50,35 @@ class World:
             client.credentials(HTTP_AUTHORIZATION=f"Bearer {issued.secret}")
         return client
 
+    def nodes(
+        self, gpu_type: GpuType, count: int, *, size: int = 8, domain: str = "d0", prefix: str = ""
+    ) -> list[Any]:
+        """`count` up nodes of `size` GPUs of `gpu_type` in topology `domain` (simulated GPU UUIDs)."""
+        from nodeagent.models import Gpu, Node
+
+        prefix = prefix or f"{gpu_type.name.lower()}-{domain}-"
+        start = Node.objects.filter(name__startswith=prefix).count()
+        made = []
+        for i in range(start, start + count):
+            node = Node.objects.create(name=f"{prefix}{i}", gpu_type=gpu_type, topology_domain=domain)
+            Gpu.objects.bulk_create(
+                Gpu(node=node, index=s, uuid=f"GPU-{node.name}-{s}", model=gpu_type.name, memory_mb=81920)
+                for s in range(size)
+            )
+            made.append(node)
+        return made
+
+    def fund(self, tenant: Tenant, credits: int) -> None:
+        """Top up `tenant` with whole credits (as the platform admin)."""
+        from market.services.ledger import ledger_topup
+
+        ledger_topup(
+            tenant=tenant,
+            amount=credits * 1_000_000,
+            key=f"fund:{tenant.slug}:{credits}:{id(object())}",
+            actor=self.admin,
+        )
+
 
 def _user(username: str, *, staff: bool = False) -> User:
     from accounts.models import User

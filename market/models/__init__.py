@@ -1,6 +1,8 @@
 """Market models, one module per concept; Django finds them all through this package."""
 
 from market.models.gpu_types import GpuType
+from market.models.jobs import LEASED_STATES, TERMINAL_STATES, Bid, Job, JobState
+from market.models.leases import LIVE_LEASE_STATES, EndReason, Lease, LeaseGpu, LeaseState
 from market.models.ledger import (
     Account,
     AccountKind,
@@ -10,5 +12,36 @@ from market.models.ledger import (
     JournalEntry,
     Posting,
 )
+from market.models.outbox import Command, CommandKind, CommandState
+from market.models.policy import MarketPolicy
+from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
 
-__all__ = ["Account", "AccountKind", "EntryKind", "GpuType", "Hold", "HoldState", "JournalEntry", "Posting"]
+__all__ = [
+    "DONE_STATES",
+    "LEASED_STATES",
+    "LIVE_LEASE_STATES",
+    "TERMINAL_STATES",
+    "Account",
+    "AccountKind",
+    "Bid",
+    "BidOutcome",
+    "Command",
+    "CommandKind",
+    "CommandState",
+    "EndReason",
+    "EntryKind",
+    "GpuType",
+    "Hold",
+    "HoldState",
+    "Job",
+    "JobState",
+    "JournalEntry",
+    "Lease",
+    "LeaseGpu",
+    "LeaseState",
+    "MarketPolicy",
+    "Posting",
+    "Round",
+    "RoundPrice",
+    "RoundState",
+]

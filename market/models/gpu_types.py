@@ -12,6 +12,8 @@ class GpuType(models.Model):
     memory_gb = models.PositiveIntegerField()
     reserve_price = models.BigIntegerField(help_text="Lowest price per GPU-hour, micro-credits.")
     max_price = models.BigIntegerField(help_text="Highest posted price per GPU-hour, micro-credits.")
+    # Set by each committed round (allocator step 7); null until the first, meaning the reserve price.
+    posted_price = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -26,3 +28,8 @@ class GpuType(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def current_posted(self) -> int:
+        """The posted price the next round starts from, within the current bounds."""
+        return min(max(self.posted_price or self.reserve_price, self.reserve_price), self.max_price)

@@ -1,0 +1,91 @@
+"""Jobs and their bids (ARCHITECTURE.md §Clearing, "Inputs")."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ALLOCATED = "allocated", "Allocated"
+    RUNNING = "running", "Running"
+    PREEMPTING = "preempting", "Preempting"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    EXPIRED = "expired", "Expired"
+
+
+# States a job never leaves.
+TERMINAL_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED)
+# States in which the job holds a live lease.
+LEASED_STATES = (JobState.ALLOCATED, JobState.RUNNING, JobState.PREEMPTING)
+
+
+class Job(models.Model):
+    """A gang of GPUs wanted for up to `max_seconds`, with a bid per acceptable GPU type.
+
+    `limits` is the current bid: an ordered list of `{"gpu_type": name, "limit": micro-credits per GPU-hour}`,
+    the first the most preferred. Every version, the first included, is kept in `Bid`; `bid_version` names
+    the current one. `submitted_at` is kept when a preempted job returns to PENDING, so it keeps its place.
+    """
+
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="jobs")
+    submitter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    command = models.TextField()
+    gpus = models.PositiveIntegerField()
+    max_seconds = models.PositiveIntegerField()
+    grace_seconds = models.PositiveIntegerField()
+    limits = models.JSONField()
+    bid_version = models.PositiveIntegerField(default=1)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
+    submitted_at = models.DateTimeField(default=timezone.now)
+    rounds_waited = models.PositiveIntegerField(default=0)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # Idempotent submit: the key the client sent, a digest of its body, and the response it got.
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    request_digest = models.CharField(max_length=64, blank=True)
+    first_response = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-submitted_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "submitted_at"], name="job_state_submitted"),
+            models.Index(fields=["tenant", "state"], name="job_tenant_state"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "idempotency_key"],
+                condition=~models.Q(idempotency_key=""),
+                name="job_tenant_idempotency_key",
+            ),
+            models.CheckConstraint(condition=models.Q(gpus__gte=1), name="job_gpus_positive"),
+            models.CheckConstraint(condition=models.Q(max_seconds__gte=1), name="job_max_seconds_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.name}"
+
+
+class Bid(models.Model):
+    """One version of a job's bid; amendments add a version, nothing is overwritten."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="bids")
+    version = models.PositiveIntegerField()
+    limits = models.JSONField()
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["job", "version"]
+        constraints = [models.UniqueConstraint(fields=["job", "version"], name="bid_job_version")]
+
+    def __str__(self) -> str:
+        return f"bid v{self.version} of job {self.job_id}"

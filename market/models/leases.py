@@ -1,0 +1,74 @@
+"""Leases: a job's claim on GPUs of one node, backed by a budget hold (ARCHITECTURE.md §Money)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class LeaseState(models.TextChoices):
+    ALLOCATED = "allocated", "Allocated"  # committed; the bind command waits in the outbox
+    RUNNING = "running", "Running"  # the agent reported the job started
+    STOPPING = "stopping", "Stopping"  # a preempt or release command was sent; the GPUs may be reassigned
+    ENDED = "ended", "Ended"  # settled
+
+
+LIVE_LEASE_STATES = (LeaseState.ALLOCATED, LeaseState.RUNNING)
+
+
+class EndReason(models.TextChoices):
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    PREEMPTED = "preempted", "Preempted"
+    EXPIRED = "expired", "Expired"
+    CANCELLED = "cancelled", "Cancelled"
+    NODE_LOST = "node_lost", "Node lost"
+
+
+class Lease(models.Model):
+    """GPUs of one node held for one job at one price. `hold_key` names its ledger hold."""
+
+    job = models.ForeignKey("market.Job", on_delete=models.PROTECT, related_name="leases")
+    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="leases")
+    round = models.ForeignKey("market.Round", on_delete=models.PROTECT, related_name="leases")
+    node = models.ForeignKey("nodeagent.Node", on_delete=models.PROTECT, related_name="leases")
+    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="leases")
+    tier = models.CharField(max_length=1)
+    preemptible = models.BooleanField()
+    price = models.BigIntegerField(help_text="Micro-credits per GPU-hour.")
+    gpus = models.PositiveIntegerField()
+    max_seconds = models.PositiveIntegerField()
+    grace_seconds = models.PositiveIntegerField()
+    hold_key = models.CharField(max_length=200, unique=True)
+    state = models.CharField(max_length=16, choices=LeaseState.choices, default=LeaseState.ALLOCATED)
+    started_at = models.DateTimeField()
+    running_at = models.DateTimeField(null=True, blank=True)
+    stop_requested_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=16, choices=EndReason.choices, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    charged = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [
+            models.Index(fields=["state"], name="lease_state"),
+            models.Index(fields=["tenant", "state"], name="lease_tenant_state"),
+        ]
+
+    def __str__(self) -> str:
+        return f"lease {self.pk} of job {self.job_id} ({self.state})"
+
+
+class LeaseGpu(models.Model):
+    """A GPU bound to a lease. `active` is cleared when the GPU is given to another lease or freed; the
+    partial unique index makes "no GPU bound twice" a database rule, not only the allocator's."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="lease_gpus")
+    gpu = models.ForeignKey("nodeagent.Gpu", on_delete=models.PROTECT, related_name="lease_gpus")
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["gpu"], condition=models.Q(active=True), name="lease_gpu_bound_once"
+            )
+        ]

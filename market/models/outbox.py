@@ -1,0 +1,40 @@
+"""The outbox: commands for node agents, written in the same transaction as the decision behind them."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class CommandKind(models.TextChoices):
+    BIND = "bind", "Bind"  # start the job on the lease's GPUs
+    PREEMPT = "preempt", "Preempt"  # SIGTERM, grace period, SIGKILL; the job returns to pending
+    RELEASE = "release", "Release"  # the same signals, for a cancelled or expired job
+
+
+class CommandState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    ACKED = "acked", "Acknowledged"
+
+
+class Command(models.Model):
+    """One command for one node. `fence` rises with every round, so an agent can refuse a command older
+    than one it has already applied; the id orders a node's commands (a preempt comes before the bind that
+    reuses its GPUs)."""
+
+    node = models.ForeignKey("nodeagent.Node", on_delete=models.PROTECT, related_name="commands")
+    lease = models.ForeignKey("market.Lease", on_delete=models.PROTECT, related_name="commands")
+    kind = models.CharField(max_length=16, choices=CommandKind.choices)
+    payload = models.JSONField()
+    fence = models.BigIntegerField()
+    state = models.CharField(max_length=16, choices=CommandState.choices, default=CommandState.PENDING)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    acked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["node", "state"], name="command_node_state")]
+        constraints = [models.UniqueConstraint(fields=["lease", "kind"], name="command_lease_kind")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} lease {self.lease_id} on {self.node_id}"

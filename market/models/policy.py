@@ -1,0 +1,29 @@
+"""Market-wide policy: one row, changed by platform admins through market.services.policy."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class MarketPolicy(models.Model):
+    """The knobs of the clearing and the rounds. Defaults mirror allocator.book.Policy and settings."""
+
+    singleton = models.PositiveSmallIntegerField(default=1, unique=True, editable=False)
+    round_seconds = models.PositiveIntegerField(help_text="Seconds between round starts.")
+    price_step_bp = models.PositiveIntegerField(default=500, help_text="Posted price step, basis points.")
+    min_runtime_s = models.PositiveIntegerField(default=600, help_text="A younger lease is never preempted.")
+    default_grace_s = models.PositiveIntegerField(default=120, help_text="SIGTERM to SIGKILL, by default.")
+    starve_rounds = models.PositiveIntegerField(
+        default=5, help_text="Rounds before a gang gets reserved nodes."
+    )
+    max_reservations = models.PositiveIntegerField(default=4, help_text="Nodes reserved per type at most.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "market policy"
+        constraints = [
+            models.CheckConstraint(condition=models.Q(singleton=1), name="market_policy_singleton")
+        ]
+
+    def __str__(self) -> str:
+        return "market policy"

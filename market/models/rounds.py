@@ -1,0 +1,89 @@
+"""Auction rounds, their prices and every bid's outcome (ARCHITECTURE.md §Rounds and workers)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class RoundState(models.TextChoices):
+    OPEN = "open", "Open"
+    FROZEN = "frozen", "Frozen"
+    CLEARED = "cleared", "Cleared"
+    COMMITTED = "committed", "Committed"
+    DISPATCHED = "dispatched", "Dispatched"
+    FAILED = "failed", "Failed"
+
+
+DONE_STATES = (RoundState.DISPATCHED, RoundState.FAILED)
+
+
+class Round(models.Model):
+    """One auction. `slot` (the period's start) is unique, so a second beat or a retried task for the same
+    period finds this row instead of starting another round. `book` is the frozen snapshot (zlib-compressed
+    allocator JSON), kept so that a round resumed by another worker clears exactly the same input."""
+
+    slot = models.DateTimeField(unique=True)
+    period_s = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=RoundState.choices, default=RoundState.OPEN)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    error = models.TextField(blank=True)
+    book = models.BinaryField(null=True, blank=True, editable=False)
+    digest = models.CharField(max_length=64, blank=True)
+    bids = models.PositiveIntegerField(default=0)
+    winners = models.PositiveIntegerField(default=0)
+    losers = models.PositiveIntegerField(default=0)
+    preemptions = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(default=0, help_text="Winners dropped at commit (job changed).")
+    gpus_free = models.PositiveIntegerField(default=0)
+    gpus_allocated = models.PositiveIntegerField(default=0)
+    counters = models.JSONField(default=dict)
+    clear_ms = models.PositiveIntegerField(null=True, blank=True)
+    commit_ms = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    frozen_at = models.DateTimeField(null=True, blank=True)
+    cleared_at = models.DateTimeField(null=True, blank=True)
+    committed_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-slot"]
+        indexes = [models.Index(fields=["state"], name="round_state")]
+
+    def __str__(self) -> str:
+        return f"round {self.pk} ({self.state})"
+
+
+class RoundPrice(models.Model):
+    """Prices of one GPU type in one round, micro-credits per GPU-hour. `spot` is null with no spot winner;
+    `next_posted` is what the round published for the next one."""
+
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="prices")
+    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="round_prices")
+    reserve = models.BigIntegerField()
+    posted = models.BigIntegerField()
+    spot = models.BigIntegerField(null=True, blank=True)
+    next_posted = models.BigIntegerField()
+
+    class Meta:
+        ordering = ["-round_id", "gpu_type__name"]
+        constraints = [models.UniqueConstraint(fields=["round", "gpu_type"], name="round_price_unique")]
+
+
+class BidOutcome(models.Model):
+    """What one round decided for one bid: won (tier, type, price) or lost (reason and its figure)."""
+
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="outcomes")
+    job = models.ForeignKey("market.Job", on_delete=models.CASCADE, related_name="outcomes")
+    bid_version = models.PositiveIntegerField()
+    won = models.BooleanField()
+    tier = models.CharField(max_length=1, blank=True)
+    gpu_type = models.ForeignKey(
+        "market.GpuType", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    price = models.BigIntegerField(null=True, blank=True)
+    reason = models.CharField(max_length=40, blank=True)
+    figure = models.BigIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-round_id"]
+        constraints = [models.UniqueConstraint(fields=["job", "round"], name="outcome_job_round")]

@@ -1,0 +1,164 @@
+"""Lease lifecycle after commit: started, asked to stop, stopped and settled (ARCHITECTURE.md §Money).
+
+The round commit (market.services.rounds) creates leases; everything after that comes through here, from the
+API (cancel), the rounds (preempt, expire) and the node agent (started, stopped). Each function is safe to
+repeat: a lease already in the target state is returned unchanged.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from market.models import (
+    LIVE_LEASE_STATES,
+    Command,
+    CommandKind,
+    EndReason,
+    Job,
+    JobState,
+    Lease,
+    LeaseGpu,
+    LeaseState,
+)
+from market.services.ledger import ledger_settle
+
+# How long an agent has to pick up a stop command before it is considered lost (the agent work re-sends).
+STOP_COMMAND_TTL = timedelta(hours=1)
+
+# Where a job goes when its lease ends for each reason.
+_JOB_AFTER = {
+    EndReason.COMPLETED: JobState.COMPLETED,
+    EndReason.FAILED: JobState.FAILED,
+    EndReason.PREEMPTED: JobState.PENDING,
+    EndReason.EXPIRED: JobState.EXPIRED,
+    EndReason.CANCELLED: JobState.CANCELLED,
+    EndReason.NODE_LOST: JobState.PENDING,
+}
+
+
+def settle_key(lease_id: int) -> str:
+    return f"lease:{lease_id}:settle"
+
+
+def lease_charge(*, gpus: int, price: int, seconds: float) -> int:
+    """Micro-credits for holding `gpus` for `seconds` at `price` per GPU-hour, rounded up."""
+    whole = max(0, int(seconds))
+    return -((-gpus * price * whole) // 3600)
+
+
+def stop_payload(lease: Lease, kind: str) -> dict[str, object]:
+    return {
+        "lease": lease.pk,
+        "job": lease.job_id,
+        "kind": kind,
+        "grace_seconds": lease.grace_seconds,
+        "reason": lease.end_reason,
+    }
+
+
+@transaction.atomic
+def lease_request_stop(
+    *, lease_id: int, kind: CommandKind, reason: EndReason, fence: int, now: datetime | None = None
+) -> Lease:
+    """Ask the lease's agent to stop the job (SIGTERM, grace, SIGKILL) with a preempt or release command.
+
+    The lease becomes STOPPING and keeps its GPUs until the agent reports the job gone (lease_stopped).
+    A lease already stopping or ended is returned as it is: the first reason stands.
+    """
+    now = now or timezone.now()
+    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    if lease.state not in LIVE_LEASE_STATES:
+        return lease
+    lease.state, lease.stop_requested_at, lease.end_reason = LeaseState.STOPPING, now, reason
+    lease.save(update_fields=["state", "stop_requested_at", "end_reason"])
+    Command.objects.get_or_create(
+        lease=lease,
+        kind=kind,
+        defaults={
+            "node_id": lease.node_id,
+            "payload": stop_payload(lease, kind),
+            "fence": fence,
+            "expires_at": now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
+        },
+    )
+    if reason in (EndReason.PREEMPTED, EndReason.EXPIRED):
+        Job.objects.filter(pk=lease.job_id).exclude(state=JobState.CANCELLED).update(
+            state=JobState.PREEMPTING
+        )
+    return lease
+
+
+@transaction.atomic
+def lease_running(*, lease_id: int, now: datetime | None = None) -> Lease:
+    """The agent started the job on the lease's GPUs."""
+    now = now or timezone.now()
+    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    if lease.state != LeaseState.ALLOCATED:
+        return lease
+    lease.state, lease.running_at = LeaseState.RUNNING, now
+    lease.save(update_fields=["state", "running_at"])
+    Job.objects.filter(pk=lease.job_id, state=JobState.ALLOCATED).update(state=JobState.RUNNING)
+    return lease
+
+
+@transaction.atomic
+def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: datetime | None = None) -> Lease:
+    """The job's processes are gone: free the GPUs, settle the hold, and move the job on.
+
+    The charge is the time held (from allocation to now) at the lease's price, never more than the hold;
+    the rest of the hold is released. `reason` is used only when no stop was requested (the job exited by
+    itself: completed or failed); a requested stop keeps its own reason.
+    """
+    now = now or timezone.now()
+    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    if lease.state == LeaseState.ENDED:
+        return lease
+    final = EndReason(lease.end_reason) if lease.end_reason else (reason or EndReason.COMPLETED)
+    charge = lease_charge(
+        gpus=lease.gpus, price=lease.price, seconds=(now - lease.started_at).total_seconds()
+    )
+    entry = ledger_settle(hold_key=lease.hold_key, charge=charge, key=settle_key(lease.pk))
+    LeaseGpu.objects.filter(lease=lease, active=True).update(active=False)
+    lease.state, lease.ended_at, lease.end_reason = LeaseState.ENDED, now, final
+    lease.charged = entry.hold.charged if entry.hold_id else charge
+    lease.save(update_fields=["state", "ended_at", "end_reason", "charged"])
+    _job_after_lease(lease.job_id, final, now)
+    return lease
+
+
+def _job_after_lease(job_id: int, reason: EndReason, now: datetime) -> None:
+    job = Job.objects.select_for_update().get(pk=job_id)
+    if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED):
+        return
+    target = _JOB_AFTER[reason]
+    if job.cancel_requested_at is not None:
+        target = JobState.CANCELLED
+    job.state = target
+    fields = ["state", "updated_at"]
+    if target == JobState.PENDING:
+        job.rounds_waited = 0
+        fields.append("rounds_waited")
+    else:
+        job.ended_at = now
+        fields.append("ended_at")
+    job.save(update_fields=fields)
+
+
+def leases_expire(*, fence: int, now: datetime | None = None) -> list[int]:
+    """Ask every live lease past its max hours to stop; its job ends EXPIRED. Returns the lease ids."""
+    now = now or timezone.now()
+    due = [
+        lease_id
+        for lease_id, started, max_s in Lease.objects.filter(state__in=LIVE_LEASE_STATES).values_list(
+            "pk", "started_at", "max_seconds"
+        )
+        if started + timedelta(seconds=max_s) <= now
+    ]
+    for lease_id in due:
+        lease_request_stop(
+            lease_id=lease_id, kind=CommandKind.RELEASE, reason=EndReason.EXPIRED, fence=fence, now=now
+        )
+    return due
