@@ -1,6 +1,6 @@
 """Market API routes (mounted under /api/v1/)."""
 
-from django.urls import path
+from django.urls import include, path
 
 from market.api import gpu_types, ledger
 
@@ -11,4 +11,6 @@ urlpatterns = [
     path("tenants/<slug:slug>/ledger", ledger.LedgerView.as_view(), name="ledger-entries"),
     path("tenants/<slug:slug>/topups", ledger.TopupView.as_view(), name="ledger-topups"),
     path("tenants/<slug:slug>/refunds", ledger.RefundView.as_view(), name="ledger-refunds"),
+    path("", include("market.api.jobs_urls")),
+    path("", include("market.api.policy_urls")),
 ]
