@@ -30,6 +30,7 @@ class Lease(models.Model):
     job = models.ForeignKey("market.Job", on_delete=models.PROTECT, related_name="leases")
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="leases")
     round = models.ForeignKey("market.Round", on_delete=models.PROTECT, related_name="leases")
+    # The node of its first GPU; a gang on whole nodes spans several (see lease_gpus), one command per node.
     node = models.ForeignKey("nodeagent.Node", on_delete=models.PROTECT, related_name="leases")
     gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="leases")
     tier = models.CharField(max_length=1)

@@ -34,7 +34,9 @@ class Command(models.Model):
     class Meta:
         ordering = ["id"]
         indexes = [models.Index(fields=["node", "state"], name="command_node_state")]
-        constraints = [models.UniqueConstraint(fields=["lease", "kind"], name="command_lease_kind")]
+        constraints = [
+            models.UniqueConstraint(fields=["lease", "node", "kind"], name="command_lease_node_kind")
+        ]
 
     def __str__(self) -> str:
         return f"{self.kind} lease {self.lease_id} on {self.node_id}"

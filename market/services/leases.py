@@ -49,6 +49,12 @@ def lease_charge(*, gpus: int, price: int, seconds: float) -> int:
     return -((-gpus * price * whole) // 3600)
 
 
+def lease_nodes(lease_id: int) -> list[int]:
+    """Nodes the lease has GPUs on (a gang on whole nodes has several), in id order."""
+    nodes = LeaseGpu.objects.filter(lease_id=lease_id).values_list("gpu__node_id", flat=True).distinct()
+    return sorted(set(nodes))
+
+
 def stop_payload(lease: Lease, kind: str) -> dict[str, object]:
     return {
         "lease": lease.pk,
@@ -74,16 +80,17 @@ def lease_request_stop(
         return lease
     lease.state, lease.stop_requested_at, lease.end_reason = LeaseState.STOPPING, now, reason
     lease.save(update_fields=["state", "stop_requested_at", "end_reason"])
-    Command.objects.get_or_create(
-        lease=lease,
-        kind=kind,
-        defaults={
-            "node_id": lease.node_id,
-            "payload": stop_payload(lease, kind),
-            "fence": fence,
-            "expires_at": now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
-        },
-    )
+    for node_id in lease_nodes(lease.pk):
+        Command.objects.get_or_create(
+            lease=lease,
+            node_id=node_id,
+            kind=kind,
+            defaults={
+                "payload": stop_payload(lease, kind),
+                "fence": fence,
+                "expires_at": now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
+            },
+        )
     if reason in (EndReason.PREEMPTED, EndReason.EXPIRED):
         Job.objects.filter(pk=lease.job_id).exclude(state=JobState.CANCELLED).update(
             state=JobState.PREEMPTING
