@@ -155,6 +155,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
 }
 
+# Limits on a submitted job (docs/jobs.md §Validation).
+JOB_COMMAND_MAX_CHARS = env_int("JOB_COMMAND_MAX_CHARS", 8192, minimum=1)
+JOB_MAX_HOURS = env_int("JOB_MAX_HOURS", 168, minimum=1)
+
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
