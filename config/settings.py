@@ -201,10 +201,19 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
-CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
-
 ROUND_SECONDS = env_int("ROUND_SECONDS", 300, minimum=5)
+# Beat ticks this often; a tick starts a round only when the period (MarketPolicy.round_seconds, first set
+# from ROUND_SECONDS and changeable by admins at run time) has begun, so most ticks do nothing.
+ROUND_TICK_SECONDS = env_int("ROUND_TICK_SECONDS", min(10, ROUND_SECONDS), minimum=1)
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    "round-tick": {
+        "task": "market.round_tick",
+        "schedule": float(ROUND_TICK_SECONDS),
+        # A tick that waited longer than one interval is stale: the next one does the same work.
+        "options": {"expires": float(ROUND_TICK_SECONDS)},
+    }
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 LOGGING = {
     "version": 1,

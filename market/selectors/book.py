@@ -1,0 +1,216 @@
+"""The frozen input of one round, read from the database in a handful of queries (ARCHITECTURE.md §Clearing).
+
+Names in the book are the database's natural keys (GPU type name, node name, tenant slug; slots are GPU
+indices; job and lease ids are primary keys), so the round commit can map a result back even when it resumes
+from a stored snapshot in another process.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from accounts.models import Guarantee, Tenant
+from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Policy, Tenants
+from market.models import (
+    LIVE_LEASE_STATES,
+    Account,
+    AccountKind,
+    GpuType,
+    Job,
+    JobState,
+    LeaseGpu,
+    MarketPolicy,
+)
+from nodeagent.models import Gpu, Node
+
+_TIER_INDEX = {name: i for i, name in enumerate(TIER_NAMES)}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A book plus what the commit needs and the book cannot carry: each bid's version at the freeze."""
+
+    book: Book
+    bid_versions: dict[int, int]
+
+    def dump(self) -> bytes:
+        doc = {"book": self.book.to_json(), "bid_versions": self.bid_versions}
+        return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
+
+    @classmethod
+    def load(cls, blob: bytes) -> Snapshot:
+        doc = json.loads(zlib.decompress(blob))
+        versions = {int(job): int(v) for job, v in doc["bid_versions"].items()}
+        return cls(book=Book.from_json(doc["book"]), bid_versions=versions)
+
+
+def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snapshot:
+    """Read GPU types, nodes, tenants, live leases and pending bids into an allocator Book."""
+    types = list(GpuType.objects.order_by("name"))
+    type_ix = {t.pk: i for i, t in enumerate(types)}
+    gpu_types = GpuTypes(
+        names=tuple(t.name for t in types),
+        reserve=[t.reserve_price for t in types],
+        posted=[t.current_posted for t in types],
+        max_price=[t.max_price for t in types],
+    )
+
+    node_rows = list(
+        Node.objects.order_by("name").values_list("pk", "name", "gpu_type_id", "topology_domain", "state")
+    )
+    node_ix = {pk: i for i, (pk, *_rest) in enumerate(node_rows)}
+    domains = {d: i for i, d in enumerate(sorted({row[3] for row in node_rows}))}
+    gpus = list(Gpu.objects.values_list("pk", "node_id", "index"))
+    capacity = np.zeros(len(node_rows), dtype=np.int32)
+    for _pk, node_id, index in gpus:
+        capacity[node_ix[node_id]] = max(capacity[node_ix[node_id]], index + 1)
+    width = int(capacity.max()) if len(node_rows) else 0
+    present = np.zeros((len(node_rows), width), dtype=np.bool_)
+    gpu_slot: dict[int, tuple[int, int]] = {}
+    for pk, node_id, index in gpus:
+        present[node_ix[node_id], index] = True
+        gpu_slot[pk] = (node_ix[node_id], index)
+
+    tenants = list(Tenant.objects.filter(active=True).order_by("slug"))
+    tenant_ix = {t.pk: i for i, t in enumerate(tenants)}
+
+    # Live leases and their GPUs. A stopping lease is not in the book: its GPUs are either still bound
+    # (so not free) or already given to the lease that preempted it.
+    bound = LeaseGpu.objects.filter(active=True, lease__state__in=LIVE_LEASE_STATES)
+    lease_gpus: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    busy = np.zeros_like(present)
+    for gpu_id in LeaseGpu.objects.filter(active=True).values_list("gpu_id", flat=True):
+        busy[gpu_slot[gpu_id]] = True
+    for lease_id, gpu_id in bound.order_by("lease_id", "gpu__node__name", "gpu__index").values_list(
+        "lease_id", "gpu_id"
+    ):
+        lease_gpus[lease_id].append(gpu_slot[gpu_id])
+    lease_rows = [
+        row
+        for row in bound.values_list(
+            "lease_id",
+            "lease__tenant_id",
+            "lease__gpu_type_id",
+            "lease__tier",
+            "lease__started_at",
+            "lease__preemptible",
+        )
+        .distinct()
+        .order_by("lease_id")
+        if row[1] in tenant_ix
+    ]
+    leases = _leases(lease_rows, lease_gpus, tenant_ix, type_ix)
+
+    up = np.array([row[4] == Node.State.UP for row in node_rows], dtype=np.bool_)
+    nodes = Nodes(
+        names=tuple(row[1] for row in node_rows),
+        gpu_type=[type_ix[row[2]] for row in node_rows],
+        domain=[domains[row[3]] for row in node_rows],
+        capacity=np.maximum(capacity, 1),
+        free=(present & ~busy & up[:, None]) if width else np.zeros((len(node_rows), 1), dtype=np.bool_),
+    )
+
+    held = np.zeros((len(tenants), 3, len(types)), dtype=np.int32)
+    np.add.at(held, (leases.tenant, leases.tier, leases.gpu_type), leases.gpus.astype(np.int32))
+    guarantee = np.zeros((len(tenants), len(types)), dtype=np.int32)
+    for tenant_id, type_id, count in Guarantee.objects.values_list("tenant_id", "gpu_type_id", "gpus"):
+        if tenant_id in tenant_ix:
+            guarantee[tenant_ix[tenant_id], type_ix[type_id]] = count
+    balance = dict(
+        Account.objects.filter(kind=AccountKind.AVAILABLE, tenant_id__in=tenant_ix).values_list(
+            "tenant_id", "balance"
+        )
+    )
+    book_tenants = Tenants(
+        names=tuple(t.slug for t in tenants),
+        weight=[float(t.weight) for t in tenants],
+        guarantee=guarantee,
+        held=held,
+        balance=[balance.get(t.pk, 0) for t in tenants],
+        guardrail=[NO_PRICE if t.guardrail is None else t.guardrail for t in tenants],
+    )
+
+    bids, versions = _bids(tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types))
+    book = Book(
+        now=int(now.timestamp()),
+        round=round_id,
+        types=gpu_types,
+        nodes=nodes,
+        tenants=book_tenants,
+        bids=bids,
+        leases=leases,
+        policy=Policy(
+            min_runtime_s=policy.min_runtime_s,
+            starve_rounds=policy.starve_rounds,
+            price_step_bp=policy.price_step_bp,
+            max_reservations=policy.max_reservations,
+        ),
+    )
+    return Snapshot(book=book, bid_versions=versions)
+
+
+def _leases(
+    rows: list[tuple[Any, ...]],
+    lease_gpus: dict[int, list[tuple[int, int]]],
+    tenant_ix: dict[int, int],
+    type_ix: dict[int, int],
+) -> Leases:
+    if not rows:
+        return Leases.empty()
+    slots = [lease_gpus[row[0]] for row in rows]
+    ptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    ptr[1:] = np.cumsum([len(s) for s in slots])
+    flat = [slot for s in slots for slot in s]
+    return Leases(
+        lease=[row[0] for row in rows],
+        tenant=[tenant_ix[row[1]] for row in rows],
+        gpu_type=[type_ix[row[2]] for row in rows],
+        tier=[_TIER_INDEX[row[3]] for row in rows],
+        start=[int(row[4].timestamp()) for row in rows],
+        preemptible=[row[5] for row in rows],
+        slot_ptr=ptr,
+        slot_node=[s[0] for s in flat],
+        slot_idx=[s[1] for s in flat],
+    )
+
+
+def _bids(tenant_ix: dict[int, int], type_names: dict[str, int], n_types: int) -> tuple[Bids, dict[int, int]]:
+    """Pending jobs of active tenants; a job whose types all vanished is left out (it cannot win)."""
+    rows = (
+        Job.objects.filter(state=JobState.PENDING, tenant_id__in=tenant_ix)
+        .order_by("pk")
+        .values_list(
+            "pk", "tenant_id", "gpus", "limits", "max_seconds", "submitted_at", "rounds_waited", "bid_version"
+        )
+    )
+    jobs, tenant, gpus, max_s, submit, waited, limit_rows = [], [], [], [], [], [], []
+    versions: dict[int, int] = {}
+    for pk, tenant_id, k, limits, max_seconds, submitted, rounds_waited, version in rows.iterator(
+        chunk_size=5000
+    ):
+        row = [NO_PRICE] * n_types
+        for entry in limits:
+            ix = type_names.get(entry["gpu_type"])
+            if ix is not None:
+                row[ix] = int(entry["limit"])
+        if max(row) < 0:
+            continue
+        jobs.append(pk)
+        tenant.append(tenant_ix[tenant_id])
+        gpus.append(k)
+        max_s.append(max_seconds)
+        submit.append(int(submitted.timestamp()))
+        waited.append(rounds_waited)
+        limit_rows.append(row)
+        versions[pk] = version
+    limit = np.array(limit_rows, dtype=np.int64).reshape(len(limit_rows), n_types)
+    return Bids(
+        job=jobs, tenant=tenant, gpus=gpus, limit=limit, max_s=max_s, submit=submit, waited=waited
+    ), versions

@@ -1,0 +1,322 @@
+"""Step 8 of the clearing: write one round's result in one transaction (ARCHITECTURE.md §Clearing, Commit).
+
+Leases, their GPUs, budget holds, outbox commands, preemptions, per-bid outcomes and prices are written with
+bulk statements, a fixed number per round rather than a query per job. The result is mapped back through
+names (type name, node name, tenant slug, GPU index), so a commit resumed from a stored snapshot in another
+process writes exactly what the first attempt would have.
+
+A winner is dropped (its outcome says why) when its job changed after the freeze (cancelled or bid amended),
+when one of its GPUs was bound meanwhile, or when its hold no longer fits the tenant's money.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import numpy as np
+from django.db.models import F
+
+from accounts.models import Tenant
+from allocator import REASON_NAMES, TIER_NAMES, Book, Result
+from market.models import (
+    LIVE_LEASE_STATES,
+    BidOutcome,
+    Command,
+    CommandKind,
+    EndReason,
+    GpuType,
+    Job,
+    JobState,
+    Lease,
+    LeaseGpu,
+    LeaseState,
+    Round,
+    RoundPrice,
+)
+from market.selectors.book import Snapshot
+from market.services.leases import STOP_COMMAND_TTL, stop_payload
+from market.services.ledger_bulk import HoldRequest, ledger_hold_many
+from nodeagent.models import Gpu, Node
+
+# How long a bind command stays valid: an agent that has not picked it up by then is treated as lost.
+BIND_TTL = timedelta(minutes=30)
+
+SKIP_CHANGED = "job_changed_during_round"
+SKIP_GPUS_TAKEN = "gpus_taken_during_round"
+SKIP_BUDGET = "over_budget_at_commit"
+
+
+def hold_key(round_id: int, job_id: int) -> str:
+    return f"round:{round_id}:job:{job_id}"
+
+
+@dataclass
+class CommitStats:
+    winners: int = 0
+    skipped: int = 0
+    preemptions: int = 0
+    gpus_allocated: int = 0
+    skipped_reasons: dict[str, int] = field(default_factory=dict)
+
+
+def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: datetime) -> CommitStats:
+    """Write everything the result decided; the caller holds the transaction and the round's row lock."""
+    book = snapshot.book
+    stats = CommitStats()
+    types = dict(GpuType.objects.values_list("name", "pk"))
+    tenants = dict(Tenant.objects.filter(slug__in=result.tenant_names).values_list("slug", "pk"))
+    nodes = dict(Node.objects.filter(name__in=result.node_names).values_list("name", "pk"))
+    node_id_of = np.array([nodes[name] for name in result.node_names], dtype=np.int64)
+    gpu_of = {
+        (node_id, index): (pk, uuid)
+        for pk, node_id, index, uuid in Gpu.objects.filter(node_id__in=nodes.values()).values_list(
+            "pk", "node_id", "index", "uuid"
+        )
+    }
+
+    w = result.winners
+    win_jobs = w.job.tolist()
+    jobs = {
+        row[0]: row
+        for row in Job.objects.select_for_update()
+        .filter(pk__in=win_jobs)
+        .order_by("pk")
+        .values_list("pk", "state", "bid_version", "name", "command", "grace_seconds", "max_seconds", "gpus")
+    }
+
+    victims = _preempt(rnd=rnd, result=result, now=now)
+    stats.preemptions = len(victims)
+
+    # Which winners can still be written.
+    ptr = w.slot_ptr.tolist()
+    slot_node = node_id_of[w.slot_node].tolist()
+    slot_idx = w.slot_idx.tolist()
+    gangs: list[list[tuple[int, str, int]]] = []  # per winner: (gpu id, uuid, node id)
+    for i in range(len(win_jobs)):
+        gangs.append([(*gpu_of[slot_node[j], slot_idx[j]], slot_node[j]) for j in range(ptr[i], ptr[i + 1])])
+    taken = set(
+        LeaseGpu.objects.filter(active=True, gpu_id__in=[g[0] for gang in gangs for g in gang]).values_list(
+            "gpu_id", flat=True
+        )
+    )
+    skipped: dict[int, str] = {}
+    candidates = []
+    for i, job_id in enumerate(win_jobs):
+        job = jobs.get(job_id)
+        if job is None or job[1] != JobState.PENDING or job[2] != snapshot.bid_versions.get(job_id):
+            skipped[job_id] = SKIP_CHANGED
+        elif any(g[0] in taken for g in gangs[i]):
+            skipped[job_id] = SKIP_GPUS_TAKEN
+        else:
+            candidates.append(i)
+
+    tenant_of = [tenants[name] for name in result.tenant_names]
+    w_tenant, w_hold = w.tenant.tolist(), w.hold.tolist()
+    held = ledger_hold_many(
+        [
+            HoldRequest(
+                tenant_id=tenant_of[w_tenant[i]],
+                amount=w_hold[i],
+                key=hold_key(rnd.pk, win_jobs[i]),
+                memo=f"round {rnd.pk}, job {win_jobs[i]}",
+            )
+            for i in candidates
+        ]
+    )
+    refused = set(held.refused)
+    placed = []
+    for i in candidates:
+        if hold_key(rnd.pk, win_jobs[i]) in refused:
+            skipped[win_jobs[i]] = SKIP_BUDGET
+        else:
+            placed.append(i)
+
+    w_tier, w_type, w_price = w.tier.tolist(), w.gpu_type.tolist(), w.price.tolist()
+    type_id_of = [types[name] for name in result.type_names]
+    leases = Lease.objects.bulk_create(
+        [
+            Lease(
+                job_id=win_jobs[i],
+                tenant_id=tenant_of[w_tenant[i]],
+                round=rnd,
+                node_id=gangs[i][0][2],
+                gpu_type_id=type_id_of[w_type[i]],
+                tier=TIER_NAMES[w_tier[i]],
+                preemptible=TIER_NAMES[w_tier[i]] != "G",
+                price=w_price[i],
+                gpus=len(gangs[i]),
+                max_seconds=jobs[win_jobs[i]][6],
+                grace_seconds=jobs[win_jobs[i]][5],
+                hold_key=hold_key(rnd.pk, win_jobs[i]),
+                started_at=now,
+            )
+            for i in placed
+        ],
+        batch_size=2000,
+    )
+    LeaseGpu.objects.bulk_create(
+        [
+            LeaseGpu(lease=lease, gpu_id=g[0])
+            for lease, i in zip(leases, placed, strict=True)
+            for g in gangs[i]
+        ],
+        batch_size=5000,
+    )
+    commands = []
+    for lease, i in zip(leases, placed, strict=True):
+        job = jobs[win_jobs[i]]
+        by_node: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+        for g in gangs[i]:
+            by_node[g[2]].append(g)
+        for node_id, gpus in by_node.items():
+            commands.append(
+                Command(
+                    node_id=node_id,
+                    lease=lease,
+                    kind=CommandKind.BIND,
+                    fence=rnd.pk,
+                    expires_at=now + BIND_TTL,
+                    payload={
+                        "lease": lease.pk,
+                        "job": job[0],
+                        "name": job[3],
+                        "command": job[4],
+                        "gpus": [g[1] for g in gpus],
+                        "gang_gpus": len(gangs[i]),
+                        "max_seconds": job[6],
+                        "grace_seconds": job[5],
+                        "price": w_price[i],
+                    },
+                )
+            )
+    Command.objects.bulk_create(commands, batch_size=2000)
+    Job.objects.filter(pk__in=[win_jobs[i] for i in placed]).update(state=JobState.ALLOCATED, rounds_waited=0)
+
+    lost = result.losers.job.tolist() + list(skipped)
+    Job.objects.filter(pk__in=lost, state=JobState.PENDING).update(rounds_waited=F("rounds_waited") + 1)
+    if len(result.retiered):
+        Lease.objects.filter(pk__in=result.retiered.tolist(), state__in=LIVE_LEASE_STATES).update(
+            tier="G", preemptible=False
+        )
+
+    _outcomes(rnd, snapshot, result, placed, skipped, type_id_of)
+    _prices(rnd, book, result, type_id_of)
+    stats.winners = len(placed)
+    stats.skipped = len(skipped)
+    stats.gpus_allocated = sum(len(gangs[i]) for i in placed)
+    for reason in skipped.values():
+        stats.skipped_reasons[reason] = stats.skipped_reasons.get(reason, 0) + 1
+    return stats
+
+
+def _preempt(*, rnd: Round, result: Result, now: datetime) -> list[int]:
+    """Victims become STOPPING with a preempt command per node; their GPUs pass to this round's winners
+    (the agent runs the preempt before the bind that reuses them: commands are ordered by id)."""
+    ids = sorted(set(result.preemptions.lease.tolist()))
+    if not ids:
+        return []
+    victims = list(
+        Lease.objects.select_for_update().filter(pk__in=ids, state__in=LIVE_LEASE_STATES).order_by("pk")
+    )
+    nodes: dict[int, set[int]] = defaultdict(set)
+    for lease_id, node_id in LeaseGpu.objects.filter(lease_id__in=ids, active=True).values_list(
+        "lease_id", "gpu__node_id"
+    ):
+        nodes[lease_id].add(node_id)
+    LeaseGpu.objects.filter(lease_id__in=ids, active=True).update(active=False)
+    for lease in victims:
+        lease.state, lease.stop_requested_at, lease.end_reason = LeaseState.STOPPING, now, EndReason.PREEMPTED
+    Lease.objects.bulk_update(victims, ["state", "stop_requested_at", "end_reason"])
+    Command.objects.bulk_create(
+        Command(
+            node_id=node_id,
+            lease=lease,
+            kind=CommandKind.PREEMPT,
+            fence=rnd.pk,
+            expires_at=now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
+            payload=stop_payload(lease, CommandKind.PREEMPT),
+        )
+        for lease in victims
+        for node_id in sorted(nodes[lease.pk])
+    )
+    Job.objects.filter(pk__in=[lease.job_id for lease in victims]).exclude(state=JobState.CANCELLED).update(
+        state=JobState.PREEMPTING
+    )
+    return [lease.pk for lease in victims]
+
+
+def _outcomes(
+    rnd: Round,
+    snapshot: Snapshot,
+    result: Result,
+    placed: list[int],
+    skipped: dict[int, str],
+    type_id_of: list[int],
+) -> None:
+    versions = snapshot.bid_versions
+    w, lo = result.winners, result.losers
+    win_jobs, tiers, wtypes, prices = w.job.tolist(), w.tier.tolist(), w.gpu_type.tolist(), w.price.tolist()
+    rows = [
+        BidOutcome(
+            round=rnd,
+            job_id=win_jobs[i],
+            bid_version=versions[win_jobs[i]],
+            won=True,
+            tier=TIER_NAMES[tiers[i]],
+            gpu_type_id=type_id_of[wtypes[i]],
+            price=prices[i],
+        )
+        for i in placed
+    ]
+    by_job = {job: i for i, job in enumerate(win_jobs)}
+    rows += [
+        BidOutcome(
+            round=rnd,
+            job_id=job,
+            bid_version=versions[job],
+            won=False,
+            gpu_type_id=type_id_of[wtypes[by_job[job]]],
+            price=prices[by_job[job]],
+            reason=reason,
+        )
+        for job, reason in skipped.items()
+    ]
+    ljobs, reasons, ltypes, figures = (
+        lo.job.tolist(),
+        lo.reason.tolist(),
+        lo.gpu_type.tolist(),
+        lo.figure.tolist(),
+    )
+    rows += [
+        BidOutcome(
+            round=rnd,
+            job_id=job,
+            bid_version=versions[job],
+            won=False,
+            gpu_type_id=type_id_of[ltypes[i]],
+            reason=REASON_NAMES[reasons[i]],
+            figure=None if figures[i] < 0 else figures[i],
+        )
+        for i, job in enumerate(ljobs)
+    ]
+    BidOutcome.objects.bulk_create(rows, batch_size=5000)
+
+
+def _prices(rnd: Round, book: Book, result: Result, type_id_of: list[int]) -> None:
+    posted_now, reserve = book.types.posted.tolist(), book.types.reserve.tolist()
+    spot, nxt = result.spot_price.tolist(), result.posted.tolist()
+    RoundPrice.objects.bulk_create(
+        RoundPrice(
+            round=rnd,
+            gpu_type_id=type_id_of[k],
+            reserve=reserve[k],
+            posted=posted_now[k],
+            spot=None if spot[k] < 0 else spot[k],
+            next_posted=nxt[k],
+        )
+        for k in range(len(type_id_of))
+    )
+    for k, type_id in enumerate(type_id_of):
+        GpuType.objects.filter(pk=type_id).update(posted_price=nxt[k])

@@ -1,0 +1,20 @@
+"""Celery tasks: thin doors to market services; they take ids, never model instances."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from market.services import rounds
+
+
+@shared_task(name="market.round_tick")
+def round_tick() -> int | None:
+    """Beat's entry: expire leases, finish unfinished rounds, run this period's round if it is due."""
+    rnd = rounds.round_tick()
+    return rnd.pk if rnd is not None else None
+
+
+@shared_task(name="market.round_advance")
+def round_advance(round_id: int) -> str:
+    """Take one round through its remaining steps (safe to repeat and to run twice at once)."""
+    return str(rounds.round_advance(round_id=round_id).state)
