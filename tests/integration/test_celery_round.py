@@ -1,0 +1,116 @@
+"""A real Celery worker process, on Redis, clears a round against the test PostgreSQL database.
+
+The worker is started as a subprocess on a queue of its own (so nothing else on this Redis can take the task)
+and pointed at the test database; the test sends the beat's task over the broker and waits for the round.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+
+from allocator import clear
+from market.models import Command, CommandKind, Hold, Job, JobState, Round, RoundState
+from market.selectors.book import Snapshot
+from market.services.round_commit import hold_key
+from tests.market.round_helpers import make_job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _database_url() -> str:
+    s = connection.settings_dict
+    user = s.get("USER") or "postgres"
+    return f"postgres://{user}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
+
+
+@pytest.fixture
+def worker_queue(tmp_path: Path) -> Iterator[str]:
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.CELERY_BROKER_URL}
+    log = (tmp_path / "worker.log").open("w")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "--pool",
+            "solo",
+            "-Q",
+            queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "info",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield queue
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+        print((tmp_path / "worker.log").read_text()[-4000:])
+
+
+def test_worker_clears_a_round_with_jobs_of_three_tenants(world, worker_queue):
+    from market.tasks import round_tick
+
+    world.nodes(world.h100, 2, size=8)
+    world.nodes(world.a100, 1, size=4)
+    jobs = []
+    for tenant, user in ((world.alpha, world.alice), (world.beta, world.bob), (world.gamma, world.carl)):
+        world.fund(tenant, 500)
+        jobs.append(make_job(tenant, user, gpus=4, limits={world.h100: 4, world.a100: 3}))
+        jobs.append(make_job(tenant, user, gpus=2, limits={world.a100: 2.5}))
+    jobs.append(make_job(world.alpha, world.amy, gpus=1, limits={world.h100: 1}))  # below reserve
+
+    round_tick.apply_async(queue=worker_queue)
+    deadline = time.monotonic() + 90
+    rnd = None
+    while time.monotonic() < deadline:
+        rnd = Round.objects.filter(state__in=[RoundState.DISPATCHED, RoundState.FAILED]).first()
+        if rnd is not None:
+            break
+        time.sleep(0.25)
+    assert rnd is not None, "the worker did not finish a round in 90 s"
+    assert rnd.state == RoundState.DISPATCHED, rnd.error
+
+    # Holds are exactly what the allocator decided for the frozen book.
+    result = clear(Snapshot.load(bytes(rnd.book)).book)
+    assert result.digest == rnd.digest
+    decided = {hold_key(rnd.pk, w.job): w.hold for w in result.winner_records()}
+    assert decided and dict(Hold.objects.values_list("key", "amount")) == decided
+    for job in Job.objects.filter(pk__in=[int(k.rsplit(":", 1)[1]) for k in decided]):
+        assert job.state == JobState.ALLOCATED
+        assert Command.objects.filter(lease__job=job, kind=CommandKind.BIND, state="pending").exists()
+    assert {job.tenant_id for job in Job.objects.filter(state=JobState.ALLOCATED)} == {
+        world.alpha.pk,
+        world.beta.pk,
+        world.gamma.pk,
+    }
+    call_command("ledger_check", stdout=StringIO())  # exits non-zero (SystemExit) on any problem
