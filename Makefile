@@ -14,9 +14,13 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-# Local platform: SQLite and kombu's filesystem broker under var/, DEBUG on, demo data loaded.
+# Local platform: web, Celery worker and beat on SQLite and kombu's filesystem broker under var/, DEBUG on,
+# demo data loaded, a round every 30 s.
 run: export DEBUG = 1
 run: export TLS = 0
+run: export DATABASE_URL =
+run: export REDIS_URL =
+run: export ROUND_SECONDS ?= 30
 run: export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 run: install
 	$(PY) manage.py migrate --noinput

@@ -19,6 +19,14 @@ from market.services import gpu_types, ledger
 
 DEMO_PASSWORD = "demo-password-123"
 GPU_TYPES = [("H100", 80, 2.0, 20.0), ("A100", 80, 1.2, 12.0)]
+# Simulated GPU machines: (name, type, topology domain, GPUs). Real nodes register through their agents.
+NODES = [
+    ("sim-h100-0", "H100", "rack-a", 8),
+    ("sim-h100-1", "H100", "rack-a", 8),
+    ("sim-a100-0", "A100", "rack-b", 4),
+    ("sim-a100-1", "A100", "rack-b", 4),
+    ("sim-a100-2", "A100", "rack-b", 4),
+]
 # (slug, name, weight, guarantees by type, budget in credits)
 TENANTS = [
     ("vision", "Vision", 2, {"H100": 4, "A100": 4}, 5_000),
@@ -43,6 +51,7 @@ class Command(BaseCommand):
                 )
                 for name, mem, r, m in GPU_TYPES
             }
+            self._nodes(types)
             for slug, name, weight, guarantees, budget in TENANTS:
                 tenant = Tenant.objects.filter(slug=slug).first() or accounts_services.tenant_create(
                     name=name, slug=slug, weight=weight, actor=admin
@@ -63,6 +72,20 @@ class Command(BaseCommand):
                 )
             secret = self._demo_token()
         self._print_help(secret)
+
+    def _nodes(self, types: dict[str, Any]) -> None:
+        from nodeagent.models import Gpu, Node
+
+        for name, type_name, domain, count in NODES:
+            node, _ = Node.objects.get_or_create(
+                name=name, defaults={"gpu_type": types[type_name], "topology_domain": domain}
+            )
+            for index in range(count):
+                Gpu.objects.get_or_create(
+                    node=node,
+                    index=index,
+                    defaults={"uuid": f"GPU-SIM-{name}-{index}", "model": f"NVIDIA {type_name} (simulated)"},
+                )
 
     def _user(self, username: str, *, staff: bool = False) -> User:
         user = User.objects.filter(username=username).first()
