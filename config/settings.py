@@ -153,6 +153,11 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    # Several models have a `state` field; name each choice set after its model instead of a hash.
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "market.models.jobs.JobState",
+        "LeaseStateEnum": "market.models.leases.LeaseState",
+    },
 }
 
 # Limits on a submitted job (docs/jobs.md §Validation).
