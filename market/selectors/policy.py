@@ -1,11 +1,14 @@
-"""Reads of market-wide policy."""
+"""Reads of market-wide and tenant policy, and of the audit log that records its changes."""
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.db.models import Max
+from dataclasses import dataclass
 
-from market.models import MarketPolicy, Round
+from django.conf import settings
+from django.db.models import Max, QuerySet, Sum
+
+from accounts.models import AuditEvent, Guarantee, Tenant
+from market.models import LIVE_LEASE_STATES, Lease, MarketPolicy, Round
 
 
 def market_policy() -> MarketPolicy:
@@ -19,3 +22,38 @@ def market_policy() -> MarketPolicy:
 def current_fence() -> int:
     """The fencing number for commands written now: the newest round's id (0 before the first round)."""
     return int(Round.objects.aggregate(top=Max("pk"))["top"] or 0)
+
+
+@dataclass(frozen=True)
+class TenantPolicy:
+    """A tenant's side of the policy: weight, guardrail (micro-credits, None = none), guaranteed GPUs by type
+    name, and the GPUs its live leases hold as {(type name, tier): GPUs}."""
+
+    tenant: Tenant
+    guarantees: dict[str, int]
+    held: dict[tuple[str, str], int]
+
+
+def tenant_policy(*, tenant: Tenant) -> TenantPolicy:
+    guarantees = Guarantee.objects.filter(tenant=tenant).order_by("gpu_type__name")
+    held = (
+        Lease.objects.filter(tenant=tenant, state__in=LIVE_LEASE_STATES)
+        .values_list("gpu_type__name", "tier")
+        .annotate(gpus=Sum("gpus"))
+        .order_by("gpu_type__name", "tier")
+    )
+    return TenantPolicy(
+        tenant=tenant,
+        guarantees=dict(guarantees.values_list("gpu_type__name", "gpus")),
+        held={(name, tier): int(gpus) for name, tier, gpus in held},
+    )
+
+
+def audit_events(*, action: str | None = None, tenant: Tenant | None = None) -> QuerySet[AuditEvent]:
+    """The audit log, newest first, optionally one action and one tenant."""
+    qs = AuditEvent.objects.select_related("actor", "tenant").order_by("-created_at", "-id")
+    if action:
+        qs = qs.filter(action=action)
+    if tenant is not None:
+        qs = qs.filter(tenant=tenant)
+    return qs
