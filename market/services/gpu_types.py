@@ -24,17 +24,23 @@ def _check_prices(reserve_price: int, max_price: int) -> None:
 def gpu_type_save(
     *, name: str, memory_gb: int, reserve_price: int, max_price: int, actor: User | None = None
 ) -> GpuType:
-    """Create or update the GPU type called name (prices in micro-credits per GPU-hour)."""
+    """Create or update the GPU type called name (prices in micro-credits per GPU-hour).
+
+    An update locks the row and is audited as {field: [old, new]} for the fields it changes, so the log shows
+    what a price bound was before; an update that changes nothing writes no audit row.
+    """
     if memory_gb <= 0:
         raise PolicyError("memory_gb", "must be positive")
     _check_prices(reserve_price, max_price)
-    gpu_type, created = GpuType.objects.update_or_create(
-        name=name, defaults={"memory_gb": memory_gb, "reserve_price": reserve_price, "max_price": max_price}
-    )
-    audit(
-        actor=actor,
-        tenant=None,
-        action="gpu_type.create" if created else "gpu_type.update",
-        detail={"name": name, "memory_gb": memory_gb, "reserve_price": reserve_price, "max_price": max_price},
-    )
+    values = {"memory_gb": memory_gb, "reserve_price": reserve_price, "max_price": max_price}
+    gpu_type, created = GpuType.objects.select_for_update().get_or_create(name=name, defaults=values)
+    if created:
+        audit(actor=actor, tenant=None, action="gpu_type.create", detail={"name": name, **values})
+        return gpu_type
+    diff = {f: [getattr(gpu_type, f), v] for f, v in values.items() if getattr(gpu_type, f) != v}
+    if diff:
+        for field, (_, new) in diff.items():
+            setattr(gpu_type, field, new)
+        gpu_type.save(update_fields=list(diff))
+        audit(actor=actor, tenant=None, action="gpu_type.update", detail={"name": name, **diff})
     return gpu_type
