@@ -10,7 +10,7 @@ from allocator.placement import slots_of_log
 from allocator.result import OVER_BUDGET, RECLAIM, Losers, Preemptions, Result, Winners
 from allocator.segments import segment_starts
 from allocator.state import RoundState
-from allocator.tiers import next_posted, spot_price
+from allocator.tiers import covering_price, next_posted, spot_price
 
 I64 = NDArray[np.int64]
 
@@ -29,20 +29,21 @@ def spot_prices(state: RoundState) -> I64:
 
 def posted_prices(state: RoundState) -> I64:
     """Posted price update, ARCHITECTURE.md §Clearing step 7: demand is every GPU asked at or above p in the
-    type, supply the GPUs free in it at the start of the round."""
-    book = state.book
+    type, supply the GPUs free in it at the start of the round; a step up stops at the highest limit at which
+    demand still covers supply (``tiers.covering_price``)."""
+    book, types, step_bp = state.book, state.book.types, state.book.policy.price_step_bp
     limit, gpus = book.bids.limit, book.bids.gpus
-    demand = np.array(
-        [
-            int(gpus.sum(where=limit[:, t] >= book.types.posted[t], dtype=np.int64))
-            for t in range(len(book.types))
-        ]
-    )
-    supply = np.bincount(book.nodes.gpu_type, weights=book.nodes.free_count, minlength=len(book.types))
-    t = book.types
-    return next_posted(
-        t.posted, t.reserve, t.max_price, demand, supply.astype(np.int64), book.policy.price_step_bp
-    )
+    supply = np.bincount(book.nodes.gpu_type, weights=book.nodes.free_count, minlength=len(types))
+    supply = supply.astype(np.int64)
+    demand = np.zeros(len(types), dtype=np.int64)
+    cover = types.max_price.copy()
+    for t in range(len(types)):
+        p = int(types.posted[t])
+        demand[t] = int(gpus.sum(where=limit[:, t] >= p, dtype=np.int64))
+        if demand[t] > supply[t] and step_bp > 0:
+            up = p + max(1, p * step_bp // 10_000)
+            cover[t] = covering_price(limit[:, t], gpus, int(supply[t]), p, up)
+    return next_posted(types.posted, types.reserve, types.max_price, demand, supply, step_bp, cover)
 
 
 def _placements(state: RoundState) -> tuple[I64, I64, NDArray[np.int8], NDArray[np.int16], I64, I64]:

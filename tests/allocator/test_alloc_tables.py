@@ -72,10 +72,12 @@ def book(
     tenants: list[dict[str, Any]],
     bid_rows: list[dict[str, Any]],
     leases: list[dict[str, Any]] | None = None,
+    *,
+    posted: int = P,
     **policy: int,
 ) -> dict[str, Any]:
     types = [
-        {"name": "h100", "reserve": R, "posted": P, "max_price": 10 * MICRO},
+        {"name": "h100", "reserve": R, "posted": posted, "max_price": 10 * MICRO},
         {"name": "a100", "reserve": R // 2, "posted": R, "max_price": 10 * MICRO},
     ]
     return {
@@ -104,6 +106,7 @@ class Case:
     want_spot_price: int | None = None
     want_types: dict[int, str] = field(default_factory=dict)  # job -> GPU type won
     want_nodes: dict[int, set[str]] = field(default_factory=dict)  # job -> nodes of its GPUs
+    want_posted: int | None = None  # the h100 posted price for the next round
 
 
 TWO_NODES = [node("n0"), node("n1")]
@@ -296,6 +299,28 @@ CASES = [
         want_gpus={"a": 4},
         want_nodes={1: {"n0"}},
     ),
+    Case(
+        "the posted price stays at r when every bid is at r, however large the demand",
+        book(TWO_NODES, [tenant("a"), tenant("b")], bids("a", 20, first_job=1, limit=R), posted=R),
+        want_gpus={"a": 16},
+        want_tiers={"a": {"B": 16}},
+        want_posted=R,
+    ),
+    Case(
+        "the posted price rises while demand at the higher price still exceeds supply",
+        book(TWO_NODES, [tenant("a")], bids("a", 20, first_job=1, limit=3 * MICRO), posted=R),
+        want_posted=R + R * 500 // 10_000,
+    ),
+    Case(
+        "a step up of the posted price stops at the highest price where demand still covers supply",
+        book(
+            TWO_NODES,
+            [tenant("a")],
+            bids("a", 16, first_job=1, limit=R + 20_000) + bids("a", 4, first_job=100, limit=R),
+            posted=R,
+        ),
+        want_posted=R + 20_000,
+    ),
 ]
 
 
@@ -333,6 +358,8 @@ def test_clearing_rules(case: Case) -> None:
         assert result.counters[key] == value, key
     if case.want_spot_price is not None:
         assert int(result.spot_price[0]) == case.want_spot_price
+    if case.want_posted is not None:
+        assert int(result.posted[0]) == case.want_posted
     by_job = {w.job: w for w in records}
     for job, gpu in case.want_types.items():
         assert by_job[job].gpu_type == gpu
