@@ -1,0 +1,223 @@
+"""Policy API: the market-wide knobs, a tenant's weight, guardrail and guarantees, and the audit log.
+
+Everyone signed in reads the market policy (tenants should know the rules); a tenant's members read its own
+policy; only platform admins change either or read the audit log. Views parse, call, serialize.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.access import access_tenant, require_admin
+from accounts.models import AuditEvent, Tenant
+from accounts.services import PolicyError
+from config.api import Pagination
+from market.api.ledger_serializers import CreditsField
+from market.models import MarketPolicy
+from market.selectors.policy import TenantPolicy, audit_events, market_policy, tenant_policy
+from market.services.policy import (
+    GUARANTEE_MAX,
+    POLICY_LIMITS,
+    WEIGHT_LIMITS,
+    policy_update,
+    tenant_policy_update,
+)
+
+
+def _refuse_unknown(serializer: serializers.Serializer, what: str) -> None:  # type: ignore[type-arg]
+    """A misspelt knob must not look like a successful change that did nothing."""
+    unknown = sorted(set(serializer.initial_data) - set(serializer.fields))
+    if unknown:
+        raise serializers.ValidationError({name: [f"is not {what}"] for name in unknown})
+
+
+def _policy_error(exc: PolicyError) -> serializers.ValidationError:
+    return serializers.ValidationError({exc.field: [exc.message]})
+
+
+# Market policy
+
+
+class MarketPolicySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = MarketPolicy
+        fields = [*POLICY_LIMITS, "updated_at"]
+        read_only_fields = fields
+
+
+def _knob(name: str, help_text: str) -> serializers.IntegerField:
+    low, high = POLICY_LIMITS[name]
+    return serializers.IntegerField(required=False, min_value=low, max_value=high, help_text=help_text)
+
+
+class MarketPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Any subset of the knobs; unknown names are refused."""
+
+    round_seconds = _knob("round_seconds", "Seconds between round starts.")
+    price_step_bp = _knob("price_step_bp", "Posted price step per round, basis points (500 = 5%).")
+    min_runtime_s = _knob("min_runtime_s", "A lease younger than this is never preempted, seconds.")
+    default_grace_s = _knob("default_grace_s", "SIGTERM to SIGKILL for a job that sets none, seconds.")
+    starve_rounds = _knob("starve_rounds", "Rounds a gang waits before nodes are reserved for it.")
+    max_reservations = _knob("max_reservations", "Nodes reserved for starving gangs per GPU type, at most.")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        _refuse_unknown(self, "a market policy setting")
+        return attrs
+
+
+class MarketPolicyView(APIView):
+    parser_classes = [JSONParser]
+
+    @extend_schema(responses=MarketPolicySerializer, summary="The market's rules (anyone signed in)")
+    def get(self, request: Request) -> Response:
+        return Response(MarketPolicySerializer(market_policy()).data)
+
+    @extend_schema(
+        request=MarketPolicyPatchSerializer,
+        responses=MarketPolicySerializer,
+        summary="Change market policy knobs (platform admins; audited)",
+    )
+    def patch(self, request: Request) -> Response:
+        require_admin(request.user)
+        body = MarketPolicyPatchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            policy = policy_update(actor=request.user, **body.validated_data)
+        except PolicyError as exc:
+            raise _policy_error(exc) from exc
+        return Response(MarketPolicySerializer(policy).data)
+
+
+# Tenant policy
+
+
+class HeldGpusSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    gpu_type = serializers.CharField()
+    tier = serializers.CharField(help_text="G (guaranteed), B (borrowed) or S (spot).")
+    gpus = serializers.IntegerField()
+
+
+class TenantPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    tenant = serializers.CharField()
+    weight = serializers.IntegerField(help_text="Share of the excess GPUs relative to other tenants.")
+    guardrail = serializers.IntegerField(
+        allow_null=True,
+        help_text="Most one round may hold for the tenant, micro-credits; null: no guardrail.",
+    )
+    guardrail_credits = CreditsField(allow_null=True, read_only=True)
+    guarantees = serializers.DictField(
+        child=serializers.IntegerField(), help_text="Guaranteed GPUs by GPU type name."
+    )
+    held = HeldGpusSerializer(many=True, help_text="GPUs of the tenant's live leases by type and tier.")
+
+    @staticmethod
+    def from_policy(policy: TenantPolicy) -> dict[str, Any]:
+        tenant = policy.tenant
+        return {
+            "tenant": tenant.slug,
+            "weight": tenant.weight,
+            "guardrail": tenant.guardrail,
+            "guardrail_credits": tenant.guardrail,
+            "guarantees": policy.guarantees,
+            "held": [{"gpu_type": t, "tier": tier, "gpus": n} for (t, tier), n in policy.held.items()],
+        }
+
+
+class TenantPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Any subset; all of it is applied or none. Unknown names are refused."""
+
+    weight = serializers.IntegerField(required=False, min_value=WEIGHT_LIMITS[0], max_value=WEIGHT_LIMITS[1])
+    guardrail = CreditsField(
+        required=False,
+        allow_zero=True,
+        allow_null=True,
+        help_text='Credits, e.g. "250" or "12.5"; null removes the guardrail.',
+    )
+    guarantees = serializers.DictField(
+        child=serializers.IntegerField(min_value=0, max_value=GUARANTEE_MAX),
+        required=False,
+        help_text="Guaranteed GPUs by GPU type name; 0 removes a guarantee, types not named are unchanged.",
+    )
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        _refuse_unknown(self, "a tenant policy setting")
+        return attrs
+
+
+def _tenant_policy_response(tenant: Tenant) -> Response:
+    return Response(
+        TenantPolicySerializer(TenantPolicySerializer.from_policy(tenant_policy(tenant=tenant))).data
+    )
+
+
+class TenantPolicyView(APIView):
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        responses=TenantPolicySerializer, summary="The tenant's weight, guardrail, guarantees and GPUs held"
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        return _tenant_policy_response(access_tenant(request.user, slug, auth=request.auth))
+
+    @extend_schema(
+        request=TenantPolicyPatchSerializer,
+        responses=TenantPolicySerializer,
+        summary="Change the tenant's weight, guardrail or guarantees (platform admins; all or nothing)",
+    )
+    def patch(self, request: Request, slug: str) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        require_admin(request.user)
+        body = TenantPolicyPatchSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            tenant = tenant_policy_update(actor=request.user, tenant=tenant, **body.validated_data)
+        except PolicyError as exc:
+            raise _policy_error(exc) from exc
+        return _tenant_policy_response(tenant)
+
+
+# Audit log
+
+
+class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+    detail = serializers.JSONField(
+        read_only=True, help_text='What changed; for policy changes {"field": [old, new]}.'
+    )
+
+    class Meta:
+        model = AuditEvent
+        fields = ["id", "created_at", "action", "actor", "tenant", "detail"]
+        read_only_fields = fields
+
+
+class AuditFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    action = serializers.CharField(required=False, max_length=64, help_text='e.g. "policy.update".')
+    tenant = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Tenant.objects.all(), required=False, help_text="A tenant's slug."
+    )
+
+
+class AuditView(APIView):
+    pagination_class = Pagination
+
+    @extend_schema(
+        parameters=[AuditFilterSerializer],
+        responses=AuditEventSerializer(many=True),
+        summary="The audit log, newest first (platform admins; paginated)",
+    )
+    def get(self, request: Request) -> Response:
+        require_admin(request.user)
+        query = AuditFilterSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(audit_events(**query.validated_data), request, view=self)
+        return paginator.get_paginated_response(AuditEventSerializer(page, many=True).data)
