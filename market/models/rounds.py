@@ -37,6 +37,7 @@ class Round(models.Model):
     gpus_free = models.PositiveIntegerField(default=0)
     gpus_allocated = models.PositiveIntegerField(default=0)
     counters = models.JSONField(default=dict)
+    freeze_ms = models.PositiveIntegerField(null=True, blank=True)
     clear_ms = models.PositiveIntegerField(null=True, blank=True)
     commit_ms = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -11,10 +11,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
-from market.models import Account, AccountKind, EntryKind, Hold, JournalEntry, Posting
+from market import bulk
+from market.models import Account, AccountKind, EntryKind, Hold, HoldState, JournalEntry, Posting
 from market.services.ledger import KeyConflict, _check_amount, _check_key
 
 
@@ -77,35 +79,39 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
             placed.append(r)
         else:
             refused.append(r.key)
-    holds = Hold.objects.bulk_create(Hold(key=r.key, tenant_id=r.tenant_id, amount=r.amount) for r in placed)
-    entries = JournalEntry.objects.bulk_create(
-        JournalEntry(
-            key=r.key, kind=EntryKind.HOLD, tenant_id=r.tenant_id, amount=r.amount, hold=h, memo=r.memo
-        )
-        for r, h in zip(placed, holds, strict=True)
+    now = timezone.now()
+    hold_ids = bulk.insert(
+        Hold,
+        {
+            "key": [r.key for r in placed],
+            "tenant_id": [r.tenant_id for r in placed],
+            "amount": [r.amount for r in placed],
+            "state": [HoldState.OPEN] * len(placed),
+            "charged": [0] * len(placed),
+            "created_at": [now] * len(placed),
+        },
     )
-    postings = []
-    for r, entry in zip(placed, entries, strict=True):
+    entry_ids = bulk.insert(
+        JournalEntry,
+        {
+            "key": [r.key for r in placed],
+            "kind": [EntryKind.HOLD] * len(placed),
+            "tenant_id": [r.tenant_id for r in placed],
+            "amount": [r.amount for r in placed],
+            "hold_id": hold_ids,
+            "memo": [r.memo for r in placed],
+            "created_at": [now] * len(placed),
+        },
+    )
+    legs: dict[str, list[int]] = {"entry_id": [], "account_id": [], "amount": []}
+    for r, entry_id in zip(placed, entry_ids, strict=True):
         if r.amount:
-            postings.append(
-                Posting(
-                    entry=entry, account_id=accounts[r.tenant_id, AccountKind.AVAILABLE], amount=-r.amount
-                )
-            )
-            postings.append(
-                Posting(entry=entry, account_id=accounts[r.tenant_id, AccountKind.HELD], amount=r.amount)
-            )
-    Posting.objects.bulk_create(postings, batch_size=5000)
-    for tenant_id in tenants:
-        if total[tenant_id]:
-            moved = Account.objects.filter(
-                pk=accounts[tenant_id, AccountKind.AVAILABLE], balance__gte=total[tenant_id]
-            ).update(balance=F("balance") - total[tenant_id])
-            if moved != 1:  # impossible while the row is locked; the CHECK constraint is the backstop
-                raise AssertionError(f"available balance of tenant {tenant_id} changed under its lock")
-            Account.objects.filter(pk=accounts[tenant_id, AccountKind.HELD]).update(
-                balance=F("balance") + total[tenant_id]
-            )
+            for kind, amount in ((AccountKind.AVAILABLE, -r.amount), (AccountKind.HELD, r.amount)):
+                legs["entry_id"].append(entry_id)
+                legs["account_id"].append(accounts[r.tenant_id, kind])
+                legs["amount"].append(amount)
+    bulk.insert(Posting, legs)
+    _move(accounts, {t: total[t] for t in tenants if total[t]})
     return HoldsPlaced(placed=[r.key for r in placed], replayed=replayed, refused=refused)
 
 
@@ -122,3 +128,28 @@ def _accounts(tenants: list[int]) -> dict[tuple[int, str], int]:
             if (tenant_id, kind) not in found:
                 found[tenant_id, kind] = Account.objects.get_or_create(tenant_id=tenant_id, kind=kind)[0].pk
     return found
+
+
+def _move(accounts: dict[tuple[int, str], int], total: dict[int, int]) -> None:
+    """available -= total, held += total, per tenant; one statement per account kind on PostgreSQL."""
+    if not total:
+        return
+    for kind, sign in ((AccountKind.AVAILABLE, -1), (AccountKind.HELD, 1)):
+        ids = [accounts[t, kind] for t in total]
+        amounts = [sign * amount for amount in total.values()]
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"UPDATE {Account._meta.db_table} AS a SET balance = a.balance + v.delta "
+                    "FROM (SELECT unnest(%s::bigint[]) AS id, unnest(%s::bigint[]) AS delta) AS v "
+                    "WHERE a.id = v.id AND a.balance + v.delta >= 0",
+                    [ids, amounts],
+                )
+                moved = cursor.rowcount
+        else:
+            moved = sum(
+                Account.objects.filter(pk=pk, balance__gte=-delta).update(balance=F("balance") + delta)
+                for pk, delta in zip(ids, amounts, strict=True)
+            )
+        if moved != len(ids):  # impossible under the row locks; the CHECK constraint backs it up
+            raise AssertionError(f"{kind} balances changed under their locks")

@@ -20,11 +20,13 @@ from django.db.models import F
 
 from accounts.models import Tenant
 from allocator import REASON_NAMES, TIER_NAMES, Book, Result
+from market import bulk
 from market.models import (
     LIVE_LEASE_STATES,
     BidOutcome,
     Command,
     CommandKind,
+    CommandState,
     EndReason,
     GpuType,
     Job,
@@ -135,63 +137,65 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
 
     w_tier, w_type, w_price = w.tier.tolist(), w.gpu_type.tolist(), w.price.tolist()
     type_id_of = [types[name] for name in result.type_names]
-    leases = Lease.objects.bulk_create(
-        [
-            Lease(
-                job_id=win_jobs[i],
-                tenant_id=tenant_of[w_tenant[i]],
-                round=rnd,
-                node_id=gangs[i][0][2],
-                gpu_type_id=type_id_of[w_type[i]],
-                tier=TIER_NAMES[w_tier[i]],
-                preemptible=TIER_NAMES[w_tier[i]] != "G",
-                price=w_price[i],
-                gpus=len(gangs[i]),
-                max_seconds=jobs[win_jobs[i]][6],
-                grace_seconds=jobs[win_jobs[i]][5],
-                hold_key=hold_key(rnd.pk, win_jobs[i]),
-                started_at=now,
-            )
-            for i in placed
-        ],
-        batch_size=2000,
+    n = len(placed)
+    lease_ids = bulk.insert(
+        Lease,
+        {
+            "job_id": [win_jobs[i] for i in placed],
+            "tenant_id": [tenant_of[w_tenant[i]] for i in placed],
+            "round_id": [rnd.pk] * n,
+            "node_id": [gangs[i][0][2] for i in placed],
+            "gpu_type_id": [type_id_of[w_type[i]] for i in placed],
+            "tier": [TIER_NAMES[w_tier[i]] for i in placed],
+            "preemptible": [TIER_NAMES[w_tier[i]] != "G" for i in placed],
+            "price": [w_price[i] for i in placed],
+            "gpus": [len(gangs[i]) for i in placed],
+            "max_seconds": [jobs[win_jobs[i]][6] for i in placed],
+            "grace_seconds": [jobs[win_jobs[i]][5] for i in placed],
+            "hold_key": [hold_key(rnd.pk, win_jobs[i]) for i in placed],
+            "state": [LeaseState.ALLOCATED] * n,
+            "started_at": [now] * n,
+            "end_reason": [""] * n,
+        },
     )
-    LeaseGpu.objects.bulk_create(
-        [
-            LeaseGpu(lease=lease, gpu_id=g[0])
-            for lease, i in zip(leases, placed, strict=True)
-            for g in gangs[i]
-        ],
-        batch_size=5000,
+    bound = [(lease_id, g[0]) for lease_id, i in zip(lease_ids, placed, strict=True) for g in gangs[i]]
+    bulk.insert(
+        LeaseGpu,
+        {"lease_id": [b[0] for b in bound], "gpu_id": [b[1] for b in bound], "active": [True] * len(bound)},
     )
-    commands = []
-    for lease, i in zip(leases, placed, strict=True):
+    commands: dict[str, list[object]] = {
+        k: []
+        for k in ("node_id", "lease_id", "kind", "payload", "fence", "state", "created_at", "expires_at")
+    }
+    for lease_id, i in zip(lease_ids, placed, strict=True):
         job = jobs[win_jobs[i]]
         by_node: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
         for g in gangs[i]:
             by_node[g[2]].append(g)
         for node_id, gpus in by_node.items():
-            commands.append(
-                Command(
-                    node_id=node_id,
-                    lease=lease,
-                    kind=CommandKind.BIND,
-                    fence=rnd.pk,
-                    expires_at=now + BIND_TTL,
-                    payload={
-                        "lease": lease.pk,
-                        "job": job[0],
-                        "name": job[3],
-                        "command": job[4],
-                        "gpus": [g[1] for g in gpus],
-                        "gang_gpus": len(gangs[i]),
-                        "max_seconds": job[6],
-                        "grace_seconds": job[5],
-                        "price": w_price[i],
-                    },
-                )
-            )
-    Command.objects.bulk_create(commands, batch_size=2000)
+            payload = {
+                "lease": lease_id,
+                "job": job[0],
+                "name": job[3],
+                "command": job[4],
+                "gpus": [g[1] for g in gpus],
+                "gang_gpus": len(gangs[i]),
+                "max_seconds": job[6],
+                "grace_seconds": job[5],
+                "price": w_price[i],
+            }
+            for key, value in (
+                ("node_id", node_id),
+                ("lease_id", lease_id),
+                ("kind", CommandKind.BIND),
+                ("payload", payload),
+                ("fence", rnd.pk),
+                ("state", CommandState.PENDING),
+                ("created_at", now),
+                ("expires_at", now + BIND_TTL),
+            ):
+                commands[key].append(value)
+    bulk.insert(Command, commands)
     Job.objects.filter(pk__in=[win_jobs[i] for i in placed]).update(state=JobState.ALLOCATED, rounds_waited=0)
 
     lost = result.losers.job.tolist() + list(skipped)
@@ -258,50 +262,51 @@ def _outcomes(
     versions = snapshot.bid_versions
     w, lo = result.winners, result.losers
     win_jobs, tiers, wtypes, prices = w.job.tolist(), w.tier.tolist(), w.gpu_type.tolist(), w.price.tolist()
-    rows = [
-        BidOutcome(
-            round=rnd,
-            job_id=win_jobs[i],
-            bid_version=versions[win_jobs[i]],
-            won=True,
-            tier=TIER_NAMES[tiers[i]],
-            gpu_type_id=type_id_of[wtypes[i]],
-            price=prices[i],
+    cols: dict[str, list[object]] = {
+        k: []
+        for k in (
+            "round_id",
+            "job_id",
+            "bid_version",
+            "won",
+            "tier",
+            "gpu_type_id",
+            "price",
+            "reason",
+            "figure",
         )
-        for i in placed
-    ]
+    }
+
+    def add(
+        job: int, won: bool, tier: str, type_ix: int, price: int | None, reason: str, figure: int | None
+    ) -> None:
+        for key, value in (
+            ("round_id", rnd.pk),
+            ("job_id", job),
+            ("bid_version", versions[job]),
+            ("won", won),
+            ("tier", tier),
+            ("gpu_type_id", type_id_of[type_ix]),
+            ("price", price),
+            ("reason", reason),
+            ("figure", figure),
+        ):
+            cols[key].append(value)
+
+    for i in placed:
+        add(win_jobs[i], True, TIER_NAMES[tiers[i]], wtypes[i], prices[i], "", None)
     by_job = {job: i for i, job in enumerate(win_jobs)}
-    rows += [
-        BidOutcome(
-            round=rnd,
-            job_id=job,
-            bid_version=versions[job],
-            won=False,
-            gpu_type_id=type_id_of[wtypes[by_job[job]]],
-            price=prices[by_job[job]],
-            reason=reason,
-        )
-        for job, reason in skipped.items()
-    ]
+    for job, reason in skipped.items():
+        add(job, False, "", wtypes[by_job[job]], prices[by_job[job]], reason, None)
     ljobs, reasons, ltypes, figures = (
         lo.job.tolist(),
         lo.reason.tolist(),
         lo.gpu_type.tolist(),
         lo.figure.tolist(),
     )
-    rows += [
-        BidOutcome(
-            round=rnd,
-            job_id=job,
-            bid_version=versions[job],
-            won=False,
-            gpu_type_id=type_id_of[ltypes[i]],
-            reason=REASON_NAMES[reasons[i]],
-            figure=None if figures[i] < 0 else figures[i],
-        )
-        for i, job in enumerate(ljobs)
-    ]
-    BidOutcome.objects.bulk_create(rows, batch_size=5000)
+    for i, job in enumerate(ljobs):
+        add(job, False, "", ltypes[i], None, REASON_NAMES[reasons[i]], None if figures[i] < 0 else figures[i])
+    bulk.insert(BidOutcome, cols)
 
 
 def _prices(rnd: Round, book: Book, result: Result, type_id_of: list[int]) -> None:

@@ -110,7 +110,7 @@ def _failed(round_id: int, exc: Exception, *, final: bool) -> Round:
 
 def _freeze(rnd: Round, memo: _Memo) -> None:
     """Snapshot the book through selectors and store it (step: OPEN -> FROZEN)."""
-    now = timezone.now()
+    now, started = timezone.now(), time.perf_counter()
     if not GpuType.objects.exists():
         rnd.state, rnd.error = RoundState.DISPATCHED, "no GPU types: nothing to clear"
         rnd.frozen_at = rnd.cleared_at = rnd.committed_at = rnd.dispatched_at = now
@@ -122,7 +122,8 @@ def _freeze(rnd: Round, memo: _Memo) -> None:
     rnd.bids = len(snapshot.book.bids)
     rnd.gpus_free = int(snapshot.book.nodes.free_count.sum())
     rnd.state, rnd.frozen_at = RoundState.FROZEN, now
-    rnd.save(update_fields=["book", "bids", "gpus_free", "state", "frozen_at"])
+    rnd.freeze_ms = round((time.perf_counter() - started) * 1000)
+    rnd.save(update_fields=["book", "bids", "gpus_free", "state", "frozen_at", "freeze_ms"])
 
 
 def _snapshot(rnd: Round, memo: _Memo) -> Snapshot:

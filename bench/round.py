@@ -1,0 +1,142 @@
+"""One auction round on PostgreSQL: 20,000 pending jobs from 200 tenants over 1,000 nodes of 8 GPUs.
+
+Builds a fresh database (BENCH_DATABASE_URL, default postgres://postgres@127.0.0.1:5432/gpumarket_bench:
+dropped and re-created), fills it with bulk inserts, then times one round through every step and prints
+one JSON line: {"bench": "round", "jobs": ..., "gpus": ..., "round_s": ..., "clear_s": ..., "commit_s": ...}
+plus the freeze time and the winners. Target (issue 4): round_s under 3 seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _fresh_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
+    import numpy as np
+    from django.utils import timezone
+
+    from accounts.models import Guarantee, Tenant, User
+    from market.models import Account, AccountKind, Bid, GpuType, Job
+    from nodeagent.models import Gpu, Node
+
+    rng = np.random.default_rng(seed)
+    h100 = GpuType.objects.create(name="H100", memory_gb=80, reserve_price=1_000_000, max_price=50_000_000)
+    user = User.objects.create(username="bench")
+    ts = Tenant.objects.bulk_create(
+        Tenant(name=f"Team {i}", slug=f"team-{i}", weight=int(rng.integers(1, 5))) for i in range(tenants)
+    )
+    # Money as the ledger would hold it after top-ups: balances only matter to the round, not their history.
+    Account.objects.bulk_create(
+        Account(tenant=t, kind=kind, balance=10**12 if kind == AccountKind.AVAILABLE else 0)
+        for t in ts
+        for kind in (AccountKind.AVAILABLE, AccountKind.HELD)
+    )
+    Guarantee.objects.bulk_create(Guarantee(tenant=t, gpu_type=h100, gpus=16) for t in ts[: tenants // 5])
+    ns = Node.objects.bulk_create(
+        Node(name=f"n{i:04d}", gpu_type=h100, topology_domain=f"rack-{i // 32}") for i in range(nodes)
+    )
+    Gpu.objects.bulk_create(
+        (Gpu(node=n, index=s, uuid=f"GPU-{n.name}-{s}", model="H100") for n in ns for s in range(8)),
+        batch_size=5000,
+    )
+    gang = np.where(rng.random(jobs) < 0.8, 1, rng.integers(2, 9, jobs))
+    limit = (np.exp(rng.normal(np.log(2.5), 0.4, jobs)) * 1_000_000).astype(np.int64)
+    owner = rng.integers(0, tenants, jobs)
+    now = timezone.now()
+    rows = [
+        Job(
+            tenant=ts[int(owner[i])],
+            submitter=user,
+            name=f"job-{i}",
+            command="python train.py",
+            gpus=int(gang[i]),
+            max_seconds=3600 * int(1 + i % 8),
+            grace_seconds=60,
+            limits=[{"gpu_type": "H100", "limit": int(limit[i])}],
+            submitted_at=now,
+        )
+        for i in range(jobs)
+    ]
+    made = Job.objects.bulk_create(rows, batch_size=5000)
+    Bid.objects.bulk_create(
+        (Bid(job=j, version=1, limits=j.limits, actor=user) for j in made), batch_size=5000
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--tenants", type=int, default=200)
+    parser.add_argument("--nodes", type=int, default=1_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--profile", action="store_true", help="cProfile the round, to stderr (slower)")
+    args = parser.parse_args()
+    url = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpumarket_bench")
+    _fresh_database(url)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("TLS", "0")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from market.models import Round
+    from market.services import rounds
+
+    call_command("migrate", verbosity=0)
+    _populate(args.jobs, args.tenants, args.nodes, args.seed)
+
+    rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
+    profile = cProfile.Profile() if args.profile else None
+    started = time.perf_counter()
+    if profile is not None:
+        profile.enable()
+    done = rounds.round_advance(round_id=rnd.pk)
+    round_s = time.perf_counter() - started
+    if profile is not None:
+        profile.disable()
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("cumulative").print_stats(30)
+    if done.state != "dispatched":
+        raise SystemExit(f"round ended {done.state}: {done.error}")
+    print(
+        json.dumps(
+            {
+                "bench": "round",
+                "jobs": args.jobs,
+                "gpus": args.nodes * 8,
+                "round_s": round(round_s, 3),
+                "clear_s": round((done.clear_ms or 0) / 1000, 3),
+                "commit_s": round((done.commit_ms or 0) / 1000, 3),
+                "freeze_s": round((done.freeze_ms or 0) / 1000, 3),
+                "winners": done.winners,
+                "gpus_allocated": done.gpus_allocated,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,315 @@
+"""Job writes: submit (idempotent), amend the bid, cancel (docs/jobs.md).
+
+Every function is keyword-only and atomic and writes an audit row when it changes something. Input is checked
+here again whatever the caller checked: a bad value raises accounts.services.PolicyError naming the field as
+the API spells it (`bids[1].limit`); a refused action raises a JobError whose `code` the API reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from accounts.access import can_manage
+from accounts.audit import audit
+from accounts.models import Membership, Tenant, User
+from accounts.services import PolicyError
+from market.models import (
+    LIVE_LEASE_STATES,
+    TERMINAL_STATES,
+    Bid,
+    CommandKind,
+    EndReason,
+    GpuType,
+    Job,
+    JobState,
+    Lease,
+)
+from market.money import format_credits
+from market.selectors.jobs import largest_gangs
+from market.selectors.policy import current_fence, market_policy
+from market.services.leases import lease_request_stop
+
+NAME_MAX_CHARS = 200
+IDEMPOTENCY_KEY_MAX_CHARS = 200
+MIN_SECONDS = 60
+GRACE_MAX_SECONDS = 3600
+
+
+class JobError(Exception):
+    """Base of every refusal; `code` is what the API reports."""
+
+    code = "job_error"
+
+
+class NotPermitted(JobError):
+    code = "permission_denied"
+
+
+class IdempotencyKeyReused(JobError):
+    code = "idempotency_key_reused"
+
+
+class JobNotPending(JobError):
+    code = "job_not_pending"
+
+
+class JobFinished(JobError):
+    code = "job_finished"
+
+
+# Checks: each raises PolicyError(field, message) or returns the value to store.
+
+
+def _check_name(name: object) -> str:
+    if not isinstance(name, str) or not name.strip():
+        raise PolicyError("name", "must be a non-blank string")
+    if len(name) > NAME_MAX_CHARS:
+        raise PolicyError("name", f"must be at most {NAME_MAX_CHARS} characters")
+    return name
+
+
+def _check_command(command: object) -> str:
+    if not isinstance(command, str) or not command.strip():
+        raise PolicyError("command", "must be a non-blank string")
+    limit = settings.JOB_COMMAND_MAX_CHARS
+    if len(command) > limit:
+        raise PolicyError("command", f"is {len(command)} characters; at most {limit} are allowed")
+    return command
+
+
+def _check_bids(bids: Sequence[tuple[GpuType, int]]) -> list[dict[str, Any]]:
+    """The bid as stored in Job.limits: [{"gpu_type": name, "limit": micro-credits per GPU-hour}, ...]."""
+    if not bids:
+        raise PolicyError("bids", "must name at least one GPU type")
+    seen: dict[int, int] = {}
+    limits = []
+    for i, (gpu_type, limit) in enumerate(bids):
+        if gpu_type.pk in seen:
+            raise PolicyError(
+                f"bids[{i}].gpu_type", f"{gpu_type.name} is already in bids[{seen[gpu_type.pk]}]"
+            )
+        seen[gpu_type.pk] = i
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise PolicyError(f"bids[{i}].limit", "must be a whole number of micro-credits")
+        if limit <= 0:
+            raise PolicyError(f"bids[{i}].limit", "must be positive")
+        if limit > gpu_type.max_price:
+            raise PolicyError(
+                f"bids[{i}].limit",
+                f"{format_credits(limit)} credits is above the maximum price of {gpu_type.name} "
+                f"({format_credits(gpu_type.max_price)} credits per GPU-hour)",
+            )
+        limits.append({"gpu_type": gpu_type.name, "limit": limit})
+    return limits
+
+
+def _check_gpus(gpus: object, gpu_types: Sequence[GpuType], *, field: str = "gpus") -> int:
+    """At least 1 and at most the largest gang any of the accepted types can ever place."""
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        raise PolicyError(field, "must be a whole number")
+    if gpus < 1:
+        raise PolicyError(field, "must be at least 1")
+    largest = largest_gangs(gpu_types=gpu_types)
+    best = max(gpu_types, key=lambda t: largest[t.pk])
+    if gpus > largest[best.pk]:
+        others = "".join(f"; {t.name}: {largest[t.pk]}" for t in gpu_types if t.pk != best.pk)
+        raise PolicyError(
+            field,
+            f"{gpus} GPUs exceed the largest node group of {best.name} ({largest[best.pk]} GPUs{others})",
+        )
+    return gpus
+
+
+def _check_max_seconds(max_seconds: object) -> int:
+    top = settings.JOB_MAX_HOURS * 3600
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, int):
+        raise PolicyError("max_hours", "must be a number of hours")
+    if max_seconds < MIN_SECONDS:
+        raise PolicyError("max_hours", "must be at least 1 minute")
+    if max_seconds > top:
+        raise PolicyError("max_hours", f"must be at most {settings.JOB_MAX_HOURS} hours")
+    return max_seconds
+
+
+def _check_grace(grace_seconds: object) -> int:
+    if grace_seconds is None:
+        return market_policy().default_grace_s
+    if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int):
+        raise PolicyError("grace_seconds", "must be a whole number of seconds")
+    if not 0 <= grace_seconds <= GRACE_MAX_SECONDS:
+        raise PolicyError("grace_seconds", f"must be between 0 and {GRACE_MAX_SECONDS} seconds")
+    return grace_seconds
+
+
+def check_idempotency_key(key: object) -> str:
+    """1 to 200 printable ASCII characters ("" means none)."""
+    if not isinstance(key, str):
+        raise PolicyError("Idempotency-Key", "must be a string")
+    if key and (len(key) > IDEMPOTENCY_KEY_MAX_CHARS or not all(" " <= c <= "~" for c in key)):
+        raise PolicyError(
+            "Idempotency-Key", f"must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} printable ASCII characters"
+        )
+    return key
+
+
+def _check_member(user: User, tenant: Tenant) -> None:
+    if not (user.is_staff or Membership.objects.filter(user=user, tenant=tenant).exists()):
+        raise NotPermitted("Only members of the tenant or platform admins may submit jobs.")
+
+
+def _check_owner(user: User, job: Job) -> None:
+    if user.pk != job.submitter_id and not can_manage(user, job.tenant):
+        raise NotPermitted("Only the job's submitter, the tenant's managers or platform admins may do this.")
+
+
+# Idempotent submit.
+
+
+def job_replay(*, tenant: Tenant, idempotency_key: str, request_digest: str) -> Job | None:
+    """The job first submitted with this key, if any; IdempotencyKeyReused if its request differed."""
+    if not idempotency_key:
+        return None
+    job = (
+        Job.objects.select_related("tenant", "submitter")
+        .filter(tenant=tenant, idempotency_key=idempotency_key)
+        .first()
+    )
+    if job is not None and job.request_digest != request_digest:
+        raise IdempotencyKeyReused(
+            f"Idempotency-Key {idempotency_key!r} was already used for a different request (job {job.pk})."
+        )
+    return job
+
+
+@transaction.atomic
+def job_submit(
+    *,
+    tenant: Tenant,
+    submitter: User,
+    name: str,
+    command: str,
+    gpus: int,
+    bids: Sequence[tuple[GpuType, int]],
+    max_seconds: int,
+    grace_seconds: int | None,
+    idempotency_key: str = "",
+    request_digest: str = "",
+    first_response: Callable[[Job], dict[str, Any]] | None = None,
+) -> tuple[Job, bool]:
+    """Create a pending job with bid version 1; returns (job, created).
+
+    With an idempotency key, a job already submitted under it (same tenant, same request digest) is returned
+    with created=False and nothing is written; a different digest raises IdempotencyKeyReused. Two concurrent
+    submits with one key meet on the unique index: the second waits for the first, fails in its savepoint
+    and re-reads. `first_response`, given a key, renders the response to store for replays, in this same
+    transaction, so a replay never sees the job without it.
+    """
+    idempotency_key = check_idempotency_key(idempotency_key)
+    found = job_replay(tenant=tenant, idempotency_key=idempotency_key, request_digest=request_digest)
+    if found is not None:
+        return found, False
+    _check_member(submitter, tenant)
+    fields = {
+        "name": _check_name(name),
+        "command": _check_command(command),
+        "limits": _check_bids(bids),
+        "gpus": _check_gpus(gpus, [t for t, _ in bids]),
+        "max_seconds": _check_max_seconds(max_seconds),
+        "grace_seconds": _check_grace(grace_seconds),
+    }
+    try:
+        with transaction.atomic():
+            job = Job.objects.create(
+                tenant=tenant,
+                submitter=submitter,
+                idempotency_key=idempotency_key,
+                request_digest=request_digest if idempotency_key else "",
+                **fields,
+            )
+    except IntegrityError:
+        found = job_replay(tenant=tenant, idempotency_key=idempotency_key, request_digest=request_digest)
+        if found is None:
+            raise
+        return found, False
+    Bid.objects.create(job=job, version=1, limits=job.limits, actor=submitter, created_at=job.submitted_at)
+    if idempotency_key and first_response is not None:
+        job.first_response = first_response(job)
+        job.save(update_fields=["first_response"])
+    audit(actor=submitter, tenant=tenant, action="job.submit", detail=_detail(job))
+    return job, True
+
+
+# Amend and cancel: the job row is locked, so they serialise with each other and with a round's commit.
+
+
+def _lock(job: Job) -> Job:
+    """The job, row-locked. Its live leases are locked first: lease_stopped and preemption take a lease and
+    then its job, and taking them in the same order keeps a cancel from deadlocking with them."""
+    live = Lease.objects.select_for_update().filter(job_id=job.pk, state__in=LIVE_LEASE_STATES)
+    list(live.order_by("pk").values_list("pk", flat=True))
+    return Job.objects.select_for_update().select_related("tenant", "submitter").get(pk=job.pk)
+
+
+@transaction.atomic
+def bid_amend(*, job: Job, actor: User, bids: Sequence[tuple[GpuType, int]]) -> Job:
+    """Replace the bid of a pending job with version n+1; every earlier version stays in Bid."""
+    job = _lock(job)
+    _check_owner(actor, job)
+    if job.state != JobState.PENDING:
+        raise JobNotPending(f"Job {job.pk} is {job.state}; only a pending job's bid can change.")
+    limits = _check_bids(bids)
+    _check_gpus(job.gpus, [t for t, _ in bids], field="bids")
+    job.limits, job.bid_version = limits, job.bid_version + 1
+    job.save(update_fields=["limits", "bid_version", "updated_at"])
+    Bid.objects.create(job=job, version=job.bid_version, limits=limits, actor=actor)
+    audit(actor=actor, tenant=job.tenant, action="job.bid_amend", detail=_detail(job))
+    return job
+
+
+@transaction.atomic
+def job_cancel(*, job: Job, actor: User) -> Job:
+    """Cancel a job: at once while pending; through its leases while it runs (docs/jobs.md §Lifecycle).
+
+    A running or allocated job's leases get a release command; lease_stopped settles them and, seeing
+    cancel_requested_at, ends the job CANCELLED. A preempting job's lease is already stopping: lease_stopped
+    will end it CANCELLED instead of re-queueing it. Cancelling again changes nothing.
+    """
+    job = _lock(job)
+    _check_owner(actor, job)
+    if job.state == JobState.CANCELLED or job.cancel_requested_at is not None:
+        return job
+    if job.state in TERMINAL_STATES:
+        raise JobFinished(f"Job {job.pk} has already ended ({job.state}).")
+    now = timezone.now()
+    job.cancel_requested_at = now
+    fields = ["cancel_requested_at", "updated_at"]
+    if job.state == JobState.PENDING:
+        job.state, job.ended_at = JobState.CANCELLED, now
+        fields += ["state", "ended_at"]
+    job.save(update_fields=fields)
+    if job.state in (JobState.ALLOCATED, JobState.RUNNING):
+        fence = current_fence()
+        for lease_id in Lease.objects.filter(job=job, state__in=LIVE_LEASE_STATES).values_list(
+            "pk", flat=True
+        ):
+            lease_request_stop(
+                lease_id=lease_id, kind=CommandKind.RELEASE, reason=EndReason.CANCELLED, fence=fence, now=now
+            )
+    audit(actor=actor, tenant=job.tenant, action="job.cancel", detail=_detail(job))
+    return job
+
+
+def _detail(job: Job) -> dict[str, Any]:
+    return {
+        "job": job.pk,
+        "name": job.name,
+        "state": job.state,
+        "gpus": job.gpus,
+        "bid_version": job.bid_version,
+        "limits": job.limits,
+    }
