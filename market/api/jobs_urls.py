@@ -1,5 +1,12 @@
 """Job and bid routes (mounted under /api/v1/)."""
 
-from django.urls import URLPattern
+from django.urls import URLPattern, path
 
-urlpatterns: list[URLPattern] = []
+from market.api import jobs
+
+urlpatterns: list[URLPattern] = [
+    path("tenants/<slug:slug>/jobs", jobs.JobListView.as_view(), name="job-list"),
+    path("tenants/<slug:slug>/jobs/<int:job_id>", jobs.JobDetailView.as_view(), name="job-detail"),
+    path("tenants/<slug:slug>/jobs/<int:job_id>/bid", jobs.BidAmendView.as_view(), name="job-bid"),
+    path("tenants/<slug:slug>/jobs/<int:job_id>/cancel", jobs.JobCancelView.as_view(), name="job-cancel"),
+]

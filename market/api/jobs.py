@@ -1,0 +1,226 @@
+"""Jobs API: submit (idempotent), list, detail, amend the bid, cancel. Views parse, call, serialize."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from django.http import Http404
+from django.shortcuts import get_object_or_404
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, serializers, status
+from rest_framework.parsers import JSONParser
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from accounts.access import access_tenant
+from accounts.models import Tenant
+from accounts.services import PolicyError
+from config.api import Pagination
+from market.api.jobs_serializers import (
+    BidAmendSerializer,
+    JobDetailSerializer,
+    JobFilterSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+)
+from market.models import Job
+from market.selectors.jobs import gpu_types_by_name, job_detail, job_list, tenant_jobs
+from market.services import jobs as services
+
+
+class JobRefused(exceptions.APIException):
+    """A JobError as an HTTP error, keeping the service's code."""
+
+    def __init__(self, exc: services.JobError, status_code: int) -> None:
+        super().__init__(detail=str(exc), code=exc.code)
+        self.status_code = status_code
+
+
+def _refused(exc: services.JobError | PolicyError) -> exceptions.APIException:
+    if isinstance(exc, PolicyError):
+        return serializers.ValidationError({exc.field: [exc.message]})
+    code = status.HTTP_403_FORBIDDEN if isinstance(exc, services.NotPermitted) else status.HTTP_409_CONFLICT
+    return JobRefused(exc, code)
+
+
+def _render(job: Job, serializer: type[JobSerializer] = JobSerializer) -> dict[str, Any]:
+    return dict(serializer(job, context={"gpu_types": gpu_types_by_name()}).data)
+
+
+def _idempotency_key(request: Request) -> str:
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return ""
+    if not key:
+        raise serializers.ValidationError({"Idempotency-Key": ["must not be empty when given"]})
+    try:
+        return services.check_idempotency_key(key)
+    except PolicyError as exc:
+        raise _refused(exc) from exc
+
+
+def _digest(data: Any) -> str:
+    """sha256 of the body as canonical JSON (sorted keys, no spaces): the same request has the same digest."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _first_response(job: Job) -> dict[str, Any]:
+    """What the job's first submit answered, keys in the order it had (jsonb keeps no key order), so a
+    replay's body is byte for byte the first one. A job submitted without a stored response: as it is now."""
+    now = _render(job)
+    return _in_order(job.first_response, now) if job.first_response else now
+
+
+def _in_order(stored: Any, shape: Any) -> Any:
+    if isinstance(stored, dict) and isinstance(shape, dict):
+        keys = [k for k in shape if k in stored] + [k for k in stored if k not in shape]
+        return {k: _in_order(stored[k], shape.get(k)) for k in keys}
+    if isinstance(stored, list) and isinstance(shape, list) and shape:
+        return [_in_order(item, shape[0]) for item in stored]
+    return stored
+
+
+def _submit_args(data: Any) -> dict[str, Any]:
+    body = JobSubmitSerializer(data=data)
+    body.is_valid(raise_exception=True)
+    v = body.validated_data
+    return {
+        "name": v["name"],
+        "command": v["command"],
+        "gpus": v["gpus"],
+        "bids": v["bids"],
+        "max_seconds": v["max_hours"],  # HoursField gives whole seconds
+        "grace_seconds": v.get("grace_seconds"),
+    }
+
+
+def _job(tenant: Tenant, job_id: int) -> Job:
+    return get_object_or_404(tenant_jobs(tenant=tenant), pk=job_id)
+
+
+_IDEMPOTENCY_HEADER = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="1 to 200 printable characters. Repeating a submit with the same key and body returns the "
+    "first response; the same key with another body is refused (409 idempotency_key_reused).",
+)
+
+
+class JobListView(APIView):
+    parser_classes = [JSONParser]
+    pagination_class = Pagination
+
+    @extend_schema(
+        parameters=[JobFilterSerializer],
+        responses=JobSerializer(many=True),
+        summary="The tenant's jobs, newest first (paginated)",
+    )
+    def get(self, request: Request, slug: str) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        query = JobFilterSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        f = query.validated_data
+        qs = job_list(
+            tenant=tenant, states=f.get("state", ()), gpu_type=f.get("gpu_type"), submitter=f.get("submitter")
+        )
+        paginator = Pagination()
+        page = paginator.paginate_queryset(qs, request, view=self)
+        data = JobSerializer(page, many=True, context={"gpu_types": gpu_types_by_name()}).data
+        return paginator.get_paginated_response(data)
+
+    @extend_schema(
+        request=JobSubmitSerializer,
+        parameters=[_IDEMPOTENCY_HEADER],
+        responses={
+            201: OpenApiResponse(JobSerializer, description="Submitted, or the first response to this key."),
+            409: OpenApiResponse(description="idempotency_key_reused: the key was used with another body."),
+        },
+        summary="Submit a job with its bid",
+    )
+    def post(self, request: Request, slug: str) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        key = _idempotency_key(request)
+        digest = _digest(request.data) if key else ""
+        try:
+            # A replay gets what the first submit got, even if its body would not pass the checks today.
+            job, created = (
+                services.job_replay(tenant=tenant, idempotency_key=key, request_digest=digest),
+                False,
+            )
+            if job is None:
+                job, created = services.job_submit(
+                    tenant=tenant,
+                    submitter=request.user,
+                    idempotency_key=key,
+                    request_digest=digest,
+                    first_response=_render,
+                    **_submit_args(request.data),
+                )
+        except (services.JobError, PolicyError) as exc:
+            raise _refused(exc) from exc
+        if not created:  # a replay, or a concurrent submit with this key got there first
+            return Response(_first_response(job), status=status.HTTP_201_CREATED)
+        return Response(job.first_response or _render(job), status=status.HTTP_201_CREATED)
+
+
+class JobDetailView(APIView):
+    @extend_schema(
+        responses=JobDetailSerializer,
+        summary="One job: current bid, bid history, round outcomes (latest 100), leases and charges",
+    )
+    def get(self, request: Request, slug: str, job_id: int) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        job = job_detail(tenant=tenant, job_id=job_id)
+        if job is None:
+            raise Http404("No such job.")
+        return Response(_render(job, JobDetailSerializer))
+
+
+class BidAmendView(APIView):
+    parser_classes = [JSONParser]
+
+    @extend_schema(
+        request=BidAmendSerializer,
+        responses={
+            200: JobSerializer,
+            403: OpenApiResponse(description="Neither the submitter, a manager of the tenant nor an admin."),
+            409: OpenApiResponse(description="job_not_pending: only a pending job's bid can change."),
+        },
+        summary="Replace a pending job's bid (a new version; earlier ones are kept)",
+    )
+    def post(self, request: Request, slug: str, job_id: int) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        job = _job(tenant, job_id)
+        body = BidAmendSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            job = services.bid_amend(job=job, actor=request.user, bids=body.validated_data["bids"])
+        except (services.JobError, PolicyError) as exc:
+            raise _refused(exc) from exc
+        return Response(_render(job))
+
+
+class JobCancelView(APIView):
+    @extend_schema(
+        request=None,
+        responses={
+            200: JobSerializer,
+            403: OpenApiResponse(description="Neither the submitter, a manager of the tenant nor an admin."),
+            409: OpenApiResponse(description="job_finished: the job already completed, failed or expired."),
+        },
+        summary="Cancel a job: at once while pending, else its leases are stopped and settled",
+    )
+    def post(self, request: Request, slug: str, job_id: int) -> Response:
+        tenant = access_tenant(request.user, slug, auth=request.auth)
+        job = _job(tenant, job_id)
+        try:
+            job = services.job_cancel(job=job, actor=request.user)
+        except services.JobError as exc:
+            raise _refused(exc) from exc
+        return Response(_render(job))

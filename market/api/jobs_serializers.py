@@ -1,0 +1,421 @@
+"""Jobs API shapes. Prices travel as integer micro-credits per GPU-hour with credit strings alongside; request
+bodies give them in credits (decimal strings or numbers), like the ledger API."""
+
+from __future__ import annotations
+
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.validators import UnicodeUsernameValidator
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from market.api.ledger_serializers import CreditsField
+from market.models import Bid, BidOutcome, GpuType, Job, JobState, JournalEntry, Lease, LeaseGpu
+from market.money import format_credits
+from market.selectors.jobs import gpu_types_by_name
+from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
+
+# Longer than any valid number of hours; refusing early keeps absurd inputs away from Decimal.
+HOURS_MAX_CHARS = 24
+HOURS_DECIMALS = 4
+
+
+# Requests
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class HoursField(serializers.Field):  # type: ignore[type-arg]
+    """Hours as a number or decimal string ("1.5"), more than 0 and at most 4 decimals; becomes whole seconds
+    (rounded half up), which must be at least one minute and at most JOB_MAX_HOURS."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, str | int | float):
+            raise serializers.ValidationError("must be a number of hours")
+        if len(str(data)) > HOURS_MAX_CHARS:
+            raise serializers.ValidationError("is too long to be a number of hours")
+        try:
+            hours = Decimal(str(data).strip())
+        except InvalidOperation as exc:
+            raise serializers.ValidationError("must be a number of hours") from exc
+        if not hours.is_finite():
+            raise serializers.ValidationError("must be a finite number of hours")
+        if hours <= 0:
+            raise serializers.ValidationError("must be more than 0")
+        if hours != hours.quantize(Decimal(1).scaleb(-HOURS_DECIMALS), rounding=ROUND_HALF_UP):
+            raise serializers.ValidationError(f"has more than {HOURS_DECIMALS} decimals")
+        if hours * 3600 < MIN_SECONDS:
+            raise serializers.ValidationError("must be at least 1 minute (0.0167 hours)")
+        if hours > settings.JOB_MAX_HOURS:
+            raise serializers.ValidationError(f"must be at most {settings.JOB_MAX_HOURS} hours")
+        return int((hours * 3600).to_integral_value(rounding=ROUND_HALF_UP))
+
+    def to_representation(self, value: int) -> str:
+        return hours_text(value)
+
+
+def hours_text(seconds: int) -> str:
+    """Seconds as hours with at most 4 decimals, without trailing zeros ("1.5", "0.0167", "24")."""
+    hours = (Decimal(seconds) / 3600).quantize(Decimal(1).scaleb(-HOURS_DECIMALS), rounding=ROUND_HALF_UP)
+    text = f"{hours:f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+class BidEntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    gpu_type = serializers.CharField(max_length=64, help_text="A GPU type's name, e.g. H100.")
+    limit = CreditsField(
+        help_text='Most you will pay, credits per GPU-hour, e.g. "4.5" (at most 6 decimals).'
+    )
+
+
+class BidsField(serializers.ListSerializer):  # type: ignore[type-arg]
+    """The preference-ordered bid entries, with each type name resolved to its GpuType (one query).
+
+    Gives [(GpuType, micro-credits), ...]. Errors name the entry (`bids[1].limit`): DRF's own list errors
+    are keyed by index, which would read `bids.1.limit`. Duplicates and price bounds are the service's to
+    check (it checks them for every caller).
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=BidEntrySerializer(), allow_empty=False, **kwargs)
+
+    def to_internal_value(self, data: Any) -> list[tuple[GpuType, int]]:
+        if not isinstance(data, list):
+            raise serializers.ValidationError("must be a list of {gpu_type, limit} objects")
+        if not data:
+            raise serializers.ValidationError("must name at least one GPU type")
+        types = gpu_types_by_name()
+        if len(data) > len(types):
+            raise serializers.ValidationError(
+                f"has {len(data)} entries but only {len(types)} GPU types exist"
+            )
+        entries: list[dict[str, Any]] = []
+        errors: list[Any] = []
+        for item in data:
+            if not isinstance(item, dict):
+                entries.append({})
+                errors.append(["must be an object {gpu_type, limit}"])
+                continue
+            try:
+                entry = self.child.run_validation(item)
+            except serializers.ValidationError as exc:
+                entries.append({})
+                errors.append(exc.detail)
+                continue
+            entries.append(entry)
+            known = entry["gpu_type"] in types
+            errors.append({} if known else {"gpu_type": [_unknown_type(entry["gpu_type"], types)]})
+        if any(errors):
+            raise serializers.ValidationError(errors)
+        return [(types[e["gpu_type"]], e["limit"]) for e in entries]
+
+
+def _unknown_type(name: str, types: dict[str, GpuType]) -> str:
+    return f"unknown GPU type {name!r}; known: {', '.join(sorted(types)) or 'none'}"
+
+
+class JobSubmitSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Body of a submit. Fields not listed here are ignored."""
+
+    name = serializers.CharField(max_length=NAME_MAX_CHARS)
+    command = serializers.CharField(
+        trim_whitespace=False,
+        help_text="What the agent runs; at most JOB_COMMAND_MAX_CHARS characters (8192 by default).",
+    )
+    gpus = serializers.IntegerField(
+        min_value=1, help_text="GPUs wanted as one gang; at most the largest node group of an accepted type."
+    )
+    bids = BidsField(help_text="Acceptable GPU types with a limit price each, most preferred first.")
+    max_hours = HoursField(help_text="Longest the job may run, hours (> 0, at least 1 minute, 4 decimals).")
+    grace_seconds = serializers.IntegerField(
+        min_value=0,
+        max_value=GRACE_MAX_SECONDS,
+        required=False,
+        allow_null=True,
+        help_text="SIGTERM to SIGKILL on preemption or cancel; the market's default when left out.",
+    )
+
+    def validate_command(self, value: str) -> str:
+        if not value.strip():
+            raise serializers.ValidationError("must not be blank")
+        limit = settings.JOB_COMMAND_MAX_CHARS
+        if len(value) > limit:
+            raise serializers.ValidationError(f"is {len(value)} characters; at most {limit} are allowed")
+        return value
+
+
+class BidAmendSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    bids = BidsField(help_text="The new bid, replacing the current one: most preferred type first.")
+
+
+class JobFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    state = serializers.CharField(
+        required=False, help_text=f"One state or several, comma-separated: {', '.join(JobState.values)}."
+    )
+    gpu_type = serializers.CharField(required=False, help_text="Jobs whose current bid accepts this type.")
+    submitter = serializers.CharField(
+        required=False, max_length=150, validators=[UnicodeUsernameValidator()], help_text="A username."
+    )
+
+    def validate_state(self, value: str) -> list[str]:
+        states = [s.strip() for s in value.split(",")]
+        bad = [s for s in states if s not in JobState.values]
+        if bad:
+            raise serializers.ValidationError(
+                f"unknown state {bad[0]!r}; one or more of {', '.join(JobState.values)}"
+            )
+        return states
+
+    def validate_gpu_type(self, value: str) -> str:
+        types = gpu_types_by_name()
+        if value not in types:
+            raise serializers.ValidationError(_unknown_type(value, types))
+        return value
+
+
+# Responses
+
+
+class LimitSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    gpu_type = serializers.CharField()
+    limit = serializers.IntegerField(help_text="Micro-credits per GPU-hour.")
+    limit_credits = serializers.SerializerMethodField()
+
+    def get_limit_credits(self, entry: dict[str, Any]) -> str:
+        return format_credits(entry["limit"])
+
+
+class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """A job with its current bid. `warnings` names bid entries that cannot win as they stand (a limit below
+    the type's reserve price)."""
+
+    # The views pass the GPU types as context["gpu_types"] ({name: GpuType}): one query for a whole page.
+
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    max_hours = serializers.SerializerMethodField()
+    bids = LimitSerializer(many=True, source="limits", read_only=True)
+    warnings = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id",
+            "tenant",
+            "submitter",
+            "name",
+            "command",
+            "gpus",
+            "max_hours",
+            "max_seconds",
+            "grace_seconds",
+            "state",
+            "bid_version",
+            "bids",
+            "warnings",
+            "submitted_at",
+            "rounds_waited",
+            "cancel_requested_at",
+            "ended_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+    def get_max_hours(self, job: Job) -> str:
+        return hours_text(job.max_seconds)
+
+    def get_warnings(self, job: Job) -> list[str]:
+        if "gpu_types" not in self.context:
+            self.context["gpu_types"] = gpu_types_by_name()
+        return bid_warnings(job.limits, self.context["gpu_types"])
+
+
+def bid_warnings(limits: list[dict[str, Any]], types: dict[str, GpuType]) -> list[str]:
+    out = []
+    for i, entry in enumerate(limits):
+        gpu_type = types.get(entry["gpu_type"])
+        if gpu_type is not None and entry["limit"] < gpu_type.reserve_price:
+            out.append(
+                f"bids[{i}].limit: {format_credits(entry['limit'])} credits is below the reserve price of "
+                f"{gpu_type.name} ({format_credits(gpu_type.reserve_price)} credits); this entry will lose "
+                f"with reason below_reserve"
+            )
+    return out
+
+
+class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    bids = LimitSerializer(many=True, source="limits", read_only=True)
+
+    class Meta:
+        model = Bid
+        fields = ["version", "bids", "actor", "created_at"]
+        read_only_fields = fields
+
+
+class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    round = serializers.IntegerField(source="round_id", read_only=True)
+    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    price_credits = serializers.SerializerMethodField()
+    would_have_won = serializers.SerializerMethodField(
+        help_text="For reason outbid: the price that would have won (micro-credits per GPU-hour)."
+    )
+    would_have_won_credits = serializers.SerializerMethodField()
+
+    class Meta:
+        model = BidOutcome
+        fields = [
+            "round",
+            "bid_version",
+            "won",
+            "tier",
+            "gpu_type",
+            "price",
+            "price_credits",
+            "reason",
+            "figure",
+            "would_have_won",
+            "would_have_won_credits",
+        ]
+        read_only_fields = fields
+
+    def get_price_credits(self, outcome: BidOutcome) -> str | None:
+        return None if outcome.price is None else format_credits(outcome.price)
+
+    def get_would_have_won(self, outcome: BidOutcome) -> int | None:
+        return outcome.figure if outcome.reason == "outbid" else None
+
+    def get_would_have_won_credits(self, outcome: BidOutcome) -> str | None:
+        figure = self.get_would_have_won(outcome)
+        return None if figure is None else format_credits(figure)
+
+
+class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    index = serializers.IntegerField(source="gpu.index", read_only=True)
+    uuid = serializers.CharField(source="gpu.uuid", read_only=True)
+
+    class Meta:
+        model = LeaseGpu
+        fields = ["index", "uuid", "active"]
+        read_only_fields = fields
+
+
+class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    bound_gpus = LeaseGpuSerializer(many=True, source="gpus_bound", read_only=True)
+    price_credits = serializers.SerializerMethodField()
+    hold_amount = serializers.SerializerMethodField(help_text="Micro-credits held for this lease.")
+    hold_amount_credits = serializers.SerializerMethodField()
+    charged_credits = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Lease
+        fields = [
+            "id",
+            "round",
+            "node",
+            "gpu_type",
+            "gpus",
+            "bound_gpus",
+            "tier",
+            "preemptible",
+            "price",
+            "price_credits",
+            "hold_amount",
+            "hold_amount_credits",
+            "state",
+            "started_at",
+            "running_at",
+            "stop_requested_at",
+            "ended_at",
+            "end_reason",
+            "charged",
+            "charged_credits",
+        ]
+        read_only_fields = fields
+
+    def get_price_credits(self, lease: Lease) -> str:
+        return format_credits(lease.price)
+
+    def get_hold_amount(self, lease: Lease) -> int | None:
+        return getattr(lease, "hold_amount", None)
+
+    def get_hold_amount_credits(self, lease: Lease) -> str | None:
+        amount = self.get_hold_amount(lease)
+        return None if amount is None else format_credits(amount)
+
+    def get_charged_credits(self, lease: Lease) -> str | None:
+        return None if lease.charged is None else format_credits(lease.charged)
+
+
+class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    """A ledger entry of one of the job's holds. `amount`: for a hold what it held, for a settle what it
+    charged; `released`: what went back to available (the rest of the hold at settle, all of it at release)."""
+
+    lease = serializers.SerializerMethodField()
+    hold = serializers.SlugRelatedField(slug_field="key", read_only=True)
+    amount = serializers.SerializerMethodField()
+    amount_credits = serializers.SerializerMethodField()
+    released = serializers.SerializerMethodField()
+    released_credits = serializers.SerializerMethodField()
+
+    class Meta:
+        model = JournalEntry
+        fields = [
+            "id",
+            "kind",
+            "key",
+            "lease",
+            "hold",
+            "amount",
+            "amount_credits",
+            "released",
+            "released_credits",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+    def get_lease(self, entry: JournalEntry) -> int:
+        return int(entry.lease_id)  # type: ignore[attr-defined]
+
+    def get_amount(self, entry: JournalEntry) -> int:
+        held = entry.hold.amount if entry.hold_id else entry.amount
+        return {"hold": held, "settle": min(entry.amount, held), "release": 0}.get(entry.kind, entry.amount)
+
+    def get_amount_credits(self, entry: JournalEntry) -> str:
+        return format_credits(self.get_amount(entry))
+
+    def get_released(self, entry: JournalEntry) -> int:
+        if entry.kind not in ("settle", "release") or not entry.hold_id:
+            return 0
+        return entry.hold.amount - self.get_amount(entry)
+
+    def get_released_credits(self, entry: JournalEntry) -> str:
+        return format_credits(self.get_released(entry))
+
+
+class JobDetailSerializer(JobSerializer):
+    """A job with every version of its bid, its round outcomes (the latest 100, newest first, and how many
+    there are), its leases and the ledger entries of their holds."""
+
+    # Reads the attributes market.selectors.jobs.job_detail sets on the job.
+
+    bid_history = BidVersionSerializer(many=True, source="history", read_only=True)
+    outcomes_count = serializers.IntegerField(read_only=True)
+    outcomes = OutcomeSerializer(many=True, source="latest_outcomes", read_only=True)
+    leases = LeaseSerializer(many=True, source="lease_rows", read_only=True)
+    charges = ChargeSerializer(many=True, read_only=True)
+
+    class Meta(JobSerializer.Meta):
+        fields = [
+            *JobSerializer.Meta.fields,
+            "bid_history",
+            "outcomes_count",
+            "outcomes",
+            "leases",
+            "charges",
+        ]
+        read_only_fields = fields

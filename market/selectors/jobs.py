@@ -1,0 +1,149 @@
+"""Reads of jobs and bids: the tenant's job list and filters, one job in detail, and the gang-size limit.
+
+The detail is a bounded number of queries whatever the job's history: the job itself, its bid versions, its
+latest outcomes (capped, with a total count), its leases with their GPUs, and the ledger entries of their holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from django.db import connection
+from django.db.models import Count, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
+
+from accounts.models import Tenant
+from market.models import Bid, BidOutcome, GpuType, Job, JournalEntry, Lease, LeaseGpu
+
+# The detail lists at most this many outcomes, newest first; `outcomes_count` says how many there are.
+OUTCOMES_SHOWN = 100
+
+
+def tenant_jobs(*, tenant: Tenant) -> QuerySet[Job]:
+    """The tenant's jobs, newest first; the only way views reach a job (another tenant's id is not here)."""
+    return (
+        Job.objects.filter(tenant=tenant)
+        .select_related("tenant", "submitter")
+        .order_by("-submitted_at", "-id")
+    )
+
+
+def job_list(
+    *,
+    tenant: Tenant,
+    states: Sequence[str] = (),
+    gpu_type: str | None = None,
+    submitter: str | None = None,
+) -> QuerySet[Job]:
+    """The tenant's jobs, filtered by any of states, by a GPU type their current bid accepts, by submitter."""
+    qs = tenant_jobs(tenant=tenant)
+    if states:
+        qs = qs.filter(state__in=states)
+    if gpu_type is not None:
+        qs = qs.filter(_accepts(gpu_type))
+    if submitter is not None:
+        qs = qs.filter(submitter__username=submitter)
+    return qs
+
+
+def _accepts(gpu_type: str) -> Q:
+    """Jobs whose `limits` list has an entry for gpu_type.
+
+    PostgreSQL answers with JSON containment; SQLite (local runs) has none, so there the entries are compared
+    by position, up to the number of types (a bid names each type at most once).
+    """
+    if connection.features.supports_json_field_contains:
+        return Q(limits__contains=[{"gpu_type": gpu_type}])
+    positions = max(GpuType.objects.count(), 1)
+    match = Q()
+    for i in range(positions):
+        match |= Q(**{f"limits__{i}__gpu_type": gpu_type})
+    return match
+
+
+def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
+    """One job of the tenant with everything its detail view shows, or None.
+
+    The job comes back with these attributes set: `history` (every Bid, oldest first, with its actor),
+    `latest_outcomes` (the newest OUTCOMES_SHOWN outcomes) and `outcomes_count`, `lease_rows` (its leases,
+    oldest first, each with `gpus_bound` and `hold_amount`) and `charges` (the journal entries of the
+    leases' holds, oldest first, each with its hold and `lease_id`).
+    """
+    outcome_count = (
+        BidOutcome.objects.filter(job=OuterRef("pk"))
+        .order_by()
+        .values("job")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    outcomes = BidOutcome.objects.select_related("gpu_type").order_by("-round_id")[:OUTCOMES_SHOWN]
+    gpus = LeaseGpu.objects.select_related("gpu").order_by("gpu__index", "pk")
+    leases = (
+        Lease.objects.select_related("node", "gpu_type")
+        .prefetch_related(Prefetch("lease_gpus", queryset=gpus, to_attr="gpus_bound"))
+        .order_by("started_at", "pk")
+    )
+    job = (
+        tenant_jobs(tenant=tenant)
+        .annotate(outcomes_count=Coalesce(Subquery(outcome_count), Value(0), output_field=IntegerField()))
+        .prefetch_related(
+            Prefetch(
+                "bids", queryset=Bid.objects.select_related("actor").order_by("version"), to_attr="history"
+            ),
+            Prefetch("outcomes", queryset=outcomes, to_attr="latest_outcomes"),
+            Prefetch("leases", queryset=leases, to_attr="lease_rows"),
+        )
+        .filter(pk=job_id)
+        .first()
+    )
+    if job is None:
+        return None
+    job.charges = hold_entries(leases=job.lease_rows)  # type: ignore[attr-defined]
+    return job
+
+
+def hold_entries(*, leases: Iterable[Lease]) -> list[JournalEntry]:
+    """The hold, settle and release entries of these leases' holds, oldest first (one query).
+
+    Each entry gets `lease_id`; each lease gets `hold_amount` (None while its hold does not exist).
+    """
+    by_key = {lease.hold_key: lease for lease in leases}
+    entries = list(
+        JournalEntry.objects.filter(hold__key__in=list(by_key))
+        .select_related("hold")
+        .order_by("created_at", "pk")
+    )
+    for lease in by_key.values():
+        lease.hold_amount = None  # type: ignore[attr-defined]
+    for entry in entries:
+        lease = by_key[entry.hold.key]
+        entry.lease_id = lease.pk  # type: ignore[attr-defined]
+        lease.hold_amount = entry.hold.amount  # type: ignore[attr-defined]
+    return entries
+
+
+def gpu_types_by_name() -> dict[str, GpuType]:
+    return {t.name: t for t in GpuType.objects.all()}
+
+
+def largest_gangs(*, gpu_types: Iterable[GpuType]) -> dict[int, int]:
+    """GPU type id -> the largest gang that can ever be placed on that type (0 with no nodes).
+
+    A gang that fits one node goes on one node, a larger one on whole nodes of one topology domain
+    (ARCHITECTURE.md §Clearing step 5), so the limit is the GPUs of the type's nodes that are not down in its
+    biggest domain. One grouped query.
+    """
+    from nodeagent.models import Gpu, Node
+
+    ids = [t.pk for t in gpu_types]
+    groups = (
+        Gpu.objects.filter(node__gpu_type_id__in=ids)
+        .exclude(node__state=Node.State.DOWN)
+        .values_list("node__gpu_type_id", "node__topology_domain")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    largest = dict.fromkeys(ids, 0)
+    for type_id, _domain, n in groups:
+        largest[type_id] = max(largest[type_id], n)
+    return largest

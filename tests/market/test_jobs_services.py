@@ -1,0 +1,159 @@
+"""Job services on their own: who may do what, defaults, idempotency, and cancel racing the lease's end."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from accounts.models import AuditEvent
+from market.models import Bid, EndReason, Job, JobState, LeaseState
+from market.selectors.jobs import largest_gangs
+from market.selectors.ledger import ledger_problems
+from market.selectors.policy import market_policy
+from market.services.jobs import (
+    IdempotencyKeyReused,
+    JobFinished,
+    JobNotPending,
+    NotPermitted,
+    bid_amend,
+    job_cancel,
+    job_submit,
+)
+from market.services.leases import lease_stopped
+from tests.conftest import World
+from tests.market.test_jobs_cancel import start
+
+
+@pytest.fixture
+def market(world: World) -> World:
+    world.nodes(world.h100, 2, size=8)
+    world.fund(world.alpha, 1000)
+    return world
+
+
+def submit(w: World, user: Any = None, **change: Any) -> tuple[Job, bool]:
+    args: dict[str, Any] = {
+        "tenant": w.alpha,
+        "submitter": user or w.amy,
+        "name": "train",
+        "command": "run",
+        "gpus": 2,
+        "bids": [(w.h100, 5_000_000)],
+        "max_seconds": 3600,
+        "grace_seconds": None,
+    }
+    return job_submit(**{**args, **change})
+
+
+@pytest.mark.django_db
+def test_grace_defaults_to_the_market_policy(market: World) -> None:
+    policy = market_policy()
+    policy.default_grace_s = 45
+    policy.save()
+    job, created = submit(market)
+    assert created and job.grace_seconds == 45
+    assert submit(market, grace_seconds=0)[0].grace_seconds == 0
+
+
+@pytest.mark.django_db
+def test_only_members_and_admins_submit(market: World) -> None:
+    w = market
+    with pytest.raises(NotPermitted):
+        submit(w, w.bob)
+    assert Job.objects.count() == 0
+    job, _ = submit(w, w.admin)
+    assert job.submitter == w.admin
+
+
+@pytest.mark.django_db
+def test_amend_and_cancel_need_the_submitter_a_manager_or_an_admin(market: World) -> None:
+    w = market
+    alices, _ = submit(w, w.alice)
+    for actor in (w.amy, w.bob):
+        with pytest.raises(NotPermitted):
+            bid_amend(job=alices, actor=actor, bids=[(w.h100, 6_000_000)])
+        with pytest.raises(NotPermitted):
+            job_cancel(job=alices, actor=actor)
+    assert bid_amend(job=alices, actor=w.admin, bids=[(w.h100, 6_000_000)]).bid_version == 2
+    amys, _ = submit(w, w.amy)
+    assert bid_amend(job=amys, actor=w.amy, bids=[(w.h100, 7_000_000)]).bid_version == 2
+    assert job_cancel(job=amys, actor=w.alice).state == JobState.CANCELLED
+    with pytest.raises(JobNotPending):
+        bid_amend(job=amys, actor=w.amy, bids=[(w.h100, 7_000_000)])
+    assert list(
+        AuditEvent.objects.filter(action__startswith="job.").values_list("action", "actor__username")
+    ) == [
+        ("job.cancel", "alice"),
+        ("job.bid_amend", "amy"),
+        ("job.submit", "amy"),
+        ("job.bid_amend", "root"),
+        ("job.submit", "alice"),
+    ]
+
+
+@pytest.mark.django_db
+def test_submit_idempotency_in_the_service(market: World) -> None:
+    w = market
+    first, created = submit(w, idempotency_key="k", request_digest="d1")
+    again, created_again = submit(w, idempotency_key="k", request_digest="d1", gpus=99)  # not re-checked
+    assert (created, created_again, again.pk) == (True, False, first.pk)
+    with pytest.raises(IdempotencyKeyReused):
+        submit(w, idempotency_key="k", request_digest="d2")
+    assert (Job.objects.count(), Bid.objects.count()) == (1, 1)
+
+
+@pytest.mark.django_db
+def test_largest_gangs_per_domain(world: World) -> None:
+    from nodeagent.models import Node
+
+    w = world
+    w.nodes(w.h100, 3, size=8, domain="east")
+    w.nodes(w.h100, 1, size=4, domain="west")
+    w.nodes(w.h100, 5, size=8, domain="north")
+    Node.objects.filter(topology_domain="north").update(state=Node.State.DOWN)
+    w.nodes(w.a100, 1, size=2, domain="east")
+    assert largest_gangs(gpu_types=[w.h100, w.a100]) == {w.h100.pk: 24, w.a100.pk: 2}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("attempt", range(5))
+def test_cancel_racing_the_lease_end_never_deadlocks(market: World, attempt: int) -> None:
+    """Cancel takes the lease before the job, as lease_stopped does; either may win, the end is consistent."""
+    w = market
+    job, _ = submit(w)
+    lease = start(job)
+    barrier = threading.Barrier(2)
+    errors: list[BaseException] = []
+
+    def run(work: Any) -> None:
+        try:
+            barrier.wait()
+            work()
+        except JobFinished:
+            pass  # the job completed first
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [
+        threading.Thread(target=run, args=(lambda: job_cancel(job=job, actor=w.amy),)),
+        threading.Thread(
+            target=run, args=(lambda: lease_stopped(lease_id=lease.pk, reason=EndReason.COMPLETED),)
+        ),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert errors == []
+    job.refresh_from_db()
+    lease.refresh_from_db()
+    assert lease.state == LeaseState.ENDED
+    # Cancel first: the lease stopped as cancelled. The job's own end first: the cancel was refused.
+    want = JobState.CANCELLED if job.cancel_requested_at else JobState.COMPLETED
+    assert (job.state, lease.end_reason) == (want, want)
+    assert ledger_problems() == []
