@@ -157,6 +157,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "market.models.jobs.JobState",
         "LeaseStateEnum": "market.models.leases.LeaseState",
+        "RoundStateEnum": "market.models.rounds.RoundState",
     },
 }
 
@@ -206,7 +207,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
-ROUND_SECONDS = env_int("ROUND_SECONDS", 300, minimum=5)
+ROUND_SECONDS = env_int("ROUND_SECONDS", 300, minimum=10)
 # Beat ticks this often; a tick starts a round only when the period (MarketPolicy.round_seconds, first set
 # from ROUND_SECONDS and changeable by admins at run time) has begun, so most ticks do nothing.
 ROUND_TICK_SECONDS = env_int("ROUND_TICK_SECONDS", min(10, ROUND_SECONDS), minimum=1)
