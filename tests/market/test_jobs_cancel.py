@@ -113,7 +113,9 @@ def test_cancel_pending_job_ends_it_at_once(market: World) -> None:
 
 
 @pytest.mark.parametrize("lease_state", [LeaseState.RUNNING, LeaseState.ALLOCATED])
-def test_cancel_running_job_releases_its_lease_then_settles(market: World, lease_state: str) -> None:
+def test_cancel_running_job_releases_its_lease_then_settles(
+    market: World, lease_state: str, django_assert_max_num_queries: Any
+) -> None:
     w = market
     job = submit(w, gpus=4)
     lease = start(job, state=lease_state, age_s=900)
@@ -150,7 +152,10 @@ def test_cancel_running_job_releases_its_lease_then_settles(market: World, lease
     assert tenant_balance(tenant=w.alpha).held == 0
     assert ledger_problems() == []
 
-    detail = w.client(w.amy).get(url(job)).json()
+    client, path = w.client(w.amy), url(job)
+    # auth 3, tenant, job, bids, outcomes, leases, their GPUs, ledger entries, types
+    with django_assert_max_num_queries(11):
+        detail = client.get(path).json()
     (shown,) = detail["leases"]
     assert {k: shown[k] for k in ("id", "node", "tier", "price", "state", "end_reason", "charged")} == {
         "id": lease.pk,
