@@ -23,7 +23,11 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     if isinstance(detail, dict):
         out: dict[str, list[str]] = {}
         for key, value in detail.items():
-            name = key if not prefix else f"{prefix}.{key}"
+            # DRF 3.18 reports errors inside a list as {index: errors}: name them like list items.
+            if isinstance(key, int):
+                name = f"{prefix}[{key}]"
+            else:
+                name = key if not prefix else f"{prefix}.{key}"
             out.update(_flatten(value, name))
         return out
     if isinstance(detail, list) and detail and all(isinstance(d, dict | list) for d in detail):

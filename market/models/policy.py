@@ -16,7 +16,9 @@ class MarketPolicy(models.Model):
     starve_rounds = models.PositiveIntegerField(
         default=5, help_text="Rounds before a gang gets reserved nodes."
     )
-    max_reservations = models.PositiveIntegerField(default=4, help_text="Starving gangs served with reserved nodes, per type and round.")
+    max_reservations = models.PositiveIntegerField(
+        default=4, help_text="Starving gangs served with reserved nodes, per type and round."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
