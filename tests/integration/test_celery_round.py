@@ -82,12 +82,22 @@ def test_worker_clears_a_round_with_jobs_of_three_tenants(world, worker_queue):
 
     world.nodes(world.h100, 2, size=8)
     world.nodes(world.a100, 1, size=4)
-    jobs = []
+    submitted = []
     for tenant, user in ((world.alpha, world.alice), (world.beta, world.bob), (world.gamma, world.carl)):
         world.fund(tenant, 500)
-        jobs.append(make_job(tenant, user, gpus=4, limits={world.h100: 4, world.a100: 3}))
-        jobs.append(make_job(tenant, user, gpus=2, limits={world.a100: 2.5}))
-    jobs.append(make_job(world.alpha, world.amy, gpus=1, limits={world.h100: 1}))  # below reserve
+        client = world.client(user, tenant=tenant)
+        for gpus, bids in ((4, [("H100", "4"), ("A100", "3")]), (2, [("A100", "2.5")])):
+            body = {
+                "name": f"{tenant.slug}-{gpus}",
+                "command": "python train.py",
+                "gpus": gpus,
+                "max_hours": 2,
+                "bids": [{"gpu_type": t, "limit": limit} for t, limit in bids],
+            }
+            response = client.post(f"/api/v1/tenants/{tenant.slug}/jobs", body, format="json")
+            assert response.status_code == 201, response.json()
+            submitted.append(response.json()["id"])
+    make_job(world.alpha, world.amy, gpus=1, limits={world.h100: 1})  # below reserve: loses
 
     round_tick.apply_async(queue=worker_queue)
     deadline = time.monotonic() + 90
