@@ -27,6 +27,14 @@ NODES = [
     ("sim-a100-1", "A100", "rack-b", 4),
     ("sim-a100-2", "A100", "rack-b", 4),
 ]
+# (tenant, job name, GPUs, bids (type, credits per GPU-hour) best first, max hours)
+DEMO_JOBS = [
+    ("vision", "vit-large", 8, [("H100", 4.0)], 6),
+    ("vision", "detector-sweep", 2, [("A100", 2.0), ("H100", 2.5)], 2),
+    ("nlp", "llm-finetune", 16, [("H100", 5.0)], 12),
+    ("nlp", "tokenizer-eval", 1, [("A100", 1.5)], 1),
+    ("speech", "asr-small", 4, [("A100", 1.8)], 4),
+]
 # (slug, name, weight, guarantees by type, budget in credits)
 TENANTS = [
     ("vision", "Vision", 2, {"H100": 4, "A100": 4}, 5_000),
@@ -70,8 +78,28 @@ class Command(BaseCommand):
                     actor=admin,
                     memo="demo budget",
                 )
+            self._jobs(types)
             secret = self._demo_token()
         self._print_help(secret)
+
+    def _jobs(self, types: dict[str, Any]) -> None:
+        """A few pending jobs, so the first rounds have something to clear (idempotency keys: no repeats)."""
+        from market.services.jobs import job_submit
+
+        for slug, name, gpus, bids, hours in DEMO_JOBS:
+            tenant = Tenant.objects.get(slug=slug)
+            job_submit(
+                tenant=tenant,
+                submitter=User.objects.get(username=f"{slug}-member"),
+                name=name,
+                command=f"python train.py --run {name}",
+                gpus=gpus,
+                bids=[(types[t], int(price * MICRO)) for t, price in bids],
+                max_seconds=int(hours * 3600),
+                grace_seconds=None,
+                idempotency_key=f"demo-{name}",
+                request_digest=f"demo-{name}",
+            )
 
     def _nodes(self, types: dict[str, Any]) -> None:
         from nodeagent.models import Gpu, Node
