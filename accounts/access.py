@@ -31,7 +31,12 @@ def visible_tenants(user: User, auth: Any = None) -> QuerySet[Tenant]:
 
 def access_tenant(user: User, slug: str, *, auth: Any = None, manage: bool = False) -> Tenant:
     """The tenant named by slug if the caller may see it (404 otherwise); with manage, also its manager."""
-    tenant = visible_tenants(user, auth).filter(slug=slug).first()
+    if isinstance(auth, ApiToken):
+        # The token was loaded with its tenant, and its authentication checked the tenant is active and the
+        # user still a member: no need to ask the database again.
+        tenant = auth.tenant if auth.tenant.slug == slug else None
+    else:
+        tenant = visible_tenants(user, auth).filter(slug=slug).first()
     if tenant is None:
         raise Http404("No such tenant.")
     if manage and not can_manage(user, tenant):

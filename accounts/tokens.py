@@ -8,10 +8,11 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from accounts.audit import audit
-from accounts.models import ApiToken, Tenant, User
+from accounts.models import ApiToken, Membership, Tenant, User
 
 TOKEN_PREFIX = "gpm_"
 # Writing last_used on every request would turn each read into a write; a minute's precision is plenty.
@@ -45,14 +46,16 @@ def token_authenticate(*, raw: str) -> ApiToken | None:
     """The live token for this secret whose user still belongs to its tenant, or None."""
     if not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
         return None
+    member = Membership.objects.filter(user=OuterRef("user"), tenant=OuterRef("tenant"))
     token = (
         ApiToken.objects.select_related("user", "tenant")
         .filter(digest=_digest(raw), revoked_at__isnull=True, user__is_active=True, tenant__active=True)
+        .annotate(is_member=Exists(member))  # one query per request, membership included
         .first()
     )
     if token is None:
         return None
-    if not token.user.is_staff and not token.user.memberships.filter(tenant=token.tenant).exists():
+    if not token.user.is_staff and not token.is_member:
         return None
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:

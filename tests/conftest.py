@@ -88,6 +88,23 @@ def _user(username: str, *, staff: bool = False) -> User:
     )
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(request: pytest.FixtureRequest) -> None:
+    """Each test gets an empty in-process cache: the shared Redis would carry cached reads (the largest gang
+    per GPU type, throttle counts) from one test, or one xdist worker, into another."""
+    import uuid
+
+    if not request.config.pluginmanager.hasplugin("django"):  # the pure suites, run with -p no:django
+        return
+    settings = request.getfixturevalue("settings")
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+            "LOCATION": f"test-{uuid.uuid4().hex}",
+        }
+    }
+
+
 @pytest.fixture
 def world(db: None, settings: Any) -> World:
     # Seven users hashed with Argon2 cost ~1.4 s per test; the hasher itself is checked in test_accounts_api.

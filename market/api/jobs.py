@@ -46,8 +46,11 @@ def _refused(exc: services.JobError | PolicyError) -> exceptions.APIException:
     return JobRefused(exc, code)
 
 
-def _render(job: Job, serializer: type[JobSerializer] = JobSerializer) -> dict[str, Any]:
-    return dict(serializer(job, context={"gpu_types": gpu_types_by_name()}).data)
+def _render(
+    job: Job, serializer: type[JobSerializer] = JobSerializer, gpu_types: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    types = gpu_types if gpu_types is not None else gpu_types_by_name()
+    return dict(serializer(job, context={"gpu_types": types}).data)
 
 
 def _idempotency_key(request: Request) -> str:
@@ -154,19 +157,23 @@ class JobListView(APIView):
                 False,
             )
             if job is None:
+                args = _submit_args(request.data)
+                # The bid's types are all the response shows, and validation has already loaded them.
+                types = {t.name: t for t, _ in args["bids"]}
                 job, created = services.job_submit(
                     tenant=tenant,
                     submitter=request.user,
                     idempotency_key=key,
                     request_digest=digest,
-                    first_response=_render,
-                    **_submit_args(request.data),
+                    first_response=lambda job: _render(job, gpu_types=types),
+                    replay_checked=True,
+                    **args,
                 )
         except (services.JobError, PolicyError) as exc:
             raise _refused(exc) from exc
         if not created:  # a replay, or a concurrent submit with this key got there first
             return Response(_first_response(job), status=status.HTTP_201_CREATED)
-        return Response(job.first_response or _render(job), status=status.HTTP_201_CREATED)
+        return Response(job.first_response or _render(job, gpu_types=types), status=status.HTTP_201_CREATED)
 
 
 class JobDetailView(APIView):

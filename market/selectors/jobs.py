@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from django.core.cache import cache
 from django.db import connection
 from django.db.models import Count, IntegerField, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
@@ -122,6 +123,9 @@ def hold_entries(*, leases: Iterable[Lease]) -> list[JournalEntry]:
     return entries
 
 
+LARGEST_GANG_CACHE_S = 30
+
+
 def gpu_types_by_name() -> dict[str, GpuType]:
     return {t.name: t for t in GpuType.objects.all()}
 
@@ -135,7 +139,11 @@ def largest_gangs(*, gpu_types: Iterable[GpuType]) -> dict[int, int]:
     """
     from nodeagent.models import Gpu, Node
 
-    ids = [t.pk for t in gpu_types]
+    ids = sorted(t.pk for t in gpu_types)
+    key = "largest-gangs:" + ",".join(map(str, ids))
+    cached = cache.get(key)
+    if cached is not None:
+        return dict(cached)
     groups = (
         Gpu.objects.filter(node__gpu_type_id__in=ids)
         .exclude(node__state=Node.State.DOWN)
@@ -146,4 +154,7 @@ def largest_gangs(*, gpu_types: Iterable[GpuType]) -> dict[int, int]:
     largest = dict.fromkeys(ids, 0)
     for type_id, _domain, n in groups:
         largest[type_id] = max(largest[type_id], n)
+    # The count scans every GPU of the types (2 ms at 8,000 GPUs, as much as a whole authenticated request),
+    # and the cluster changes rarely: a node that just joined is counted within LARGEST_GANG_CACHE_S.
+    cache.set(key, largest, LARGEST_GANG_CACHE_S)
     return largest

@@ -200,6 +200,7 @@ def job_submit(
     idempotency_key: str = "",
     request_digest: str = "",
     first_response: Callable[[Job], dict[str, Any]] | None = None,
+    replay_checked: bool = False,
 ) -> tuple[Job, bool]:
     """Create a pending job with bid version 1; returns (job, created).
 
@@ -207,12 +208,14 @@ def job_submit(
     with created=False and nothing is written; a different digest raises IdempotencyKeyReused. Two concurrent
     submits with one key meet on the unique index: the second waits for the first, fails in its savepoint
     and re-reads. `first_response`, given a key, renders the response to store for replays, in this same
-    transaction, so a replay never sees the job without it.
+    transaction, so a replay never sees the job without it. `replay_checked`: the caller has just looked the
+    key up (the API does, before validating the body), so only the unique index guards a concurrent repeat.
     """
     idempotency_key = check_idempotency_key(idempotency_key)
-    found = job_replay(tenant=tenant, idempotency_key=idempotency_key, request_digest=request_digest)
-    if found is not None:
-        return found, False
+    if not replay_checked:
+        found = job_replay(tenant=tenant, idempotency_key=idempotency_key, request_digest=request_digest)
+        if found is not None:
+            return found, False
     _check_member(submitter, tenant)
     fields = {
         "name": _check_name(name),
