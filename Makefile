@@ -51,6 +51,7 @@ typecheck: install
 bench: install
 	$(PY) bench/clearing.py
 	$(PY) bench/simulate.py
+	$(PY) bench/round.py
 	$(PY) bench/api.py
 
 clean:

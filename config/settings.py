@@ -164,6 +164,7 @@ SPECTACULAR_SETTINGS = {
 # Limits on a submitted job (docs/jobs.md §Validation).
 JOB_COMMAND_MAX_CHARS = env_int("JOB_COMMAND_MAX_CHARS", 8192, minimum=1)
 JOB_MAX_HOURS = env_int("JOB_MAX_HOURS", 168, minimum=1)
+JOB_MAX_PENDING_PER_TENANT = env_int("JOB_MAX_PENDING_PER_TENANT", 10_000, minimum=1)
 
 CACHES = {
     "default": {

@@ -62,6 +62,10 @@ class JobFinished(JobError):
     code = "job_finished"
 
 
+class TooManyPending(JobError):
+    code = "too_many_pending"
+
+
 # Checks: each raises PolicyError(field, message) or returns the value to store.
 
 
@@ -157,6 +161,16 @@ def check_idempotency_key(key: object) -> str:
     return key
 
 
+def _check_pending_limit(tenant: Tenant) -> None:
+    """Every pending job is in every round's book: one tenant must not be able to slow every round down.
+    A soft limit (two racing submits may both pass at the limit), which is all it needs to be."""
+    cap = settings.JOB_MAX_PENDING_PER_TENANT
+    if Job.objects.filter(tenant=tenant, state=JobState.PENDING).count() >= cap:
+        raise TooManyPending(
+            f"{tenant.slug} already has {cap} pending jobs, the most a tenant may have; cancel some or wait."
+        )
+
+
 def _check_member(user: User, tenant: Tenant) -> None:
     if not (user.is_staff or Membership.objects.filter(user=user, tenant=tenant).exists()):
         raise NotPermitted("Only members of the tenant or platform admins may submit jobs.")
@@ -217,6 +231,7 @@ def job_submit(
         if found is not None:
             return found, False
     _check_member(submitter, tenant)
+    _check_pending_limit(tenant)
     fields = {
         "name": _check_name(name),
         "command": _check_command(command),

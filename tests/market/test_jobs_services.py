@@ -157,3 +157,41 @@ def test_cancel_racing_the_lease_end_never_deadlocks(market: World, attempt: int
     want = JobState.CANCELLED if job.cancel_requested_at else JobState.COMPLETED
     assert (job.state, lease.end_reason) == (want, want)
     assert ledger_problems() == []
+
+
+def test_pending_jobs_per_tenant_are_capped(world, settings):
+    from market.models import Job
+    from market.services.jobs import TooManyPending, job_submit
+
+    settings.JOB_MAX_PENDING_PER_TENANT = 2
+    world.nodes(world.h100, 1)
+
+    def submit():
+        return job_submit(
+            tenant=world.alpha,
+            submitter=world.amy,
+            name="j",
+            command="true",
+            gpus=1,
+            bids=[(world.h100, 3_000_000)],
+            max_seconds=3600,
+            grace_seconds=None,
+        )
+
+    submit()
+    submit()
+    with pytest.raises(TooManyPending):
+        submit()
+    assert Job.objects.filter(tenant=world.alpha).count() == 2
+    response = world.client(world.amy).post(
+        "/api/v1/tenants/alpha/jobs",
+        {
+            "name": "x",
+            "command": "true",
+            "gpus": 1,
+            "max_hours": 1,
+            "bids": [{"gpu_type": "H100", "limit": "3"}],
+        },
+        format="json",
+    )
+    assert response.status_code == 409 and response.json()["error"] == "too_many_pending"
