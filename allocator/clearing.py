@@ -3,11 +3,21 @@
 Bids accepting several GPU types are cleared in passes: in pass j every bid still pending tries its j-th
 preferred type (largest margin of limit over posted price first). Pass 0 runs every tier; later passes see only
 what earlier passes left (fragments), so they run tier G and then spot (tier S) on the leftovers.
+
+Large books are cleared on a slate (an exact shortcut, docs/allocator.md "Speed"): in a type with at least
+``PRUNE_MIN`` bids, tier G runs over all of them, but tiers B and S and placement run on the bids at or above
+a price θ (never above p where tier B runs, so tier B sees every candidate) plus the tier-G winners. Bids below
+θ lose; their reason and figure come from the same vectorised rules as every loser's, in bid-row order. The
+shortcut stands only where it provably changes nothing: tier S must not end with room that a bid below θ would
+fill, and in the final fill no gang size may run out while a gang of that size below θ would still land.
+Otherwise the type is cleared again with every bid, from a mark of the floor.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -17,6 +27,7 @@ from allocator.book import TIER_B, TIER_G, TIER_S, Bids, Book
 from allocator.reclaim import reclaim_for, retier
 from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
 from allocator.result_build import build_result
+from allocator.segments import cumsum64
 from allocator.state import RoundState
 from allocator.tiers import (
     budget_filter,
@@ -24,6 +35,7 @@ from allocator.tiers import (
     limit_holds,
     market_order,
     preference_order,
+    tenant_order,
     tier_b,
     tier_g_pos,
     tier_s,
@@ -31,7 +43,12 @@ from allocator.tiers import (
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
+I8 = NDArray[np.int8]
 BOOL = NDArray[np.bool_]
+
+PRUNE_MIN = 1 << 15  # a type with fewer bids in a pass is cleared whole, without a slate
+PRUNE_DEPTH = 1.25  # the slate reaches down to where the GPUs asked are this many times the GPUs left to sell
+PRUNE_SLACK = 4096  # ... plus this many GPUs, so that the final fill rarely runs short of small gangs
 
 
 def clear(book: Book) -> Result:
@@ -54,39 +71,26 @@ def mark_below_reserve(state: RoundState, below: BOOL) -> None:
     """Eligibility, ARCHITECTURE.md §Clearing step 1: a bid below the reserve price of every type it accepts
     never wins; its figure is the lowest reserve among those types."""
     rows = np.flatnonzero(below)
+    if rows.size == 0:
+        return
     limit, reserve = state.book.bids.limit[rows], state.book.types.reserve
     state.reason[rows] = BELOW_RESERVE
     accepted = np.where(limit >= 0, reserve[None, :], np.iinfo(np.int64).max)
     state.reason_type[rows] = np.argmin(accepted, axis=1)
-    state.figure[rows] = accepted.min(axis=1) if rows.size else 0
+    state.figure[rows] = accepted.min(axis=1)
 
 
 @dataclass(frozen=True)
 class Slate:
-    """Bids of one pass in market order (price desc, submit time, job id): every array is indexed by position.
-    ``ten`` lists the positions grouped by tenant, each tenant's bids still in market order."""
+    """Bids of one type in market order (price desc, submit time, job id): every array is indexed by position."""
 
     rows: I64
     price: I64
     gpus: I32
     tenant: I32
-    ten: I64
-    ten_tenant: I32  # tenant[ten]: each tenant id repeated as often as it bids
-
-    @classmethod
-    def of(cls, rows: I64, price: I64, gpus: I32, tenant: I32, n_tenants: int) -> Slate:
-        ten_tenant = np.repeat(np.arange(n_tenants, dtype=np.int32), np.bincount(tenant, minlength=n_tenants))
-        return cls(rows, price, gpus, tenant, group_by_tenant(tenant, n_tenants), ten_tenant)
-
-    def subset(self, pos: I64, n_tenants: int) -> Slate:
-        return Slate.of(self.rows[pos], self.price[pos], self.gpus[pos], self.tenant[pos], n_tenants)
-
-    def need(self, bids: Bids, pos: I64) -> I64:
-        """Holds at the limit price of the bids at ``pos`` (the budget filter's worst case)."""
-        return limit_holds(self.gpus[pos], self.price[pos], bids.max_s[self.rows[pos]])
 
 
-def row_prices(bids: Bids, rows: I64, choice: NDArray[np.int32]) -> I64:
+def row_prices(bids: Bids, rows: I64, choice: I32) -> I64:
     """Limit price of every bid in the type it tries this pass (indexed by bid row; 0 outside ``rows``)."""
     if bids.limit.shape[1] == 1:
         return np.ascontiguousarray(bids.limit[:, 0])  # outside ``rows`` the price is never read
@@ -95,57 +99,78 @@ def row_prices(bids: Bids, rows: I64, choice: NDArray[np.int32]) -> I64:
     return price
 
 
-def slate_of(state: RoundState, rows: I64, price: I64) -> Slate:
-    """Gather the columns of ``rows`` once, in market order."""
-    bids, n_tenants = state.book.bids, len(state.book.tenants)
-    order = market_order(rows, price, state.rank)
-    tenant = bids.tenant[order]
-    return Slate.of(order, price[order], bids.gpus[order], tenant, n_tenants)
+def maybe_poor(bids: Bids, rows: I64, price: I64, budget_left: I64) -> I64:
+    """The rows of the tenants who might not pay for all their bids of this pass at their limit prices (a
+    screen: the budget filter runs over exactly these). A tenant passes when even its number of bids times
+    the largest hold any bid could need fits its budget; for the others the float sum of their holds decides
+    (plus one per bid for the rounding up of each hold, and a relative margin for float error)."""
+    n_tenants = budget_left.shape[0]
+    every = rows.size == len(bids)
+    tenant = bids.tenant if every else bids.tenant[rows]
+    if rows.size == 0:
+        return rows
+    top = float(bids.gpus.max()) * float((price if every else price[rows]).max()) * float(bids.max_s.max())
+    crude = np.bincount(tenant, minlength=n_tenants) * (top / 3600.0 + 1.0)
+    maybe = crude * (1 + 1e-9) + 1 >= budget_left
+    if not maybe.any():
+        return rows[:0]
+    rows = np.compress(maybe[tenant], rows)
+    tenant = bids.tenant[rows]
+    g, p, m = bids.gpus[rows], price[rows], bids.max_s[rows]
+    bound = np.bincount(tenant, weights=g * (p * (m / 3600.0)) + 1.0, minlength=n_tenants)
+    poor = maybe & (bound * (1 + 1e-9) + 1 >= budget_left)
+    return np.compress(poor[tenant], rows)
 
 
-def spend_bound(bids: Bids, rows: I64, price: I64, n_tenants: int) -> NDArray[np.float64]:
-    """What each tenant's bids of this pass would hold at their limit prices, in floats (a screen only)."""
-    if rows.size * 2 > len(bids):  # most bids: no gathers, zero weight outside ``rows``
-        inside = np.zeros(len(bids), dtype=np.bool_)
-        inside[rows] = True
-        g, p, m, t = np.where(inside, bids.gpus, 0), price, bids.max_s, bids.tenant
-    else:
-        g, p, m, t = bids.gpus[rows], price[rows], bids.max_s[rows], bids.tenant[rows]
-    out = np.asarray(np.bincount(t, weights=g * (p * (m / 3600.0)), minlength=n_tenants), dtype=np.float64)
-    return out
+def drop(rows: I64, gone: I64) -> I64:
+    """``rows`` (ascending) without ``gone`` (a subset of them, any order)."""
+    if gone.size == 0:
+        return rows
+    keep = np.ones(rows.shape[0], dtype=np.bool_)
+    keep[np.searchsorted(rows, np.sort(gone))] = False
+    return np.compress(keep, rows)
 
 
-def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], *, first: bool) -> None:
-    """One pass: budget filter over every type at once, then each type's tiers and placement."""
+def by_type(rows: I64, choice: I32, n_types: int) -> list[I64]:
+    """``rows`` (ascending) split by the type each tries this pass, each part still ascending."""
+    if n_types == 1:
+        return [rows]
+    kind = choice[rows]
+    order = np.argsort(kind.astype(np.int8) if n_types < 128 else kind, kind="stable")
+    bounds = np.searchsorted(kind[order], np.arange(n_types + 1)).tolist()
+    return [rows[order[a:b]] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def run_pass(state: RoundState, rows: I64, choice: I32, *, first: bool) -> None:
+    """One pass over the bid rows ``rows`` (ascending): budget filter over every type at once, then each type's
+    tiers and placement."""
     bids, n_tenants, n_types = state.book.bids, len(state.book.tenants), len(state.book.types)
     price = row_prices(bids, rows, choice)
-    slate = slate_of(state, rows, price)
-    poor = spend_bound(bids, rows, price, n_tenants) * (1 + 1e-9) + 1 >= state.budget_left
-    refused, need = budget_filter(slate, poor, lambda pos: slate.need(bids, pos), state.budget_left)
-    mark_over_budget(state, slate.rows[refused], choice, need)
-    keep = np.ones(slate.rows.shape[0], dtype=np.bool_)
-    keep[refused] = False
-    kind = choice[slate.rows] if n_types > 1 else None
-    for t in range(n_types):
-        part, admitted = slate, (keep if refused.size else None)
-        if kind is not None:
-            part, admitted = slate.subset(np.flatnonzero(keep & (kind == t)), n_tenants), None
-        if part.rows.size:
-            won = clear_type(state, t, part, admitted, first=first)
-            if n_types > 1:  # a later pass may spend again
-                state.budget_left -= sum_by(part.tenant[won], part.need(bids, won), n_tenants)
+    poor = maybe_poor(bids, rows, price, state.budget_left)
+    if poor.size:
+        refused, need = budget_filter(poor, price, state.ranks, bids, state.budget_left)
+        if refused.size:
+            mark_over_budget(state, refused, choice, need)
+            rows = drop(rows, refused)
+    for t, part in enumerate(by_type(rows, choice, n_types)):
+        if part.size == 0:
+            continue
+        won = clear_type(state, t, part, price, first=first)
+        if n_types > 1 and won.size:  # a later pass may spend again
+            spent = limit_holds(bids.gpus[won], price[won], bids.max_s[won])
+            state.budget_left -= sum_by(bids.tenant[won], spent, n_tenants)
 
 
-def sum_by(keys: NDArray[np.int32], values: I64, n: int) -> I64:
+def sum_by(keys: NDArray[np.integer[Any]], values: NDArray[np.integer[Any]], n: int) -> I64:
     """Exact integer sums of ``values`` per key (float bincount while it is exact, else ufunc.at)."""
     if values.size == 0 or int(values.sum()) < (1 << 53):
-        return np.bincount(keys, weights=values, minlength=n).astype(np.int64)
+        return np.bincount(keys, weights=values.astype(np.float64), minlength=n).astype(np.int64)
     out = np.zeros(n, dtype=np.int64)
     np.add.at(out, keys, values)
     return out
 
 
-def mark_over_budget(state: RoundState, rows: I64, choice: NDArray[np.int32], need: I64) -> None:
+def mark_over_budget(state: RoundState, rows: I64, choice: I32, need: I64) -> None:
     """Budget filter outcome, ARCHITECTURE.md §Clearing step 1: the first pass that refuses a bid sets its reason
     (over budget or guardrail) and figure (the hold it needed)."""
     fresh = ~state.over_budget[rows]
@@ -155,54 +180,163 @@ def mark_over_budget(state: RoundState, rows: I64, choice: NDArray[np.int32], ne
     state.figure[rows] = need[fresh]
 
 
-REFUSED = -2  # tier mark of a position the budget filter refused (it takes no part in this type)
-
-
-def clear_type(state: RoundState, t: int, s: Slate, admitted: BOOL | None, *, first: bool) -> I64:
-    """Tiers G, B, S by count, then placement and reclaim, for the bids of one type (``admitted``: those the
-    budget filter let through, None for all); returns the positions that won."""
+def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool) -> I64:
+    """Tiers G, B, S by count, then placement and reclaim, for the bids of one type (``rows``, ascending: those
+    the budget filter let through); returns the bid rows that won."""
     book, floor = state.book, state.floor
-    tt, tg = s.ten_tenant, s.gpus[s.ten]
     unused = np.maximum(book.tenants.guarantee[:, t] - state.held_total(t), 0)
-    tier = np.full(s.rows.shape[0], -1, dtype=np.int8)
-    if admitted is not None:
-        tier[~admitted] = REFUSED
-    g_pos = s.ten[:0]
-    if unused.any():
-        ok = unused[tt] > 0
-        cand = np.flatnonzero(ok if admitted is None else ok & admitted[s.ten])
-        g_pos = s.ten[cand[tier_g_pos(tt[cand], tg[cand], unused)]]
-        tier[g_pos] = TIER_G
-    supply = int(floor.free[pl.open_nodes(floor, t)].sum()) - int(s.gpus[g_pos].sum())
+    free = int(floor.free[pl.open_nodes(floor, t)].sum())
+    theta = slate_price(state, t, rows, price, free - int(unused.sum()), first=first)
+    if theta is not None:
+        won = clear_slate(state, t, rows, price, unused, free, theta, first=first)
+        if won is not None:
+            return won
+    won = clear_slate(state, t, rows, price, unused, free, None, first=first)
+    assert won is not None
+    return won
+
+
+def slate_price(state: RoundState, t: int, rows: I64, price: I64, supply: int, *, first: bool) -> int | None:
+    """θ, the lowest price on the slate (None: no slate, every bid). Estimated from a sample of the bids as the
+    price down to which the GPUs asked reach ``PRUNE_DEPTH`` times ``supply`` plus ``PRUNE_SLACK``; never above
+    p where tier B runs, nor above p where a starving gang bids at least p (it competes for reserved nodes)."""
+    if rows.size < PRUNE_MIN:
+        return None
+    bids = state.book.bids
+    step = max(1, rows.size // 8192)
+    sample = rows[::step]
+    order = np.argsort(-price[sample], kind="stable")
+    p_s = price[sample][order]
+    reach = cumsum64(bids.gpus[sample][order]) * step
+    at = int(np.searchsorted(reach, PRUNE_DEPTH * max(supply, 0) + PRUNE_SLACK))
+    if at >= p_s.shape[0]:
+        return None
+    theta = int(p_s[at])
+    p = int(state.book.types.posted[t])
+    if theta > p and (first or (state.any_starving and (state.starving[rows] & (price[rows] >= p)).any())):
+        theta = p
+    return theta
+
+
+def tier_g(state: RoundState, s: Slate, unused: I64, below: I64 | None, price: I64) -> tuple[I64, I64]:
+    """Tier G, ARCHITECTURE.md §Clearing step 2: each tenant with unused guarantee first-fits its bids, in its
+    own order, into it. First over the slate; then, for the tenants it leaves short, on over their bids below
+    the slate (``below``), which come after in their order. Returns the selected slate positions and the
+    selected bid rows below the slate."""
+    none = np.zeros(0, dtype=np.int64)
+    if not unused.any():
+        return none, none
+    n_tenants = unused.shape[0]
+    cand = np.flatnonzero((unused > 0)[s.tenant])
+    cand = cand[group_by_tenant(s.tenant[cand], n_tenants)]
+    pos = cand[tier_g_pos(s.tenant[cand], s.gpus[cand], unused)]
+    if below is None:
+        return pos, none
+    left = unused - sum_by(s.tenant[pos], s.gpus[pos], n_tenants)
+    if not left.any():
+        return pos, none
+    bids = state.book.bids
+    t_below = bids.tenant[below]
+    more = np.compress(bids.gpus[below] <= left[t_below], below)  # larger ones can never fit
+    if more.size == 0:
+        return pos, none
+    more, _ = tenant_order(more, price, state.ranks, bids.tenant, n_tenants)
+    return pos, more[tier_g_pos(bids.tenant[more], bids.gpus[more], left)]
+
+
+def clear_slate(
+    state: RoundState,
+    t: int,
+    rows: I64,
+    price: I64,
+    unused: I64,
+    free: int,
+    theta: int | None,
+    *,
+    first: bool,
+) -> I64 | None:
+    """The tiers, placement and reclaim on the slate: the bids at or above ``theta`` (None: every bid) and the
+    tier-G winners below it. Returns the winning rows, or None (and nothing changed) when the bids below
+    ``theta`` would have changed the outcome."""
+    book, floor, bids = state.book, state.floor, state.book.bids
+    slate, below = rows, None
+    if theta is not None:
+        high = price[rows] >= theta
+        slate, below = np.compress(high, rows), np.compress(~high, rows)
+        if below.size == 0:
+            slate, below = rows, None
+    order, price_s = market_order(slate, price, state.ranks)
+    s = Slate(order, price_s, bids.gpus[order], bids.tenant[order])
+    g_pos, g_below = tier_g(state, s, unused, below, price)
+    if g_below.size:  # they come after every slate bid in market order
+        assert below is not None
+        extra, extra_price = market_order(g_below, price, state.ranks)
+        g_pos = np.concatenate([g_pos, order.shape[0] + np.arange(extra.shape[0])])
+        order, price_s = np.concatenate([order, extra]), np.concatenate([price_s, extra_price])
+        s = Slate(order, price_s, bids.gpus[order], bids.tenant[order])
+        below = drop(below, g_below)
+        if below.size == 0:
+            below = None
+    tier = np.full(order.shape[0], -1, dtype=np.int8)
+    tier[g_pos] = TIER_G
+    supply = free - int(s.gpus[g_pos].sum())
+    p = int(book.types.posted[t])
     if first:
-        cand = np.flatnonzero(((tier == -1) & (s.price >= book.types.posted[t]))[s.ten])
-        b_take, state.share[:, t] = tier_b(tt[cand], tg[cand], book.tenants.weight, max(supply, 0))
-        b_sel = cand[b_take]
-        tier[s.ten[b_sel]] = TIER_B
-        supply -= int(tg[b_sel].sum())
+        at_p = int(np.searchsorted(-price_s, -p, side="right"))  # positions priced at or above p
+        b_pos, state.share[:, t] = tier_b(
+            np.flatnonzero(tier[:at_p] == -1), s.tenant, s.gpus, book.tenants.weight, max(supply, 0)
+        )
+        tier[b_pos] = TIER_B
+        supply -= int(s.gpus[b_pos].sum())
     rest = np.flatnonzero(tier == -1)
-    tier[rest[tier_s(s.gpus[rest], supply)]] = TIER_S
-    placed = place_all(state, t, s, tier)
-    left = unused - np.bincount(s.tenant[g_pos], weights=s.gpus[g_pos], minlength=unused.shape[0]).astype(
-        np.int64
-    )
-    return record(state, t, s, tier, placed, left, spot_supply=supply)
+    take, spare = tier_s(s.gpus[rest], supply)
+    tier[rest[take]] = TIER_S
+    if below is not None and spare > 0 and int(bids.gpus[below].min()) <= spare:
+        return None
+    mark = floor.mark() if below is not None else None
+    counters, n_reserved = dict(state.counters), len(state.reserved_jobs)
+    placed = place_all(state, t, s, tier, None if below is None else _sizes_in(bids, below))
+    if placed is None:
+        assert mark is not None
+        floor.rewind(mark)
+        state.counters = counters
+        del state.reserved_jobs[n_reserved:]
+        return None
+    left = unused - sum_by(s.tenant[g_pos], s.gpus[g_pos], unused.shape[0])
+    return record(state, t, s, tier, placed, rows, price, left, spot_supply=supply)
 
 
-def place_all(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8]) -> BOOL:
+def _sizes_in(bids: Bids, below: I64) -> Callable[[], BOOL]:
+    """``spill()`` for placement: by gang size, whether some bid left off the slate asks for that many GPUs."""
+
+    def spill() -> BOOL:
+        return np.asarray(np.bincount(bids.gpus[below]) > 0, dtype=np.bool_)
+
+    return spill
+
+
+def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[], BOOL] | None) -> BOOL | None:
     """Placement, ARCHITECTURE.md §Clearing step 5: starving gangs first, then G, B, S, then every other admitted
-    bid that still fits (as spot, so no GPU stays idle while a bid fits); then reclaim for unplaced G gangs."""
+    bid that still fits (as spot, so no GPU stays idle while a bid fits); then reclaim for unplaced G gangs.
+    None when the final fill would have reached bids off the slate (``spill``)."""
     floor = state.floor
     placed = np.zeros(s.rows.shape[0], dtype=np.bool_)
-    serve_starving(state, t, s, tier, placed)
+    any_starving = serve_starving(state, t, s, tier, placed)
+    by_tier = np.argsort(tier, kind="stable")  # -1, G, B, S; each in market order
+    bounds = np.searchsorted(tier[by_tier], np.arange(-1, 3)).tolist() + [tier.shape[0]]
     for group in (TIER_G, TIER_B, TIER_S, -1):
-        pos = np.flatnonzero(tier == group)
-        pos = pos[~placed[pos]]
+        pos = by_tier[bounds[group + 1] : bounds[group + 2]]
+        if any_starving:
+            pos = pos[~placed[pos]]
         floor.context = (TIER_S if group < 0 else group, t)
-        placed[pos[pl.place_rows(floor, t, s.rows[pos], s.gpus[pos])]] = True
-    tier[(tier == -1) & placed] = TIER_S
+        got, final = pl.place_rows(floor, t, s.rows[pos], s.gpus[pos], spill if group < 0 else None)
+        if not final:
+            return None
+        placed[pos[got]] = True
+    tier[np.flatnonzero((tier == -1) & placed)] = TIER_S
     state.victim_cache.clear()  # entitlements of this type may have changed
-    g_left = np.flatnonzero((tier == TIER_G) & ~placed)
+    g_left = by_tier[bounds[1] : bounds[2]]
+    g_left = g_left[~placed[g_left]]
     g_left = g_left[np.argsort(s.tenant[g_left], kind="stable")]  # tenant, then market order
     for at in g_left.tolist():
         if reclaim_for(state, t, int(s.rows[at])):
@@ -213,13 +347,14 @@ def place_all(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8]) -> BO
     return placed
 
 
-def serve_starving(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], placed: BOOL) -> None:
+def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) -> bool:
     """No starvation, ARCHITECTURE.md §Clearing step 5: a gang that has waited at least ``starve_rounds`` and
     competes (selected by a tier, or bidding at least the posted price) is placed before everything else; if it
-    does not fit, nodes are reserved for it (longest wait first, at most ``max_reservations`` per type)."""
+    does not fit, nodes are reserved for it (longest wait first, at most ``max_reservations`` per type).
+    Returns whether some gang was placed."""
     book, floor = state.book, state.floor
-    if not state.starving.any():
-        return
+    if not state.any_starving:
+        return False
     starving = np.flatnonzero(state.starving[s.rows])
     competitive = (tier[starving] >= 0) | (
         (tier[starving] == -1) & (s.price[starving] >= book.types.posted[t])
@@ -227,56 +362,74 @@ def serve_starving(state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], 
     starving = starving[competitive]
     waited = book.bids.waited[s.rows[starving]]
     starving = starving[np.argsort(-waited, kind="stable")][: book.policy.max_reservations]
+    any_placed = False
     for at in starving.tolist():
         row, k = int(s.rows[at]), int(s.gpus[at])
         floor.context = (TIER_S if tier[at] < 0 else int(tier[at]), t)
         if pl.place_one(floor, t, k, row):
             placed[at] = True
+            any_placed = True
             state.count("starving_placed")
             continue
         nodes = pl.reserve_for(floor, t, k).tolist()
         state.reserved_jobs += [(node, int(book.bids.job[row])) for node in nodes]
         state.count("starving_reserved", 1 if nodes else 0)
+    return any_placed
 
 
 def record(
-    state: RoundState, t: int, s: Slate, tier: NDArray[np.int8], placed: BOOL, left: I64, *, spot_supply: int
+    state: RoundState,
+    t: int,
+    s: Slate,
+    tier: I8,
+    placed: BOOL,
+    rows: I64,
+    price: I64,
+    left: I64,
+    *,
+    spot_supply: int,
 ) -> I64:
-    """Note the winners of this type and, for the rest, the reason they lost here (docs/allocator.md).
-    ``left``: each tenant's guarantee still unused after tier G. Returns the winning positions."""
-    book = state.book
+    """Note the winners of this type and, for every other bid of it (``rows``), the reason it lost here
+    (docs/allocator.md), computed in bid-row order. ``left``: each tenant's guarantee still unused after
+    tier G. Returns the winning rows."""
+    book, bids = state.book, state.book.bids
     win = np.flatnonzero(placed)
-    state.won_bid[s.rows[win]] = True
+    won_rows = s.rows[win]
+    state.won_bid[won_rows] = True
     state.won[:, t] += np.bincount(s.tenant[win], weights=s.gpus[win], minlength=len(book.tenants)).astype(
         np.int64
     )
-    spot = win[tier[win] == TIER_S]
+    spot = np.compress(tier[win] == TIER_S, win)
     low = int(s.price[spot].min()) if spot.size else -1
     if low >= 0:
         state.s_low[t] = low if state.s_low[t] < 0 else min(low, int(state.s_low[t]))
-    lost = np.flatnonzero(~placed & (tier != REFUSED))
-    p_lost = s.price[lost]
+    lost = np.compress(~state.won_bid[rows], rows)
+    p_lost = price[lost]
     if lost.size:
         state.s_lose[t] = max(int(state.s_lose[t]), int(p_lost.max()))
-    rows = s.rows[lost]
+    selected = s.rows[np.flatnonzero((tier >= 0) & ~placed)]  # chosen by a tier but not placed
     if state.over_budget.any():
-        keep = ~state.over_budget[rows]  # an earlier refusal by the budget filter stands
-        lost, rows, p_lost = lost[keep], rows[keep], p_lost[keep]
-    unsold = tier[lost] < 0
+        keep = np.flatnonzero(~state.over_budget[lost])  # an earlier refusal by the budget filter stands
+        lost, p_lost = lost[keep], p_lost[keep]
+        selected = selected[~state.over_budget[selected]]
+    unsold = np.ones(lost.shape[0], dtype=np.bool_)
+    unsold[np.searchsorted(lost, selected)] = False
     p = int(book.types.posted[t])
     reason = np.full(lost.size, NO_FIT, dtype=np.int8)
     figure = np.full(lost.size, pl.largest_fit(state.floor, t), dtype=np.int64)
     if spot_supply <= 0:
-        gfull = unsold & (left[s.tenant[lost]] < s.gpus[lost]) & (p_lost < p)
-        reason[gfull], figure[gfull] = GUARANTEE_FULL, p
-        reason[unsold & ~gfull], figure[unsold & ~gfull] = OUTBID, -1
+        gfull = unsold & (left[bids.tenant[lost]] < bids.gpus[lost]) & (p_lost < p)
+        at = np.flatnonzero(gfull)
+        reason[at], figure[at] = GUARANTEE_FULL, p
+        at = np.flatnonzero(unsold & ~gfull)
+        reason[at], figure[at] = OUTBID, -1
     elif low >= 0:
-        cheap = unsold & (p_lost <= low)
-        reason[cheap], figure[cheap] = OUTBID, low + 1
-    state.reason_type[rows] = t
-    state.reason[rows] = reason
-    state.figure[rows] = figure
-    return win
+        at = np.flatnonzero(unsold & (p_lost <= low))
+        reason[at], figure[at] = OUTBID, low + 1
+    state.reason_type[lost] = t
+    state.reason[lost] = reason
+    state.figure[lost] = figure
+    return won_rows
 
 
 __all__ = ["clear"]

@@ -12,6 +12,7 @@ searchsorted over nodes sorted by (free, index), not a loop over gangs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,22 +26,42 @@ I64 = NDArray[np.int64]
 BOOL = NDArray[np.bool_]
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """Placements made by one call, in order: bid ``rows``, the ``node`` of each, ``count`` GPUs each (an int
+    when every gang of the call has the same size), from free-slot ``offset`` on; all of one tier and type."""
+
+    rows: I64
+    node: I64
+    count: int | I64
+    offset: I64
+    tier: int
+    gpu_type: int
+
+
+@dataclass(frozen=True)
+class FloorMark:
+    """What ``Floor.rewind`` needs to undo the placements made after ``Floor.mark``."""
+
+    free: I64
+    reserved: BOOL
+    touched: BOOL
+    chunks: int
+    explicit: int
+    multi_node: bool
+
+
 @dataclass
 class Floor:
-    """Mutable placement state of one round. Placements are logged as (bid row, node, count, first free-slot
-    offset on the node); ``explicit_*`` holds placements on GPUs freed by preemption (step 6)."""
+    """Mutable placement state of one round. Placements are logged as chunks (``Chunk``); ``explicit`` holds
+    placements on GPUs freed by preemption (step 6)."""
 
     nodes: Nodes
     free: I64
     reserved: BOOL
     type_nodes: list[I64]
     max_cap: I64
-    log_row: list[I64] = field(default_factory=list)
-    log_node: list[I64] = field(default_factory=list)
-    log_count: list[I64] = field(default_factory=list)
-    log_offset: list[I64] = field(default_factory=list)
-    log_tier: list[NDArray[np.int8]] = field(default_factory=list)
-    log_type: list[NDArray[np.int16]] = field(default_factory=list)
+    chunks: list[Chunk] = field(default_factory=list)
     multi_node: bool = False  # some gang was logged on several nodes (several log entries)
     context: tuple[int, int] = (0, 0)  # (tier, GPU type) of the placements being made, logged with them
     explicit: list[tuple[int, int, I64, int]] = field(default_factory=list)
@@ -48,7 +69,12 @@ class Floor:
     @classmethod
     def of(cls, nodes: Nodes, n_types: int) -> Floor:
         free = nodes.free_count.astype(np.int64)
-        type_nodes = [np.flatnonzero(nodes.gpu_type == t).astype(np.int64) for t in range(n_types)]
+        if n_types == 1:
+            type_nodes = [np.arange(len(nodes), dtype=np.int64)]
+        else:
+            by_type = np.argsort(nodes.gpu_type, kind="stable")
+            bounds = np.searchsorted(nodes.gpu_type[by_type], np.arange(n_types + 1))
+            type_nodes = [by_type[a:b].astype(np.int64) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         max_cap = np.array(
             [int(nodes.capacity[ix].max()) if ix.size else 0 for ix in type_nodes], dtype=np.int64
         )
@@ -62,6 +88,23 @@ class Floor:
         self.initial_free = self.nodes.free_count.astype(np.int64)
         self.touched = np.zeros(len(self.nodes), dtype=np.bool_)  # took new work this round
 
+    def mark(self) -> FloorMark:
+        return FloorMark(
+            self.free.copy(),
+            self.reserved.copy(),
+            self.touched.copy(),
+            len(self.chunks),
+            len(self.explicit),
+            self.multi_node,
+        )
+
+    def rewind(self, mark: FloorMark) -> None:
+        """Undo every placement and reservation made since ``mark``."""
+        self.free[:], self.reserved[:], self.touched[:] = mark.free, mark.reserved, mark.touched
+        del self.chunks[mark.chunks :]
+        del self.explicit[mark.explicit :]
+        self.multi_node = mark.multi_node
+
     def free_slots(self, node: int) -> I64:
         """The slots of ``node`` still free now (a node's free slots are handed out in ascending order)."""
         used = int(self.initial_free[node] - self.free[node])
@@ -74,15 +117,10 @@ class Floor:
         self.free[node] -= from_free
         self.explicit.append((row, node, slots, self.context[1]))
 
-    def record(self, rows: I64, node: I64, count: I64, offset: I64) -> None:
+    def record(self, rows: I64, node: I64, count: int | I64, offset: I64) -> None:
         """Append placements whose GPUs the caller has already taken (``offset``: first free slot used)."""
         self.touched[node] = True
-        self.log_row.append(rows)
-        self.log_node.append(node)
-        self.log_count.append(count)
-        self.log_offset.append(offset)
-        self.log_tier.append(np.full(rows.shape[0], self.context[0], dtype=np.int8))
-        self.log_type.append(np.full(rows.shape[0], self.context[1], dtype=np.int16))
+        self.chunks.append(Chunk(rows, node, count, offset, self.context[0], self.context[1]))
 
     def log(self, rows: I64, node: I64, count: I64) -> None:
         """Record placements and take their GPUs (``node`` entries of one call are grouped by node)."""
@@ -100,40 +138,75 @@ def open_nodes(floor: Floor, t: int) -> I64:
     return ix[~floor.reserved[ix]]
 
 
-def best_fit_nodes(f: I64, k: int, gangs: int) -> I64:
-    """Local indices of the nodes that best fit ``gangs`` gangs of size k, in best-fit order (free count, then
-    index), only as many as needed: whole free-count buckets below the last one needed, and just the first nodes
-    of that last bucket."""
-    hist = np.bincount(f, minlength=k + 1)
-    fits = np.arange(hist.shape[0])
-    room = np.cumsum(np.where(fits >= k, hist * (fits // k), 0))
-    top = min(int(np.searchsorted(room, gangs)), hist.shape[0] - 1)
-    below = np.flatnonzero((f >= k) & (f < top))
-    below = below[np.argsort(f[below].astype(np.int16), kind="stable")]
-    short = gangs - (int(room[top - 1]) if top > 0 else 0)
-    last = np.flatnonzero(f == top)[: max(0, -(-short // (top // k)))] if top >= k else below[:0]
-    return np.concatenate([below, last])
+class FreeBuckets:
+    """The open nodes of one placement call by free count: ``node[v]`` holds the local indices (into ``ix``)
+    of the nodes with exactly v free GPUs, ascending, so best fit (fewest free GPUs that still hold the gang,
+    then node index) walks the buckets upwards. ``f``: free count per local index, kept up to date."""
 
+    def __init__(self, ix: I64, f: I64) -> None:
+        self.ix, self.f = ix, f
+        order = np.argsort(f.astype(np.int16) if int(f.max(initial=0)) < 32768 else f, kind="stable")
+        fs = f[order]
+        starts = np.flatnonzero(segment_starts(fs))
+        ends = np.append(starts[1:], fs.shape[0])
+        self.node = {int(fs[a]): order[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)}
+        self.node.pop(0, None)
 
-def place_size_class(floor: Floor, ix: I64, f: I64, k: int, rows: I64) -> int:
-    """Place gangs of size k <= node size in order, best fit, on nodes ``ix`` whose free counts ``f`` (updated
-    in place) the caller holds; returns how many gangs (a prefix of ``rows``) landed."""
-    if rows.size == 0:
-        return 0
-    cand = best_fit_nodes(f, k, rows.size)
-    if cand.size == 0:
-        return 0
-    per = f[cand] // k
-    n = min(rows.size, int(per.sum()))
-    local = np.repeat(cand, per)[:n]
-    first = np.cumsum(per) - per
-    rank = np.arange(n) - np.repeat(first, per)[:n]
-    node = ix[local]
-    floor.record(
-        rows[:n], node, np.full(n, k, dtype=np.int64), floor.initial_free[node] - f[local] + k * rank
-    )
-    f -= np.bincount(local, minlength=f.shape[0]) * k
-    return n
+    def room(self, k: int) -> bool:
+        """Whether some node still holds a gang of k."""
+        return any(v >= k for v in self.node)
+
+    def best_fit(self, k: int, gangs: int) -> I64:
+        """Local indices of the nodes that best fit ``gangs`` gangs of size k, in best-fit order, only as many
+        as needed (whole buckets, then the first nodes of the last one); they leave their buckets."""
+        out: list[I64] = []
+        for v in sorted(v for v in self.node if v >= k):
+            nodes, per = self.node[v], v // k
+            if nodes.shape[0] * per >= gangs:
+                m = -(-gangs // per)
+                out.append(nodes[:m])
+                self.node[v] = nodes[m:]
+                if self.node[v].shape[0] == 0:
+                    del self.node[v]
+                break
+            out.append(nodes)
+            del self.node[v]
+            gangs -= nodes.shape[0] * per
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+    def put(self, local: I64) -> None:
+        """Return nodes to the buckets of their (new) free counts."""
+        w = self.f[local]
+        for v in np.unique(w[w > 0]).tolist():
+            add = local[w == v]
+            have = self.node.get(v)
+            self.node[v] = np.sort(add) if have is None else np.sort(np.concatenate([have, add]))
+
+    def place(self, floor: Floor, k: int, rows: I64) -> int:
+        """Place gangs of size k <= node size in order, best fit; returns how many gangs (a prefix of ``rows``)
+        landed. Gangs of one size placed in sequence by best fit fill a node (floor(f / k) gangs) before the
+        next, because a node left with f - k >= k free stays the best fit."""
+        if rows.size == 0:
+            return 0
+        cand = self.best_fit(k, rows.size)
+        if cand.size == 0:
+            return 0
+        f = self.f
+        per = f[cand] // k
+        before = np.cumsum(per) - per
+        n = min(rows.size, int(before[-1] + per[-1]))
+        node = self.ix[cand]
+        used = floor.initial_free[node] - f[cand]  # GPUs of the node already handed out: the first offset
+        if int(per.max()) == 1:
+            node, offset = node[:n], used[:n]
+        else:  # the j-th gang overall is gang j - before[i] on its node i: offset used[i] + k (j - before[i])
+            node = np.repeat(node, per)[:n]
+            offset = np.repeat(used - k * before, per)[:n]
+            offset += k * np.arange(n)
+        floor.record(rows[:n], node, k, offset)
+        f[cand] -= np.clip(n - before, 0, per) * k
+        self.put(cand)
+        return n
 
 
 def whole_node_choice(floor: Floor, t: int, k: int) -> tuple[I64, I64]:
@@ -182,31 +255,60 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
     return True
 
 
-def place_rows(floor: Floor, t: int, rows: I64, size: NDArray[np.integer[Any]]) -> BOOL:
+def place_rows(
+    floor: Floor,
+    t: int,
+    rows: I64,
+    size: NDArray[np.integer[Any]],
+    spill: Callable[[], BOOL] | None = None,
+) -> tuple[BOOL, bool]:
     """Placement of one group of gangs (``rows`` in priority order, gang sizes ``size``), largest gangs first;
-    returns the placed mask."""
+    returns the placed mask, and whether it is final. ``spill()``: by gang size, whether gangs of that size
+    wait after ``rows`` (the caller left them out); then the placement is not final (False) as soon as some
+    size runs out of gangs while one more of that size would still have landed."""
     placed = np.zeros(rows.shape[0], dtype=np.bool_)
     ix = open_nodes(floor, t)
     ix = ix[floor.free[ix] > 0]
-    if rows.size == 0 or ix.size == 0:
-        return placed
-    order = np.argsort((-size).astype(np.int16), kind="stable")
+    if ix.size == 0 or (rows.size == 0 and spill is None):
+        return placed, True
+    order = size_order(size)
     srt = size[order]
     bounds = np.append(np.flatnonzero(segment_starts(srt)), srt.shape[0])
-    f = floor.free[ix]
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
-        k, seg = int(srt[a]), order[a:b]
-        if k > floor.max_cap[t]:
-            floor.free[ix] = f
+    span = {int(srt[a]): (a, b) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)}
+    extra = spill() if spill is not None else np.zeros(0, dtype=np.bool_)
+    sizes = sorted(set(span) | set(np.flatnonzero(extra).tolist()), reverse=True)
+    cap = int(floor.max_cap[t])
+    buckets: FreeBuckets | None = None
+    for k in sizes:
+        a, b = span.get(k, (0, 0))
+        seg = order[a:b]
+        waiting = k < extra.shape[0] and bool(extra[k])
+        if k > cap:  # whole nodes, one gang at a time (the largest sizes come first)
             for i in seg.tolist():
                 placed[i] = place_whole_nodes(floor, t, k, int(rows[i]))
-            f = floor.free[ix]
-        else:
-            placed[seg[: place_size_class(floor, ix, f, k, rows[seg])]] = True
-        if not f.any():
+            if waiting and bool(placed[seg].all()) and whole_node_choice(floor, t, k)[0].size:
+                return placed, False
+            continue
+        if buckets is None:
+            ix = ix[floor.free[ix] > 0]
+            buckets = FreeBuckets(ix, floor.free[ix])
+        n = buckets.place(floor, k, rows[seg])
+        placed[seg[:n]] = True
+        if waiting and n == seg.size and buckets.room(k):
+            floor.free[ix] = buckets.f
+            return placed, False
+        if not buckets.node:
             break
-    floor.free[ix] = f
-    return placed
+    if buckets is not None:
+        floor.free[ix] = buckets.f
+    return placed, True
+
+
+def size_order(size: NDArray[np.integer[Any]]) -> I64:
+    """Positions by gang size, largest first, each size in the given order (a radix sort of small ints)."""
+    top = int(size.max()) if size.size else 0
+    small = (-size).astype(np.int8 if top < 128 else np.int16 if top < 32768 else np.int64)
+    return np.argsort(small, kind="stable").astype(np.int64)
 
 
 def largest_fit(floor: Floor, t: int) -> int:
@@ -225,36 +327,54 @@ def largest_fit(floor: Floor, t: int) -> int:
 def _prefix_free(floor: Floor) -> BOOL:
     """True for nodes whose free slots are exactly 0 .. free-1."""
     free = floor.nodes.free
-    if free.shape[1] == 0:
+    if free.shape[1] < 2:
         return np.ones(free.shape[0], dtype=np.bool_)
-    first_busy = np.where(free.all(axis=1), free.shape[1], np.argmin(free, axis=1))
-    return np.asarray(first_busy >= floor.initial_free, dtype=np.bool_)
+    if free.shape[1] <= 8:  # each row as one little-endian 64-bit word of 0/1 bytes
+        row = free if free.shape[1] == 8 else np.pad(free, ((0, 0), (0, 8 - free.shape[1])))
+        word = np.ascontiguousarray(row).view(np.dtype("<u8"))[:, 0]
+        prefix = np.array([(256**c - 1) // 255 for c in range(9)], dtype=np.uint64)
+        return np.asarray(word == prefix[floor.initial_free], dtype=np.bool_)
+    return np.asarray(~(free[:, 1:] & ~free[:, :-1]).any(axis=1), dtype=np.bool_)
 
 
 def slots_of_log(floor: Floor) -> tuple[I64, I64, NDArray[np.int8], NDArray[np.int16], I64, I64]:
     """Expand the log into (bid row, GPUs, tier, type per entry; node, slot per GPU), in log order.
-    A node's free slots are handed out in ascending slot order, in the order gangs landed on it."""
-    if not floor.log_row:
+    A node's free slots are handed out in ascending slot order, in the order gangs landed on it: the slot is
+    the offset itself where a node's free slots are 0..free-1 (the usual case), else looked up."""
+    chunks = [c for c in floor.chunks if c.rows.size]
+    if not chunks:
         z = np.zeros(0, dtype=np.int64)
         return z, z, z.astype(np.int8), z.astype(np.int16), z, z
-    row = np.concatenate(floor.log_row)
-    node = np.concatenate(floor.log_node)
-    count = np.concatenate(floor.log_count)
-    offset = np.concatenate(floor.log_offset)
-    entry = np.repeat(np.arange(row.shape[0]), count)
-    within = np.arange(entry.shape[0]) - np.repeat(np.cumsum(count) - count, count)
-    gnode = node[entry]
-    slot = offset[entry] + within  # the slot itself where a node's free slots are 0..free-1 (the usual case)
     gappy = ~_prefix_free(floor)
-    if gappy.any():
-        at = np.flatnonzero(gappy[gnode])
+    lookup = gappy.any()
+    if lookup:
         sub = np.flatnonzero(gappy)
         free_slot = np.nonzero(floor.nodes.free[sub])[1]
         ptr = np.zeros(gappy.shape[0] + 1, dtype=np.int64)
         ptr[sub + 1] = floor.initial_free[sub]
         ptr = np.cumsum(ptr)
-        slot[at] = free_slot[ptr[gnode[at]] + slot[at]]
-    return row, count, np.concatenate(floor.log_tier), np.concatenate(floor.log_type), gnode, slot
+    counts, nodes, slots = [], [], []
+    for c in chunks:
+        if isinstance(c.count, int):
+            count = np.full(c.rows.size, c.count, dtype=np.int64)
+            slot = (c.offset[:, None] + np.arange(c.count)).ravel()
+        else:
+            count = c.count
+            slot = np.repeat(c.offset, count) + (
+                np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
+            )
+        node = np.repeat(c.node, count)
+        if lookup:
+            at = np.flatnonzero(np.repeat(gappy[c.node], count))
+            slot[at] = free_slot[ptr[node[at]] + slot[at]]
+        counts.append(count)
+        nodes.append(node)
+        slots.append(slot)
+    sizes = np.array([c.rows.size for c in chunks], dtype=np.int64)
+    tier = np.repeat(np.array([c.tier for c in chunks], dtype=np.int8), sizes)
+    gtype = np.repeat(np.array([c.gpu_type for c in chunks], dtype=np.int16), sizes)
+    row = np.concatenate([c.rows for c in chunks])
+    return row, np.concatenate(counts), tier, gtype, np.concatenate(nodes), np.concatenate(slots)
 
 
 def reserve_for(floor: Floor, t: int, k: int) -> I64:

@@ -2,7 +2,7 @@
 
 Winners, losers and preemptions are tables of numpy arrays; the GPUs of winner i are
 ``(slot_node[j], slot_idx[j])`` for j in ``slot_ptr[i]:slot_ptr[i+1]``. Every bid of the book is either a winner
-or a loser (exactly once). ``digest`` is the sha256 of the canonical serialisation (see ``canonical_bytes``):
+or a loser (exactly once). ``digest`` is a sha256 over the canonical serialisation (see ``compute_digest``):
 the same book always gives the same bytes, so the same digest.
 
 Compatibility: this module is a contract read by allocator/sim and the market rounds. Changes are additive.
@@ -11,8 +11,9 @@ Compatibility: this module is a contract read by allocator/sim and the market ro
 from __future__ import annotations
 
 import hashlib
+import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import InitVar, dataclass, fields
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -139,12 +140,13 @@ class Result:
     node_names: tuple[str, ...]
     tenant_names: tuple[str, ...]
     digest: str = ""
+    ahead: InitVar[Prehash | None] = None  # unit digests already under way (``result_build``)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, ahead: Prehash | None) -> None:
         _frozen_arrays(self)
         object.__setattr__(self, "counters", dict(sorted(self.counters.items())))
         if not self.digest:
-            object.__setattr__(self, "digest", compute_digest(self))
+            object.__setattr__(self, "digest", compute_digest(self, ahead))
 
     def winner_records(self) -> Iterator[WinnerRecord]:
         """Iterate winners as small records (fine for a few thousand; use the arrays beyond)."""
@@ -170,39 +172,102 @@ class Result:
 
 
 _DIGEST_FIELDS = {
-    "winners": ("job", "tier", "gpu_type", "price", "hold", "slot_ptr", "slot_node", "slot_idx"),
+    "winners": ("job", "tier", "gpu_type", "price", "hold", "gpus", "slot_node", "slot_idx"),
     "losers": ("job", "reason", "gpu_type", "figure"),
     "preemptions": ("lease", "reason", "for_job"),
     "": ("retiered", "posted", "spot_price", "reserved_node", "reserved_job"),
 }
+_WIDTHS = tuple(np.dtype(f"<i{n}") for n in (1, 2, 4))
 
 
-def canonical_parts(result: Result) -> Iterator[bytes | NDArray[Any]]:
-    """The canonical serialisation hashed into ``digest``, as a sequence of byte strings: for each array below
-    (rows in result order; bid rows and tenant indices are left out, they follow from job ids and the book),
-    ``name|dtype|shape|`` then its little-endian bytes; then the round, the counters (sorted) and the name
-    tables, NUL-separated."""
-    for table, names in _DIGEST_FIELDS.items():
-        obj = getattr(result, table) if table else result
-        for name in names:
-            arr = getattr(obj, name)
-            le = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
-            yield f"{table}.{name}|{le.dtype.str}|{arr.shape}|".encode()
-            yield np.ascontiguousarray(le)
-    yield f"round={result.round}".encode()
-    yield "\x1e".join(f"{k}={v}" for k, v in result.counters.items()).encode()
-    for names in (result.type_names, result.node_names, result.tenant_names):
-        yield "\x00".join(names).encode()
+def narrowest(arr: NDArray[Any]) -> NDArray[Any]:
+    """``arr`` as the narrowest little-endian signed integer type that holds all its values (int8 when empty),
+    so that the bytes depend on the values only, not on the dtype the result happens to use."""
+    if arr.size == 0:
+        return np.zeros(arr.shape, dtype=_WIDTHS[0])
+    lo, hi = int(arr.min()), int(arr.max())
+    for dt in _WIDTHS:
+        info = np.iinfo(dt)
+        if info.min <= lo and hi <= info.max:
+            return np.ascontiguousarray(arr, dtype=dt)
+    return np.ascontiguousarray(arr, dtype=np.dtype("<i8"))
 
 
-def compute_digest(result: Result) -> str:
-    """sha256 hex of ``canonical_parts``, fed piece by piece (no copy of the whole)."""
+def digest_units(result: Result) -> list[tuple[str, NDArray[Any]]]:
+    """The arrays hashed into ``digest``, named ``table.field``, in their fixed order (rows in result order;
+    bid rows and tenant indices are left out, they follow from job ids and the book; ``winners.gpus`` is the
+    GPU count of each winner, the differences of ``slot_ptr``)."""
+    return [
+        u for table in _DIGEST_FIELDS for u in table_units(table, getattr(result, table) if table else result)
+    ]
+
+
+def table_units(table: str, obj: Any) -> list[tuple[str, NDArray[Any]]]:
+    """``digest_units`` of one table (``obj``: the Winners, Losers or Preemptions; the Result for "")."""
+    out = []
+    for name in _DIGEST_FIELDS[table]:
+        arr = np.diff(obj.slot_ptr) if table == "winners" and name == "gpus" else getattr(obj, name)
+        out.append((f"{table}.{name}", arr))
+    return out
+
+
+def unit_digest(name: str, arr: NDArray[Any]) -> bytes:
+    """sha256 of one array: ``name|dtype|shape|`` then its values in the narrowest little-endian signed
+    integer type that holds them (``narrowest``)."""
+    le = narrowest(arr)
+    h = hashlib.sha256(f"{name}|{le.dtype.str}|{arr.shape}|".encode())
+    h.update(le.view(np.uint8).data if le.size else b"")
+    return h.digest()
+
+
+def trailer(result: Result) -> bytes:
+    """The rest of the canonical serialisation: the round, the counters (sorted) and the name tables."""
+    parts = [f"round={result.round}", "\x1e".join(f"{k}={v}" for k, v in result.counters.items())]
+    parts += ["\x00".join(names) for names in (result.type_names, result.node_names, result.tenant_names)]
+    return "\x1d".join(parts).encode()
+
+
+class Prehash:
+    """Digests of some units computed on a second thread while the caller goes on (numpy and hashlib release
+    the GIL on large arrays, so the two run on two cores). ``get`` waits for them; a unit the thread did not
+    finish is hashed again by ``compute_digest``."""
+
+    def __init__(self, units: list[tuple[str, NDArray[Any]]]) -> None:
+        self.units = units
+        self.done: dict[str, bytes] = {}
+        self.thread = threading.Thread(target=self._run, name="allocator-digest", daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        for name, arr in self.units:
+            self.done[name] = unit_digest(name, arr)
+
+    def get(self) -> dict[str, bytes]:
+        self.thread.join()
+        return self.done
+
+
+def compute_digest(result: Result, ahead: Prehash | None = None) -> str:
+    """The canonical digest: sha256 over the unit digests (``unit_digest`` of every array of
+    ``digest_units``, in order) followed by the sha256 of ``trailer``. The units are hashed on two threads
+    where there is enough to hash; ``ahead`` holds units already under way."""
+    units = digest_units(result)
+    known: dict[str, bytes] = {}
+    under_way = {name for name, _ in ahead.units} if ahead is not None else set()
+    todo = [u for u in units if u[0] not in under_way]
+    if sum(a.nbytes for _, a in todo) > 1 << 21:  # split by size: the larger units alternate between threads
+        todo.sort(key=lambda u: -u[1].nbytes)
+        side = Prehash(todo[1::2])
+        todo = todo[0::2]
+    else:
+        side = None
+    for name, arr in todo:
+        known[name] = unit_digest(name, arr)
+    for other in (side, ahead):
+        if other is not None:
+            known.update(other.get())
     h = hashlib.sha256()
-    for part in canonical_parts(result):
-        h.update(part if isinstance(part, bytes) else part.data)
+    for name, arr in units:
+        h.update(known[name] if name in known else unit_digest(name, arr))
+    h.update(hashlib.sha256(trailer(result)).digest())
     return h.hexdigest()
-
-
-def canonical_bytes(result: Result) -> bytes:
-    """The whole canonical serialisation in one piece (for tests; ``compute_digest`` avoids the copy)."""
-    return b"".join(p if isinstance(p, bytes) else p.tobytes() for p in canonical_parts(result))

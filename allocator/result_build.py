@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_G, hold_of
+from allocator.book import TIER_G
 from allocator.placement import slots_of_log
-from allocator.result import OVER_BUDGET, RECLAIM, Losers, Preemptions, Result, Winners
+from allocator.result import OVER_BUDGET, RECLAIM, Losers, Preemptions, Prehash, Result, Winners, table_units
 from allocator.segments import segment_starts
 from allocator.state import RoundState
 from allocator.tiers import covering_price, next_posted, spot_price
@@ -39,7 +39,7 @@ def posted_prices(state: RoundState) -> I64:
     cover = types.max_price.copy()
     for t in range(len(types)):
         p = int(types.posted[t])
-        demand[t] = int(gpus.sum(where=limit[:, t] >= p, dtype=np.int64))
+        demand[t] = int((gpus * (limit[:, t] >= p)).sum(dtype=np.int64))
         if demand[t] > supply[t] and step_bp > 0:
             up = p + max(1, p * step_bp // 10_000)
             cover[t] = covering_price(limit[:, t], gpus, int(supply[t]), p, up)
@@ -71,7 +71,10 @@ def winners(state: RoundState, spot: I64) -> Winners:
     rows, per, tier, gtype, node, slot = _placements(state)
     table = np.stack([types.reserve, types.posted, spot]).ravel()  # tier G, B, S by type
     price = table[tier.astype(np.int64) * len(types) + gtype]
-    hold = np.asarray(hold_of(per, price, bids.max_s[rows]), dtype=np.int64)
+    hold = per * price
+    hold *= bids.max_s[rows]
+    hold += 3599
+    hold //= 3600  # hold_of: ceil(gpus * price * max_s / 3600)
     ptr = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
     return Winners(
         bids.job[rows],
@@ -90,7 +93,8 @@ def winners(state: RoundState, spot: I64) -> Winners:
 def losers(state: RoundState) -> Losers:
     """Every bid that did not win, with its reason code and figure."""
     rows = np.flatnonzero(~state.won_bid)
-    reason = np.where(state.over_budget[rows], OVER_BUDGET, state.reason[rows]).astype(np.int8)
+    reason = state.reason[rows]
+    reason[np.flatnonzero(state.over_budget[rows])] = OVER_BUDGET
     return Losers(state.book.bids.job[rows], rows, reason, state.reason_type[rows], state.figure[rows])
 
 
@@ -100,10 +104,14 @@ def build_result(state: RoundState) -> Result:
     spot = spot_prices(state)
     pre = np.flatnonzero(state.preempted)
     reserved = sorted(state.reserved_jobs)
+    lost = losers(state)
+    ahead = (
+        Prehash(table_units("losers", lost)) if len(lost) > 1 << 16 else None
+    )  # hashed while winners build
     return Result(
         round=int(book.round),
         winners=winners(state, spot),
-        losers=losers(state),
+        losers=lost,
         preemptions=Preemptions(
             book.leases.lease[pre], pre, np.full(pre.size, RECLAIM, dtype=np.int8), state.preempted_for[pre]
         ),
@@ -116,4 +124,5 @@ def build_result(state: RoundState) -> Result:
         type_names=book.types.names,
         node_names=book.nodes.names,
         tenant_names=book.tenants.names,
+        ahead=ahead,
     )

@@ -9,7 +9,7 @@ from numpy.typing import NDArray
 
 from allocator.book import Book
 from allocator.placement import Floor
-from allocator.tiers import tie_rank
+from allocator.tiers import Ranks, tie_rank
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
@@ -24,7 +24,7 @@ class RoundState:
 
     book: Book
     floor: Floor
-    rank: I64
+    ranks: Ranks
     held: I64
     won: I64
     budget_left: I64
@@ -33,6 +33,7 @@ class RoundState:
     preempted_for: I64
     won_bid: BOOL
     starving: BOOL  # per bid: waited at least starve_rounds
+    any_starving: bool
     reason: I8
     reason_type: I32
     figure: I64
@@ -51,10 +52,11 @@ class RoundState:
     @classmethod
     def start(cls, book: Book) -> RoundState:
         n_bids, n_types, n_leases = len(book.bids), len(book.types), len(book.leases)
+        starving = book.bids.waited >= book.policy.starve_rounds
         return cls(
             book=book,
             floor=Floor.of(book.nodes, n_types),
-            rank=tie_rank(book.bids),
+            ranks=tie_rank(book.bids),
             held=book.tenants.held.astype(np.int64),
             won=np.zeros((len(book.tenants), n_types), dtype=np.int64),
             budget_left=book.tenants.budget.copy(),
@@ -62,7 +64,8 @@ class RoundState:
             preempted=np.zeros(n_leases, dtype=np.bool_),
             preempted_for=np.full(n_leases, -1, dtype=np.int64),
             won_bid=np.zeros(n_bids, dtype=np.bool_),
-            starving=book.bids.waited >= book.policy.starve_rounds,
+            starving=starving,
+            any_starving=bool(starving.any()),
             reason=np.zeros(n_bids, dtype=np.int8),
             reason_type=np.full(n_bids, -1, dtype=np.int32),
             figure=np.zeros(n_bids, dtype=np.int64),

@@ -5,17 +5,14 @@ Each function works on bid rows already in a fixed order and returns masks; plac
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Bids, GpuTypes, hold_of
-
-if TYPE_CHECKING:
-    from allocator.clearing import Slate
-from allocator.segments import first_fit, prefix_fit, water_fill
+from allocator.segments import first_fit, first_fit_one, prefix_fit, water_fill
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
@@ -30,7 +27,7 @@ def preference_order(bids: Bids, types: GpuTypes) -> I32:
     """
     eligible = bids.limit >= types.reserve[None, :]
     if bids.limit.shape[1] == 1:
-        return np.where(eligible, 0, -1).astype(np.int32)
+        return eligible.astype(np.int32) - 1
     n, n_types = bids.limit.shape
     limit_t = np.ascontiguousarray(bids.limit.T)
     ok_t = limit_t >= types.reserve[:, None]
@@ -47,60 +44,85 @@ def preference_order(bids: Bids, types: GpuTypes) -> I32:
     return flat.reshape(n, n_types)
 
 
-def tie_rank(bids: Bids) -> I64:
+@dataclass(frozen=True)
+class Ranks:
+    """The deterministic tie-break after price: every bid's rank by (submit time, job id). ``rank`` is None when
+    the bid rows are already in that order (the rank of a row is the row itself); ``by_rank`` is then None too,
+    else the row of each rank."""
+
+    rank: I64 | None
+    by_rank: I64 | None
+    n: int
+
+    def of(self, rows: I64) -> I64:
+        return rows if self.rank is None else self.rank[rows]
+
+    def rows_of(self, ranks: I64) -> I64:
+        return ranks if self.by_rank is None else self.by_rank[ranks]
+
+
+def tie_rank(bids: Bids) -> Ranks:
     """Rank of every bid by (submit time, job id): the deterministic tie-break after price."""
     n = len(bids)
+    sub, job = bids.submit, bids.job
     in_order = n < 2 or bool(
-        np.all(
-            (bids.submit[1:] > bids.submit[:-1])
-            | ((bids.submit[1:] == bids.submit[:-1]) & (bids.job[1:] > bids.job[:-1]))
-        )
+        np.all(sub[1:] >= sub[:-1]) and np.all((sub[1:] > sub[:-1]) | (job[1:] > job[:-1]))
     )
-    rank = np.arange(n, dtype=np.int64)
     if in_order:
-        return rank
-    out = np.empty(n, dtype=np.int64)
-    out[np.lexsort((bids.job, bids.submit))] = rank
-    return out
+        return Ranks(None, None, n)
+    by_rank = np.lexsort((job, sub)).astype(np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_rank] = np.arange(n, dtype=np.int64)
+    return Ranks(rank, by_rank, n)
 
 
-def market_order(rows: I64, price: I64, rank: I64) -> I64:
-    """``rows`` sorted by price desc, then submit time, then job id (ARCHITECTURE.md §Clearing, ties)."""
-    if rows.size == 0:
-        return rows
+def market_order(rows: I64, price: I64, ranks: Ranks) -> tuple[I64, I64]:
+    """``rows`` sorted by price desc, then submit time, then job id (ARCHITECTURE.md §Clearing, ties), with their
+    prices (``price`` is indexed by bid row). One sort of packed integer keys (price, rank) where they fit in 63
+    bits, which sorts values rather than indices and so is several times faster than an argsort."""
     p = price[rows]
-    top, span = int(p.max()), int(p.max() - p.min()) + 1
-    n = int(rank.shape[0]) + 1
-    if span >= (1 << 62) // (n + 1):
-        return rows[np.lexsort((rank[rows], -p))]
-    if rows.size * 2 < rank.shape[0]:
-        return rows[np.argsort((top - p) * n + rank[rows])]
-    # most bids: key every bid (no gathers), those outside ``rows`` last, and cut them off
-    inside = np.zeros(rank.shape[0], dtype=np.bool_)
-    inside[rows] = True
-    key = np.where(inside, (top - price) * n + rank, np.iinfo(np.int64).max)
-    return np.argsort(key)[: rows.size]
+    if rows.size < 2:
+        return rows, p
+    top, low = int(p.max()), int(p.min())
+    bits = max(1, (ranks.n - 1).bit_length())
+    if top - low >= 1 << (62 - bits):
+        order = np.lexsort((ranks.of(rows), -p))
+        return rows[order], p[order]
+    key = np.subtract(top, p, dtype=np.int64)
+    key <<= bits
+    key |= ranks.of(rows)
+    key.sort()
+    rank = key & ((1 << bits) - 1)
+    key >>= bits
+    return ranks.rows_of(rank), np.subtract(top, key, dtype=np.int64)
 
 
-def group_by_tenant(tenant: I32, n_tenants: int) -> I64:
-    """Positions of ``tenant`` (bids in market order) grouped by tenant, stable (radix sort on small ids)."""
+def group_by_tenant(tenant: NDArray[Any], n_tenants: int) -> I64:
+    """Positions of ``tenant`` grouped by tenant, stable (a radix sort on small ids)."""
     small = tenant.astype(np.int16) if n_tenants < 32768 else tenant
     return np.argsort(small, kind="stable").astype(np.int64)
 
 
-def budget_filter(
-    slate: Slate, poor: BOOL, need_at: Callable[[I64], I64], budget_left: I64
-) -> tuple[I64, I64]:
+def tenant_order(rows: I64, price: I64, ranks: Ranks, tenant: I32, n_tenants: int) -> tuple[I64, I64]:
+    """``rows`` grouped by tenant, each tenant's bids in its own order (price desc, submit time, job id): the
+    order of the budget filter and tier G. Returns the rows and their prices."""
+    rows, p = market_order(rows, price, ranks)
+    by = group_by_tenant(tenant[rows], n_tenants)
+    return rows[by], p[by]
+
+
+def budget_filter(rows: I64, price: I64, ranks: Ranks, bids: Bids, budget_left: I64) -> tuple[I64, I64]:
     """Budget filter, ARCHITECTURE.md §Clearing step 1: in the tenant's own order, admit bids while their holds
-    (at their limit price, the most they can pay) fit the tenant's budget. Only ``poor`` tenants (who might not
-    pay for every bid) need the running sum. Returns the refused positions of the slate and their holds."""
-    if not poor.any():
-        return slate.ten[:0], slate.ten[:0]
-    keep = poor[slate.ten_tenant]
-    sub, tenant = slate.ten[keep], slate.ten_tenant[keep]
-    need = need_at(sub)
+    (at their limit price, the most they can pay) fit the tenant's budget. ``rows``: every bid of this pass of
+    the tenants who might not pay for all of theirs (the others pass whole). Returns the refused bid rows and
+    their holds."""
+    if rows.size == 0:
+        return rows, rows
+    rows, p = tenant_order(rows, price, ranks, bids.tenant, budget_left.shape[0])
+    tenant = bids.tenant[rows]
+    need = limit_holds(bids.gpus[rows], p, bids.max_s[rows])
     ok = prefix_fit(tenant, need, budget_left)
-    return sub[~ok], need[~ok]
+    return rows[~ok], need[~ok]
 
 
 def limit_holds(gpus: NDArray[Any], price: I64, max_s: I64) -> I64:
@@ -116,19 +138,30 @@ def tier_g_pos(tenant: I32, gpus: NDArray[Any], unused: I64) -> BOOL:
     return first_fit(tenant, gpus, unused)
 
 
-def tier_b(tenant: I32, gpus: NDArray[Any], weight: NDArray[np.float64], supply: int) -> tuple[BOOL, I64]:
+def tier_b(
+    cand: I64, tenant: NDArray[Any], gpus: NDArray[Any], weight: NDArray[np.float64], supply: int
+) -> tuple[I64, I64]:
     """Tier B, ARCHITECTURE.md §Clearing step 3: weighted water-filling of the excess ``supply`` over each
-    tenant's demand (its bids at or above p, grouped by tenant), then first-fit into floor(e_t).
-    Returns the mask over the bids and the entitlements e_t."""
-    demand = np.bincount(tenant, weights=gpus, minlength=weight.shape[0]).astype(np.int64)
+    tenant's demand (its bids at or above p: positions ``cand`` of ``tenant``/``gpus``, in market order), then
+    each tenant first-fits its bids, in its own order, into floor(e_t). A tenant whose share covers its demand
+    takes every candidate; only the others need grouping. Returns the selected positions and the e_t."""
+    t, g = tenant[cand], gpus[cand]
+    demand = np.bincount(t, weights=g, minlength=weight.shape[0]).astype(np.int64)
     share = water_fill(demand, weight, supply)
-    return first_fit(tenant, gpus, share), share
+    capped = share < demand
+    if not capped.any():
+        return cand, share
+    short = capped[t]
+    rows = np.compress(short, cand)
+    rows = rows[group_by_tenant(tenant[rows], weight.shape[0])]
+    take = first_fit(tenant[rows], gpus[rows], share)
+    return np.concatenate([np.compress(~short, cand), np.compress(take, rows)]), share
 
 
-def tier_s(gpus: NDArray[Any], supply: int) -> BOOL:
+def tier_s(gpus: NDArray[Any], supply: int) -> tuple[BOOL, int]:
     """Tier S, ARCHITECTURE.md §Clearing step 4: what is left goes to the highest remaining bids per GPU
-    (given in market order), first-fit by count."""
-    return first_fit(np.zeros(gpus.shape[0], dtype=np.int64), gpus, np.array([max(supply, 0)]))
+    (given in market order), first-fit by count. Also returns the GPUs left over."""
+    return first_fit_one(gpus, max(supply, 0))
 
 
 def spot_price(reserve: int, posted: int, first_losing: int, lowest_winning: int) -> int:
@@ -162,7 +195,7 @@ def covering_price(limit: I64, gpus: NDArray[Any], supply: int, lo: int, hi: int
     one GPU); ``hi`` when the GPUs asked at or above ``hi`` already do. The caller knows that those asked at or
     above ``lo`` do, so the answer is at least ``lo``."""
     need = max(supply, 1)
-    above = int(gpus.sum(where=limit >= hi, dtype=np.int64))
+    above = int((gpus * (limit >= hi)).sum(dtype=np.int64))
     if above >= need:
         return hi
     between = (limit >= lo) & (limit < hi)

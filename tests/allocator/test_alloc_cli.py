@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from allocator import MICRO, Bids, Book, BookError, hold_of
+from allocator import MICRO, Bids, Book, BookError, clear, hold_of
 from allocator.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,3 +156,12 @@ def test_odd_shapes_are_errors_not_tracebacks(
     mutate(data)
     assert main(["clear", write(tmp_path, "book.json", data)]) == 2
     assert capsys.readouterr().err.startswith("error: ")
+
+
+def test_the_worked_example_of_the_docs_holds() -> None:
+    """docs/allocator.md's worked example: its book clears to the result shown there, digest included (the
+    digest pins the canonical serialisation: a change to it must update the docs)."""
+    text = (ROOT / "docs" / "allocator.md").read_text()
+    book_doc = json.loads(text.split("`BOOK.json`:\n\n```json\n", 1)[1].split("```", 1)[0])
+    shown = json.loads(text.split("(abridged layout):\n\n```json\n", 1)[1].split("```", 1)[0])
+    assert clear(Book.from_json(book_doc)).to_json() == shown

@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from alloc_books import Shape, make_book, shapes
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from allocator import Book, clear
+from allocator import Book, clear, clearing
 from allocator.invariants import CHECKS, check
 from allocator.result_json import result_from_json
 
@@ -91,3 +93,42 @@ def test_checks_catch_a_broken_result() -> None:
     assert any("bound twice" in v for v in check(book, replace(result, winners=dup)))
     assert any("more than its bid" in v for v in check(book, replace(result, winners=pricey)))
     assert len(CHECKS) >= 10
+
+
+def cleared(book: Book, *, slate_from: int, depth: float = 1.25, slack: int = 4096) -> str:
+    """The digest of ``clear(book)`` with the slate shortcut taken from ``slate_from`` bids per type on."""
+    saved = (clearing.PRUNE_MIN, clearing.PRUNE_DEPTH, clearing.PRUNE_SLACK)
+    clearing.PRUNE_MIN, clearing.PRUNE_DEPTH, clearing.PRUNE_SLACK = slate_from, depth, slack
+    try:
+        result = clear(book)
+    finally:
+        clearing.PRUNE_MIN, clearing.PRUNE_DEPTH, clearing.PRUNE_SLACK = saved
+    assert check(book, result) == []
+    return result.digest
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes(), st.sampled_from([0.25, 0.5, 1.0, 2.0]), st.sampled_from([0, 3]))
+def test_the_slate_shortcut_changes_nothing(shape: Shape, depth: float, slack: int) -> None:
+    """Clearing on a slate (bids at or above θ, allocator/clearing.py) gives the same bytes as clearing every
+    bid, whatever θ: shallow slates force the fallbacks (tier G below θ, spot or the final fill reaching below
+    θ, a second clearing of the type)."""
+    book = make_book(shape)
+    assert cleared(book, slate_from=0, depth=depth, slack=slack) == cleared(book, slate_from=1 << 40)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_slate_shortcut_changes_nothing_on_larger_books(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    shape = Shape(
+        int(rng.integers(1, 4)),
+        int(rng.integers(5, 200)),
+        int(rng.integers(20, 120)),
+        3000,
+        seed,
+        seed % 2 == 0,
+    )
+    book = make_book(shape)
+    whole = cleared(book, slate_from=1 << 40)
+    for depth in (0.5, 1.0, 1.25, 3.0):
+        assert cleared(book, slate_from=0, depth=depth, slack=0) == whole
