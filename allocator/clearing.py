@@ -122,13 +122,13 @@ def maybe_poor(bids: Bids, rows: I64, price: I64, budget_left: I64) -> I64:
     return np.compress(poor[tenant], rows)
 
 
-def drop(rows: I64, gone: I64) -> I64:
-    """``rows`` (ascending) without ``gone`` (a subset of them, any order)."""
+def drop(rows: I64, gone: I64, n: int) -> I64:
+    """``rows`` (ascending, below ``n``) without ``gone`` (any order)."""
     if gone.size == 0:
         return rows
-    keep = np.ones(rows.shape[0], dtype=np.bool_)
-    keep[np.searchsorted(rows, np.sort(gone))] = False
-    return np.compress(keep, rows)
+    keep = np.ones(n, dtype=np.bool_)
+    keep[gone] = False
+    return np.compress(keep[rows], rows)
 
 
 def by_type(rows: I64, choice: I32, n_types: int) -> list[I64]:
@@ -146,12 +146,13 @@ def run_pass(state: RoundState, rows: I64, choice: I32, *, first: bool) -> None:
     tiers and placement."""
     bids, n_tenants, n_types = state.book.bids, len(state.book.tenants), len(state.book.types)
     price = row_prices(bids, rows, choice)
+    state.refused_before = bool(state.over_budget.any())
     poor = maybe_poor(bids, rows, price, state.budget_left)
     if poor.size:
         refused, need = budget_filter(poor, price, state.ranks, bids, state.budget_left)
         if refused.size:
             mark_over_budget(state, refused, choice, need)
-            rows = drop(rows, refused)
+            rows = drop(rows, refused, len(bids))
     for t, part in enumerate(by_type(rows, choice, n_types)):
         if part.size == 0:
             continue
@@ -274,7 +275,7 @@ def clear_slate(
         g_pos = np.concatenate([g_pos, order.shape[0] + np.arange(extra.shape[0])])
         order, price_s = np.concatenate([order, extra]), np.concatenate([price_s, extra_price])
         s = Slate(order, price_s, bids.gpus[order], bids.tenant[order])
-        below = drop(below, g_below)
+        below = drop(below, g_below, len(bids))
         if below.size == 0:
             below = None
     tier = np.full(order.shape[0], -1, dtype=np.int8)
@@ -322,20 +323,20 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     floor = state.floor
     placed = np.zeros(s.rows.shape[0], dtype=np.bool_)
     any_starving = serve_starving(state, t, s, tier, placed)
-    by_tier = np.argsort(tier, kind="stable")  # -1, G, B, S; each in market order
-    bounds = np.searchsorted(tier[by_tier], np.arange(-1, 3)).tolist() + [tier.shape[0]]
-    for group in (TIER_G, TIER_B, TIER_S, -1):
-        pos = by_tier[bounds[group + 1] : bounds[group + 2]]
+    order, bounds = placement_order(tier, s.gpus)
+    for i, group in enumerate((TIER_G, TIER_B, TIER_S, -1)):
+        pos = order[bounds[i] : bounds[i + 1]]
         if any_starving:
-            pos = pos[~placed[pos]]
+            pos = np.compress(~placed[pos], pos)
         floor.context = (TIER_S if group < 0 else group, t)
-        got, final = pl.place_rows(floor, t, s.rows[pos], s.gpus[pos], spill if group < 0 else None)
+        spilled = spill if group < 0 else None
+        got, final = pl.place_rows(floor, t, s.rows[pos], s.gpus[pos], spilled, by_size=True)
         if not final:
             return None
-        placed[pos[got]] = True
+        placed[np.compress(got, pos)] = True
     tier[np.flatnonzero((tier == -1) & placed)] = TIER_S
     state.victim_cache.clear()  # entitlements of this type may have changed
-    g_left = by_tier[bounds[1] : bounds[2]]
+    g_left = np.sort(order[bounds[0] : bounds[1]])
     g_left = g_left[~placed[g_left]]
     g_left = g_left[np.argsort(s.tenant[g_left], kind="stable")]  # tenant, then market order
     for at in g_left.tolist():
@@ -345,6 +346,20 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
         else:
             state.count("guarantee_unrestored")
     return placed
+
+
+def placement_order(tier: I8, gpus: I32) -> tuple[I64, list[int]]:
+    """Slate positions in placement order: by group (tier G, B, S, then the rest), each by gang size, largest
+    first, each size in market order; and where each group starts (one radix sort of small keys)."""
+    stride = int(gpus.max(initial=0)) + 1
+    kind = np.dtype(np.uint8 if 4 * stride <= 256 else np.int16 if 4 * stride < 32768 else np.int64)
+    key: NDArray[np.integer[Any]] = (tier.view(np.uint8) & 3).astype(kind)  # G, B, S, -1 (0xff): 0, 1, 2, 3
+    np.multiply(key, stride, out=key, dtype=kind)
+    np.add(key, stride - 1, out=key, dtype=kind)
+    np.subtract(key, gpus.astype(kind), out=key)
+    order = np.argsort(key, kind="stable").astype(np.int64)
+    bounds = np.searchsorted(key[order], np.arange(5) * stride).tolist()
+    return order, bounds
 
 
 def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) -> bool:
@@ -396,9 +411,7 @@ def record(
     win = np.flatnonzero(placed)
     won_rows = s.rows[win]
     state.won_bid[won_rows] = True
-    state.won[:, t] += np.bincount(s.tenant[win], weights=s.gpus[win], minlength=len(book.tenants)).astype(
-        np.int64
-    )
+    state.won[:, t] += sum_by(s.tenant[win], s.gpus[win], len(book.tenants))
     spot = np.compress(tier[win] == TIER_S, win)
     low = int(s.price[spot].min()) if spot.size else -1
     if low >= 0:
@@ -408,7 +421,7 @@ def record(
     if lost.size:
         state.s_lose[t] = max(int(state.s_lose[t]), int(p_lost.max()))
     selected = s.rows[np.flatnonzero((tier >= 0) & ~placed)]  # chosen by a tier but not placed
-    if state.over_budget.any():
+    if state.refused_before:  # (bids refused in this pass are not in ``rows``)
         keep = np.flatnonzero(~state.over_budget[lost])  # an earlier refusal by the budget filter stands
         lost, p_lost = lost[keep], p_lost[keep]
         selected = selected[~state.over_budget[selected]]

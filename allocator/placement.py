@@ -24,6 +24,8 @@ from allocator.segments import segment_starts
 
 I64 = NDArray[np.int64]
 BOOL = NDArray[np.bool_]
+I32 = NDArray[np.int32]
+I8 = NDArray[np.int8]
 
 
 @dataclass(frozen=True)
@@ -129,7 +131,7 @@ class Floor:
         run_start = np.repeat(first, np.diff(np.append(first, node.shape[0])))
         before = np.cumsum(count) - count
         self.record(rows, node, count, used + before - before[run_start])
-        self.free -= np.bincount(node, weights=count, minlength=self.free.shape[0]).astype(np.int64)
+        np.subtract.at(self.free, node, count)
 
 
 def open_nodes(floor: Floor, t: int) -> I64:
@@ -177,8 +179,10 @@ class FreeBuckets:
     def put(self, local: I64) -> None:
         """Return nodes to the buckets of their (new) free counts."""
         w = self.f[local]
-        for v in np.unique(w[w > 0]).tolist():
-            add = local[w == v]
+        for v in np.flatnonzero(np.bincount(w)).tolist():
+            if v == 0:
+                continue
+            add = local[np.flatnonzero(w == v)]
             have = self.node.get(v)
             self.node[v] = np.sort(add) if have is None else np.sort(np.concatenate([have, add]))
 
@@ -261,17 +265,20 @@ def place_rows(
     rows: I64,
     size: NDArray[np.integer[Any]],
     spill: Callable[[], BOOL] | None = None,
+    *,
+    by_size: bool = False,
 ) -> tuple[BOOL, bool]:
     """Placement of one group of gangs (``rows`` in priority order, gang sizes ``size``), largest gangs first;
     returns the placed mask, and whether it is final. ``spill()``: by gang size, whether gangs of that size
     wait after ``rows`` (the caller left them out); then the placement is not final (False) as soon as some
-    size runs out of gangs while one more of that size would still have landed."""
+    size runs out of gangs while one more of that size would still have landed. ``by_size``: the rows are
+    already ordered by size, largest first (each size in priority order)."""
     placed = np.zeros(rows.shape[0], dtype=np.bool_)
     ix = open_nodes(floor, t)
     ix = ix[floor.free[ix] > 0]
     if ix.size == 0 or (rows.size == 0 and spill is None):
         return placed, True
-    order = size_order(size)
+    order = np.arange(size.shape[0]) if by_size else size_order(size)
     srt = size[order]
     bounds = np.append(np.flatnonzero(segment_starts(srt)), srt.shape[0])
     span = {int(srt[a]): (a, b) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)}
@@ -337,44 +344,57 @@ def _prefix_free(floor: Floor) -> BOOL:
     return np.asarray(~(free[:, 1:] & ~free[:, :-1]).any(axis=1), dtype=np.bool_)
 
 
-def slots_of_log(floor: Floor) -> tuple[I64, I64, NDArray[np.int8], NDArray[np.int16], I64, I64]:
-    """Expand the log into (bid row, GPUs, tier, type per entry; node, slot per GPU), in log order.
-    A node's free slots are handed out in ascending slot order, in the order gangs landed on it: the slot is
-    the offset itself where a node's free slots are 0..free-1 (the usual case), else looked up."""
+def slots_of_log(floor: Floor, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32]:
+    """Expand the log into (bid row, GPUs, tier, type, price per entry; node, slot per GPU), in log order;
+    ``price[tier * types + type]`` is what a placement of that tier and type pays. A node's free slots are
+    handed out in ascending slot order, in the order gangs landed on it: the slot is the offset itself where a
+    node's free slots are 0..free-1 (the usual case), else looked up."""
     chunks = [c for c in floor.chunks if c.rows.size]
     if not chunks:
         z = np.zeros(0, dtype=np.int64)
-        return z, z, z.astype(np.int8), z.astype(np.int16), z, z
+        return z, z, z.astype(np.int8), z.astype(np.int32), z, z.astype(np.int32), z.astype(np.int32)
     gappy = ~_prefix_free(floor)
     lookup = gappy.any()
     if lookup:
         sub = np.flatnonzero(gappy)
-        free_slot = np.nonzero(floor.nodes.free[sub])[1]
+        free_slot = np.nonzero(floor.nodes.free[sub])[1].astype(np.int32)
         ptr = np.zeros(gappy.shape[0] + 1, dtype=np.int64)
         ptr[sub + 1] = floor.initial_free[sub]
         ptr = np.cumsum(ptr)
     counts, nodes, slots = [], [], []
     for c in chunks:
         if isinstance(c.count, int):
-            count = np.full(c.rows.size, c.count, dtype=np.int64)
-            slot = (c.offset[:, None] + np.arange(c.count)).ravel()
+            count: I64 | int = c.count
+            slot: I32 = c.offset.astype(np.int32)
+            if c.count > 1:
+                slot = np.add(slot[:, None], np.arange(c.count, dtype=np.int32)).ravel()
+            counts.append(np.full(c.rows.size, c.count, dtype=np.int64))
         else:
             count = c.count
-            slot = np.repeat(c.offset, count) + (
-                np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count)
-            )
-        node = np.repeat(c.node, count)
+            slot = (
+                np.repeat(c.offset, count)
+                + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
+            ).astype(np.int32)
+            counts.append(c.count)
+        node = np.repeat(c.node.astype(np.int32), count)
         if lookup:
             at = np.flatnonzero(np.repeat(gappy[c.node], count))
             slot[at] = free_slot[ptr[node[at]] + slot[at]]
-        counts.append(count)
         nodes.append(node)
         slots.append(slot)
     sizes = np.array([c.rows.size for c in chunks], dtype=np.int64)
-    tier = np.repeat(np.array([c.tier for c in chunks], dtype=np.int8), sizes)
-    gtype = np.repeat(np.array([c.gpu_type for c in chunks], dtype=np.int16), sizes)
-    row = np.concatenate([c.rows for c in chunks])
-    return row, np.concatenate(counts), tier, gtype, np.concatenate(nodes), np.concatenate(slots)
+    n_types = price.shape[0] // 3
+    tiers = np.array([c.tier for c in chunks], dtype=np.int8)
+    kinds = np.array([c.gpu_type for c in chunks], dtype=np.int32)
+    return (
+        np.concatenate([c.rows for c in chunks]),
+        np.concatenate(counts),
+        np.repeat(tiers, sizes),
+        np.repeat(kinds, sizes),
+        np.repeat(price[tiers.astype(np.int64) * n_types + kinds], sizes),
+        np.concatenate(nodes),
+        np.concatenate(slots),
+    )
 
 
 def reserve_for(floor: Floor, t: int, k: int) -> I64:

@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S
-from allocator.segments import first_fit, seg_cumsum, segment_starts
+from allocator.segments import first_fit, segment_starts
 from allocator.state import RoundState
 
 I64 = NDArray[np.int64]
@@ -84,9 +84,12 @@ def _candidate_nodes(state: RoundState, k: int, victims: I64) -> I64:
     counts = ls.slot_ptr[victims + 1] - ls.slot_ptr[victims]
     starts = np.repeat(ls.slot_ptr[victims] - (np.cumsum(counts) - counts), counts)
     node = ls.slot_node[starts + np.arange(starts.shape[0])].astype(np.int64)
-    order = np.argsort(node, kind="stable")  # by node, victims still in order
-    node = node[order]
-    freed = seg_cumsum(node, np.ones(node.shape[0], dtype=np.int64))
+    key = node << 32  # by node, victims still in order: one sort of packed (node, position) keys
+    key |= np.arange(node.shape[0])
+    key.sort()
+    node = key >> 32
+    first = np.flatnonzero(segment_starts(node))
+    freed = np.arange(1, node.shape[0] + 1) - np.repeat(first, np.diff(np.append(first, node.shape[0])))
     enough = (freed + floor.free[node] >= k) & ~floor.reserved[node]
     at = np.flatnonzero(enough & segment_starts(np.where(enough, node, -1 - node)))
     return node[at[np.lexsort((node[at], freed[at]))]]
@@ -102,7 +105,7 @@ def reclaim_for(state: RoundState, t: int, row: int) -> bool:
     victims = victim_order(state, t, m)
     best: tuple[int, list[int]] | None = None
     for node in _candidate_nodes(state, k, victims).tolist() if victims.size else []:
-        on_node = victims[np.isin(victims, ls.slot_owner[ls.slot_node == node])]
+        on_node = victims[np.isin(victims, state.leases_on(node))]
         plan = _plan_node(state, t, node, k, on_node)
         if plan is not None:
             best = (node, plan[1])
@@ -111,7 +114,12 @@ def reclaim_for(state: RoundState, t: int, row: int) -> bool:
         state.reclaim_failed[(m, t)] = min(k, state.reclaim_failed.get((m, t), k))
         return False
     node, chosen = best
-    state.victim_cache.clear()  # held and preempted change below
+    if (state.lease_tier[chosen] == TIER_S).all() and t in state.victim_cache:
+        # held changes only in tier S, which the order does not read: the order stands, less the chosen
+        order = state.victim_cache[t]
+        state.victim_cache[t] = order[~np.isin(order, chosen)]
+    else:
+        state.victim_cache.clear()  # tier-B holdings (the order's "above") change below
     extra = []
     for v in chosen:
         span = slice(int(ls.slot_ptr[v]), int(ls.slot_ptr[v + 1]))

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import InitVar, dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -41,6 +41,7 @@ PREEMPT_NAMES = {RECLAIM: "reclaim_guarantee"}
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
 I8 = NDArray[np.int8]
+T = TypeVar("T")
 
 
 def _frozen_arrays(obj: object) -> None:
@@ -140,13 +141,13 @@ class Result:
     node_names: tuple[str, ...]
     tenant_names: tuple[str, ...]
     digest: str = ""
-    ahead: InitVar[Prehash | None] = None  # unit digests already under way (``result_build``)
+    known: InitVar[Mapping[str, bytes] | None] = None  # unit digests already computed (``result_build``)
 
-    def __post_init__(self, ahead: Prehash | None) -> None:
+    def __post_init__(self, known: Mapping[str, bytes] | None) -> None:
         _frozen_arrays(self)
         object.__setattr__(self, "counters", dict(sorted(self.counters.items())))
         if not self.digest:
-            object.__setattr__(self, "digest", compute_digest(self, ahead))
+            object.__setattr__(self, "digest", compute_digest(self, known))
 
     def winner_records(self) -> Iterator[WinnerRecord]:
         """Iterate winners as small records (fine for a few thousand; use the arrays beyond)."""
@@ -227,47 +228,52 @@ def trailer(result: Result) -> bytes:
     return "\x1d".join(parts).encode()
 
 
-class Prehash:
-    """Digests of some units computed on a second thread while the caller goes on (numpy and hashlib release
-    the GIL on large arrays, so the two run on two cores). ``get`` waits for them; a unit the thread did not
-    finish is hashed again by ``compute_digest``."""
+class Background(Generic[T]):
+    """``fn(*args)`` on a second thread while the caller goes on; ``get`` waits and returns its value (or raises
+    its exception). Numpy and hashlib release the GIL on large arrays, so the two threads use two cores."""
 
-    def __init__(self, units: list[tuple[str, NDArray[Any]]]) -> None:
-        self.units = units
-        self.done: dict[str, bytes] = {}
-        self.thread = threading.Thread(target=self._run, name="allocator-digest", daemon=True)
+    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
+        self.value: T | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(fn, args), name="allocator", daemon=True)
         self.thread.start()
 
-    def _run(self) -> None:
-        for name, arr in self.units:
-            self.done[name] = unit_digest(name, arr)
+    def _run(self, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
+        try:
+            self.value = fn(*args)
+        except BaseException as exc:  # re-raised by get, in the caller's thread
+            self.error = exc
 
-    def get(self) -> dict[str, bytes]:
+    def get(self) -> T:
         self.thread.join()
-        return self.done
+        if self.error is not None:
+            raise self.error
+        return self.value  # type: ignore[return-value]
 
 
-def compute_digest(result: Result, ahead: Prehash | None = None) -> str:
+def unit_digests(units: list[tuple[str, NDArray[Any]]]) -> dict[str, bytes]:
+    """``unit_digest`` of each unit, by name."""
+    return {name: unit_digest(name, arr) for name, arr in units}
+
+
+def compute_digest(result: Result, known: Mapping[str, bytes] | None = None) -> str:
     """The canonical digest: sha256 over the unit digests (``unit_digest`` of every array of
-    ``digest_units``, in order) followed by the sha256 of ``trailer``. The units are hashed on two threads
-    where there is enough to hash; ``ahead`` holds units already under way."""
+    ``digest_units``, in order) followed by the sha256 of ``trailer``. ``known``: unit digests already
+    computed (``result_build`` hashes the losers while it builds the winners); the rest are hashed on two
+    threads where there is enough to hash."""
     units = digest_units(result)
-    known: dict[str, bytes] = {}
-    under_way = {name for name, _ in ahead.units} if ahead is not None else set()
-    todo = [u for u in units if u[0] not in under_way]
+    done = dict(known or {})
+    todo = [u for u in units if u[0] not in done]
+    side = None
     if sum(a.nbytes for _, a in todo) > 1 << 21:  # split by size: the larger units alternate between threads
         todo.sort(key=lambda u: -u[1].nbytes)
-        side = Prehash(todo[1::2])
+        side = Background(unit_digests, todo[1::2])
         todo = todo[0::2]
-    else:
-        side = None
-    for name, arr in todo:
-        known[name] = unit_digest(name, arr)
-    for other in (side, ahead):
-        if other is not None:
-            known.update(other.get())
+    done.update(unit_digests(todo))
+    if side is not None:
+        done.update(side.get())
     h = hashlib.sha256()
-    for name, arr in units:
-        h.update(known[name] if name in known else unit_digest(name, arr))
+    for name, _ in units:
+        h.update(done[name])
     h.update(hashlib.sha256(trailer(result)).digest())
     return h.hexdigest()

@@ -7,12 +7,24 @@ from numpy.typing import NDArray
 
 from allocator.book import TIER_G
 from allocator.placement import slots_of_log
-from allocator.result import OVER_BUDGET, RECLAIM, Losers, Preemptions, Prehash, Result, Winners, table_units
+from allocator.result import (
+    OVER_BUDGET,
+    RECLAIM,
+    Background,
+    Losers,
+    Preemptions,
+    Result,
+    Winners,
+    table_units,
+    unit_digests,
+)
 from allocator.segments import segment_starts
 from allocator.state import RoundState
 from allocator.tiers import covering_price, next_posted, spot_price
 
 I64 = NDArray[np.int64]
+I32 = NDArray[np.int32]
+I8 = NDArray[np.int8]
 
 
 def spot_prices(state: RoundState) -> I64:
@@ -33,7 +45,9 @@ def posted_prices(state: RoundState) -> I64:
     demand still covers supply (``tiers.covering_price``)."""
     book, types, step_bp = state.book, state.book.types, state.book.policy.price_step_bp
     limit, gpus = book.bids.limit, book.bids.gpus
-    supply = np.bincount(book.nodes.gpu_type, weights=book.nodes.free_count, minlength=len(types))
+    supply = np.bincount(
+        book.nodes.gpu_type, weights=book.nodes.free_count.astype(np.float64), minlength=len(types)
+    )
     supply = supply.astype(np.int64)
     demand = np.zeros(len(types), dtype=np.int64)
     cover = types.max_price.copy()
@@ -46,48 +60,39 @@ def posted_prices(state: RoundState) -> I64:
     return next_posted(types.posted, types.reserve, types.max_price, demand, supply, step_bp, cover)
 
 
-def _placements(state: RoundState) -> tuple[I64, I64, NDArray[np.int8], NDArray[np.int16], I64, I64]:
-    """(winner bid rows, GPUs, tier, type per winner; node, slot per GPU), winners in placement order."""
-    row, count, tier, gtype, node, slot = slots_of_log(state.floor)
+def _placements(state: RoundState, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32]:
+    """(winner bid rows, GPUs, tier, type, price per winner; node, slot per GPU), winners in placement order."""
+    row, count, tier, gtype, paid, node, slot = slots_of_log(state.floor, price)
     ex = state.floor.explicit
     if ex:
         sizes = [e[2].size for e in ex]
+        kinds = np.array([e[3] for e in ex], dtype=np.int32)
         row = np.concatenate([row, np.array([e[0] for e in ex], dtype=np.int64)])
         count = np.concatenate([count, np.array(sizes, dtype=np.int64)])
         tier = np.concatenate([tier, np.full(len(ex), TIER_G, dtype=np.int8)])
-        gtype = np.concatenate([gtype, np.array([e[3] for e in ex], dtype=np.int16)])
-        node = np.concatenate([node, np.repeat(np.array([e[1] for e in ex], dtype=np.int64), sizes)])
-        slot = np.concatenate([slot, *[e[2] for e in ex]])
+        gtype = np.concatenate([gtype, kinds])
+        paid = np.concatenate([paid, price[TIER_G * (price.shape[0] // 3) + kinds]])
+        node = np.concatenate([node, np.repeat(np.array([e[1] for e in ex], dtype=np.int32), sizes)])
+        slot = np.concatenate([slot, *[e[2].astype(np.int32) for e in ex]])
     if not state.floor.multi_node:  # one log entry per winner
-        return row, count, tier, gtype, node, slot
+        return row, count, tier, gtype, paid, node, slot
     first = segment_starts(row)
     per = np.add.reduceat(count, np.flatnonzero(first)) if row.size else count
-    return row[first], per, tier[first], gtype[first], node, slot
+    return row[first], per, tier[first], gtype[first], paid[first], node, slot
 
 
 def winners(state: RoundState, spot: I64) -> Winners:
     """The winners table: tier G pays r, tier B pays p, tier S the uniform spot price; hold at that price."""
     bids, types = state.book.bids, state.book.types
-    rows, per, tier, gtype, node, slot = _placements(state)
     table = np.stack([types.reserve, types.posted, spot]).ravel()  # tier G, B, S by type
-    price = table[tier.astype(np.int64) * len(types) + gtype]
+    rows, per, tier, gtype, price, node, slot = _placements(state, table)
     hold = per * price
     hold *= bids.max_s[rows]
     hold += 3599
     hold //= 3600  # hold_of: ceil(gpus * price * max_s / 3600)
-    ptr = np.concatenate([[0], np.cumsum(per)]).astype(np.int64)
-    return Winners(
-        bids.job[rows],
-        rows,
-        bids.tenant[rows],
-        tier.astype(np.int8),
-        gtype.astype(np.int32),
-        price.astype(np.int64),
-        hold,
-        ptr,
-        node.astype(np.int32),
-        slot.astype(np.int32),
-    )
+    ptr = np.zeros(per.shape[0] + 1, dtype=np.int64)
+    np.cumsum(per, out=ptr[1:])
+    return Winners(bids.job[rows], rows, bids.tenant[rows], tier, gtype, price, hold, ptr, node, slot)
 
 
 def losers(state: RoundState) -> Losers:
@@ -98,25 +103,31 @@ def losers(state: RoundState) -> Losers:
     return Losers(state.book.bids.job[rows], rows, reason, state.reason_type[rows], state.figure[rows])
 
 
+def _losers_side(state: RoundState) -> tuple[Losers, I64, dict[str, bytes]]:
+    """The losers table, its unit digests and the next posted prices: what ``build_result`` builds on a second
+    thread while the winners table is built (both only read the state)."""
+    lost = losers(state)
+    return lost, posted_prices(state), unit_digests(table_units("losers", lost))
+
+
 def build_result(state: RoundState) -> Result:
     """Assemble the Result of the round; its digest is computed on construction."""
     book = state.book
     spot = spot_prices(state)
     pre = np.flatnonzero(state.preempted)
     reserved = sorted(state.reserved_jobs)
-    lost = losers(state)
-    ahead = (
-        Prehash(table_units("losers", lost)) if len(lost) > 1 << 16 else None
-    )  # hashed while winners build
+    side = Background(_losers_side, state) if len(book.bids) > 1 << 16 else None
+    won = winners(state, spot)
+    lost, posted, known = side.get() if side is not None else _losers_side(state)
     return Result(
         round=int(book.round),
-        winners=winners(state, spot),
+        winners=won,
         losers=lost,
         preemptions=Preemptions(
             book.leases.lease[pre], pre, np.full(pre.size, RECLAIM, dtype=np.int8), state.preempted_for[pre]
         ),
         retiered=state.retiered,
-        posted=posted_prices(state),
+        posted=posted,
         spot_price=spot,
         reserved_node=np.array([r[0] for r in reserved], dtype=np.int32),
         reserved_job=np.array([r[1] for r in reserved], dtype=np.int64),
@@ -124,5 +135,5 @@ def build_result(state: RoundState) -> Result:
         type_names=book.types.names,
         node_names=book.nodes.names,
         tenant_names=book.tenants.names,
-        ahead=ahead,
+        known=known,
     )

@@ -38,6 +38,7 @@ class RoundState:
     reason_type: I32
     figure: I64
     over_budget: BOOL
+    refused_before: bool  # some bid was refused by the budget filter of an earlier pass
     share: I64
     s_low: I64
     s_lose: I64
@@ -48,6 +49,7 @@ class RoundState:
         default_factory=dict
     )  # (tenant, type) -> smallest gang
     victim_cache: dict[int, I64] = field(default_factory=dict)  # type -> victim order (reclaim)
+    lease_index: tuple[I64, I64] | None = None  # (bounds by node, lease rows by slot): ``leases_on``
 
     @classmethod
     def start(cls, book: Book) -> RoundState:
@@ -70,6 +72,7 @@ class RoundState:
             reason_type=np.full(n_bids, -1, dtype=np.int32),
             figure=np.zeros(n_bids, dtype=np.int64),
             over_budget=np.zeros(n_bids, dtype=np.bool_),
+            refused_before=False,
             share=np.zeros((len(book.tenants), n_types), dtype=np.int64),
             s_low=np.full(n_types, -1, dtype=np.int64),
             s_lose=np.full(n_types, -1, dtype=np.int64),
@@ -84,6 +87,16 @@ class RoundState:
     def held_total(self, t: int) -> I64:
         """GPUs of type ``t`` each tenant holds now, all tiers, including this round's wins."""
         return np.asarray(self.held[:, :, t].sum(axis=1) + self.won[:, t], dtype=np.int64)
+
+    def leases_on(self, node: int) -> I64:
+        """Rows of the running leases with a GPU on ``node`` (an index by node, built on first use)."""
+        if self.lease_index is None:
+            ls = self.book.leases
+            order = np.argsort(ls.slot_node, kind="stable")
+            bounds = np.searchsorted(ls.slot_node[order], np.arange(len(self.book.nodes) + 1))
+            self.lease_index = (bounds, ls.slot_owner[order])
+        bounds, owner = self.lease_index
+        return np.unique(owner[bounds[node] : bounds[node + 1]])
 
     def count(self, name: str, by: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + by

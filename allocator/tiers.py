@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import Bids, GpuTypes, hold_of
+from allocator.book import Bids, GpuTypes
 from allocator.segments import first_fit, first_fit_one, prefix_fit, water_fill
 
 I64 = NDArray[np.int64]
@@ -28,10 +28,36 @@ def preference_order(bids: Bids, types: GpuTypes) -> I32:
     eligible = bids.limit >= types.reserve[None, :]
     if bids.limit.shape[1] == 1:
         return eligible.astype(np.int32) - 1
-    n, n_types = bids.limit.shape
-    limit_t = np.ascontiguousarray(bids.limit.T)
+    n_types = bids.limit.shape[1]
+    limit_t = np.ascontiguousarray(bids.limit.T)  # one row per type
+    floor = int(types.posted.min()) - int(limit_t.max(initial=0))  # the smallest margin key p - limit
+    span = int(types.posted.max()) - int(types.reserve.min()) - floor  # ... and the largest, eligible
+    low = max(1, (n_types - 1).bit_length())
+    if span.bit_length() + low > 61:
+        return _preference_by_rank(limit_t, types)
+    never = (1 << 62) - 1  # sorts after every eligible key
+    cols = []
+    for t in range(n_types):  # key: margin (p - limit, smaller first), then type index
+        key = np.subtract(int(types.posted[t]) - floor, limit_t[t], dtype=np.int64)
+        key <<= low
+        key |= t
+        key[np.flatnonzero(limit_t[t] < types.reserve[t])] = never
+        cols.append(key)
+    for r in range(n_types):  # odd-even transposition sort across the columns
+        for i in range(r % 2, n_types - 1, 2):
+            cols[i], cols[i + 1] = np.minimum(cols[i], cols[i + 1]), np.maximum(cols[i], cols[i + 1])
+    out = np.empty((n_types, bids.limit.shape[0]), dtype=np.int32)
+    for j, key in enumerate(cols):  # the type, or -1 where the key is ``never``
+        np.multiply((key & ((1 << low) - 1)) + 1, key < never, out=out[j], casting="unsafe")
+        out[j] -= 1
+    return np.ascontiguousarray(out.T)
+
+
+def _preference_by_rank(limit_t: I64, types: GpuTypes) -> I32:
+    """``preference_order`` where packed keys would not fit: each type's rank counted pairwise."""
+    n_types, n = limit_t.shape
     ok_t = limit_t >= types.reserve[:, None]
-    key = np.where(ok_t, types.posted[:, None] - limit_t, np.iinfo(np.int64).max)  # one row per type
+    key = np.where(ok_t, types.posted[:, None] - limit_t, np.iinfo(np.int64).max)
     flat = np.full(n * n_types, -1, dtype=np.int32)
     base = np.arange(n, dtype=np.int64) * n_types
     for j in range(n_types):  # rank of type j in each bid's order: how many types come before it (T is small)
@@ -76,24 +102,37 @@ def tie_rank(bids: Bids) -> Ranks:
     return Ranks(rank, by_rank, n)
 
 
-def market_order(rows: I64, price: I64, ranks: Ranks) -> tuple[I64, I64]:
+def market_order(
+    rows: I64, price: I64, ranks: Ranks, group: NDArray[Any] | None = None, n_groups: int = 1
+) -> tuple[I64, I64]:
     """``rows`` sorted by price desc, then submit time, then job id (ARCHITECTURE.md §Clearing, ties), with their
-    prices (``price`` is indexed by bid row). One sort of packed integer keys (price, rank) where they fit in 63
-    bits, which sorts values rather than indices and so is several times faster than an argsort."""
+    prices (``price`` is indexed by bid row); with ``group`` (indexed by bid row, values below ``n_groups``),
+    grouped by it first, each group in that order. One sort of packed integer keys (group, price, rank) where
+    they fit in 63 bits: it sorts values rather than indices, several times faster than an argsort."""
     p = price[rows]
     if rows.size < 2:
         return rows, p
     top, low = int(p.max()), int(p.min())
     bits = max(1, (ranks.n - 1).bit_length())
-    if top - low >= 1 << (62 - bits):
+    span = (top - low).bit_length()
+    lead = 0 if group is None else max(1, (n_groups - 1).bit_length())
+    if lead + span + bits > 62:
         order = np.lexsort((ranks.of(rows), -p))
-        return rows[order], p[order]
+        rows, p = rows[order], p[order]
+        if group is not None:
+            by = group_by_tenant(group[rows], n_groups)
+            rows, p = rows[by], p[by]
+        return rows, p
     key = np.subtract(top, p, dtype=np.int64)
+    if group is not None:
+        key |= group[rows].astype(np.int64) << span
     key <<= bits
     key |= ranks.of(rows)
     key.sort()
     rank = key & ((1 << bits) - 1)
     key >>= bits
+    if group is not None:
+        key &= (1 << span) - 1
     return ranks.rows_of(rank), np.subtract(top, key, dtype=np.int64)
 
 
@@ -106,9 +145,7 @@ def group_by_tenant(tenant: NDArray[Any], n_tenants: int) -> I64:
 def tenant_order(rows: I64, price: I64, ranks: Ranks, tenant: I32, n_tenants: int) -> tuple[I64, I64]:
     """``rows`` grouped by tenant, each tenant's bids in its own order (price desc, submit time, job id): the
     order of the budget filter and tier G. Returns the rows and their prices."""
-    rows, p = market_order(rows, price, ranks)
-    by = group_by_tenant(tenant[rows], n_tenants)
-    return rows[by], p[by]
+    return market_order(rows, price, ranks, tenant, n_tenants)
 
 
 def budget_filter(rows: I64, price: I64, ranks: Ranks, bids: Bids, budget_left: I64) -> tuple[I64, I64]:
@@ -126,8 +163,12 @@ def budget_filter(rows: I64, price: I64, ranks: Ranks, bids: Bids, budget_left: 
 
 
 def limit_holds(gpus: NDArray[Any], price: I64, max_s: I64) -> I64:
-    """The holds of bids if they paid their limit ``price`` (the budget filter's worst case)."""
-    return np.asarray(hold_of(gpus, price, max_s), dtype=np.int64)
+    """The holds of bids if they paid their limit ``price`` (the budget filter's worst case): ``hold_of``."""
+    hold = np.multiply(price, max_s, dtype=np.int64)
+    hold *= gpus
+    hold += 3599
+    hold //= 3600
+    return hold
 
 
 def tier_g_pos(tenant: I32, gpus: NDArray[Any], unused: I64) -> BOOL:
@@ -146,7 +187,7 @@ def tier_b(
     each tenant first-fits its bids, in its own order, into floor(e_t). A tenant whose share covers its demand
     takes every candidate; only the others need grouping. Returns the selected positions and the e_t."""
     t, g = tenant[cand], gpus[cand]
-    demand = np.bincount(t, weights=g, minlength=weight.shape[0]).astype(np.int64)
+    demand = np.bincount(t, weights=g.astype(np.float64), minlength=weight.shape[0]).astype(np.int64)
     share = water_fill(demand, weight, supply)
     capped = share < demand
     if not capped.any():
