@@ -24,10 +24,7 @@ def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for key, value in detail.items():
             # DRF 3.18 reports errors inside a list as {index: errors}: name them like list items.
-            if isinstance(key, int):
-                name = f"{prefix}[{key}]"
-            else:
-                name = key if not prefix else f"{prefix}.{key}"
+            name = f"{prefix}[{key}]" if isinstance(key, int) else f"{prefix}.{key}" if prefix else key
             out.update(_flatten(value, name))
         return out
     if isinstance(detail, list) and detail and all(isinstance(d, dict | list) for d in detail):
