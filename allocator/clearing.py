@@ -5,12 +5,12 @@ preferred type (largest margin of limit over posted price first). Pass 0 runs ev
 what earlier passes left (fragments), so they run tier G and then spot (tier S) on the leftovers.
 
 Large books are cleared on a slate (an exact shortcut, docs/allocator.md "Speed"): in a type with at least
-``PRUNE_MIN`` bids, tier G runs over all of them, but tiers B and S and placement run on the bids at or above
-a price θ (never above p where tier B runs, so tier B sees every candidate) plus the tier-G winners. Bids below
-θ lose; their reason and figure come from the same vectorised rules as every loser's, in bid-row order. The
-shortcut stands only where it provably changes nothing: tier S must not end with room that a bid below θ would
-fill, and in the final fill no gang size may run out while a gang of that size below θ would still land.
-Otherwise the type is cleared again with every bid, from a mark of the floor.
+``PRUNE_MIN`` bids, the tiers and placement run on the bids at or above a price θ (never above p where tier B
+runs, so tier B sees every candidate); tier G goes on below θ for the tenants it leaves short, and its winners
+there join the slate. Bids below θ lose; their reason and figure come from the same vectorised rules as every
+loser's, in bid-row order. The shortcut stands only where it provably changes nothing: tier S must not end with
+room that a bid below θ would fill, and in the final fill no gang size may run out while a gang of that size
+below θ would still land. Otherwise the type is cleared again with every bid, from a mark of the floor.
 """
 
 from __future__ import annotations
@@ -73,8 +73,13 @@ def mark_below_reserve(state: RoundState, below: BOOL) -> None:
     rows = np.flatnonzero(below)
     if rows.size == 0:
         return
-    limit, reserve = state.book.bids.limit[rows], state.book.types.reserve
+    reserve = state.book.types.reserve
     state.reason[rows] = BELOW_RESERVE
+    if reserve.shape[0] == 1:
+        state.reason_type[rows] = 0
+        state.figure[rows] = reserve[0]
+        return
+    limit = state.book.bids.limit[rows]
     accepted = np.where(limit >= 0, reserve[None, :], np.iinfo(np.int64).max)
     state.reason_type[rows] = np.argmin(accepted, axis=1)
     state.figure[rows] = accepted.min(axis=1)
@@ -330,7 +335,9 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
             pos = np.compress(~placed[pos], pos)
         floor.context = (TIER_S if group < 0 else group, t)
         spilled = spill if group < 0 else None
-        got, final = pl.place_rows(floor, t, s.rows[pos], s.gpus[pos], spilled, by_size=True)
+        got, final = pl.place_rows(
+            floor, t, s.rows[pos], s.gpus[pos], spilled, by_size=True, tenant=s.tenant[pos]
+        )
         if not final:
             return None
         placed[np.compress(got, pos)] = True

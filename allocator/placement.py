@@ -39,6 +39,7 @@ class Chunk:
     offset: I64
     tier: int
     gpu_type: int
+    tenant: I32
 
 
 @dataclass(frozen=True)
@@ -66,10 +67,11 @@ class Floor:
     chunks: list[Chunk] = field(default_factory=list)
     multi_node: bool = False  # some gang was logged on several nodes (several log entries)
     context: tuple[int, int] = (0, 0)  # (tier, GPU type) of the placements being made, logged with them
+    row_tenant: I32 = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # tenant of each bid row
     explicit: list[tuple[int, int, I64, int]] = field(default_factory=list)
 
     @classmethod
-    def of(cls, nodes: Nodes, n_types: int) -> Floor:
+    def of(cls, nodes: Nodes, n_types: int, row_tenant: I32 | None = None) -> Floor:
         free = nodes.free_count.astype(np.int64)
         if n_types == 1:
             type_nodes = [np.arange(len(nodes), dtype=np.int64)]
@@ -80,7 +82,10 @@ class Floor:
         max_cap = np.array(
             [int(nodes.capacity[ix].max()) if ix.size else 0 for ix in type_nodes], dtype=np.int64
         )
-        return cls(nodes, free, np.zeros(len(nodes), dtype=np.bool_), type_nodes, max_cap)
+        floor = cls(nodes, free, np.zeros(len(nodes), dtype=np.bool_), type_nodes, max_cap)
+        if row_tenant is not None:
+            floor.row_tenant = row_tenant
+        return floor
 
     initial_free: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
@@ -119,10 +124,12 @@ class Floor:
         self.free[node] -= from_free
         self.explicit.append((row, node, slots, self.context[1]))
 
-    def record(self, rows: I64, node: I64, count: int | I64, offset: I64) -> None:
-        """Append placements whose GPUs the caller has already taken (``offset``: first free slot used)."""
+    def record(self, rows: I64, node: I64, count: int | I64, offset: I64, tenant: I32 | None = None) -> None:
+        """Append placements whose GPUs the caller has already taken (``offset``: first free slot used;
+        ``tenant``: the tenant of each row, looked up in ``row_tenant`` when not given)."""
         self.touched[node] = True
-        self.chunks.append(Chunk(rows, node, count, offset, self.context[0], self.context[1]))
+        owner = self.row_tenant[rows] if tenant is None else tenant
+        self.chunks.append(Chunk(rows, node, count, offset, self.context[0], self.context[1], owner))
 
     def log(self, rows: I64, node: I64, count: I64) -> None:
         """Record placements and take their GPUs (``node`` entries of one call are grouped by node)."""
@@ -186,7 +193,7 @@ class FreeBuckets:
             have = self.node.get(v)
             self.node[v] = np.sort(add) if have is None else np.sort(np.concatenate([have, add]))
 
-    def place(self, floor: Floor, k: int, rows: I64) -> int:
+    def place(self, floor: Floor, k: int, rows: I64, tenant: I32 | None = None) -> int:
         """Place gangs of size k <= node size in order, best fit; returns how many gangs (a prefix of ``rows``)
         landed. Gangs of one size placed in sequence by best fit fill a node (floor(f / k) gangs) before the
         next, because a node left with f - k >= k free stays the best fit."""
@@ -207,7 +214,7 @@ class FreeBuckets:
             node = np.repeat(node, per)[:n]
             offset = np.repeat(used - k * before, per)[:n]
             offset += k * np.arange(n)
-        floor.record(rows[:n], node, k, offset)
+        floor.record(rows[:n], node, k, offset, None if tenant is None else tenant[:n])
         f[cand] -= np.clip(n - before, 0, per) * k
         self.put(cand)
         return n
@@ -267,12 +274,13 @@ def place_rows(
     spill: Callable[[], BOOL] | None = None,
     *,
     by_size: bool = False,
+    tenant: I32 | None = None,
 ) -> tuple[BOOL, bool]:
     """Placement of one group of gangs (``rows`` in priority order, gang sizes ``size``), largest gangs first;
     returns the placed mask, and whether it is final. ``spill()``: by gang size, whether gangs of that size
     wait after ``rows`` (the caller left them out); then the placement is not final (False) as soon as some
     size runs out of gangs while one more of that size would still have landed. ``by_size``: the rows are
-    already ordered by size, largest first (each size in priority order)."""
+    already ordered by size, largest first (each size in priority order). ``tenant``: of each row, if known."""
     placed = np.zeros(rows.shape[0], dtype=np.bool_)
     ix = open_nodes(floor, t)
     ix = ix[floor.free[ix] > 0]
@@ -299,7 +307,7 @@ def place_rows(
         if buckets is None:
             ix = ix[floor.free[ix] > 0]
             buckets = FreeBuckets(ix, floor.free[ix])
-        n = buckets.place(floor, k, rows[seg])
+        n = buckets.place(floor, k, rows[seg], None if tenant is None else tenant[seg])
         placed[seg[:n]] = True
         if waiting and n == seg.size and buckets.room(k):
             floor.free[ix] = buckets.f
@@ -344,15 +352,16 @@ def _prefix_free(floor: Floor) -> BOOL:
     return np.asarray(~(free[:, 1:] & ~free[:, :-1]).any(axis=1), dtype=np.bool_)
 
 
-def slots_of_log(floor: Floor, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32]:
-    """Expand the log into (bid row, GPUs, tier, type, price per entry; node, slot per GPU), in log order;
+def slots_of_log(floor: Floor, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:
+    """Expand the log into (bid row, GPUs, tier, type, price, tenant per entry; node, slot per GPU), in log order;
     ``price[tier * types + type]`` is what a placement of that tier and type pays. A node's free slots are
     handed out in ascending slot order, in the order gangs landed on it: the slot is the offset itself where a
     node's free slots are 0..free-1 (the usual case), else looked up."""
     chunks = [c for c in floor.chunks if c.rows.size]
     if not chunks:
         z = np.zeros(0, dtype=np.int64)
-        return z, z, z.astype(np.int8), z.astype(np.int32), z, z.astype(np.int32), z.astype(np.int32)
+        z32 = z.astype(np.int32)
+        return z, z, z.astype(np.int8), z32, z, z32, z32, z32
     gappy = ~_prefix_free(floor)
     lookup = gappy.any()
     if lookup:
@@ -392,6 +401,7 @@ def slots_of_log(floor: Floor, price: I64) -> tuple[I64, I64, I8, I32, I64, I32,
         np.repeat(tiers, sizes),
         np.repeat(kinds, sizes),
         np.repeat(price[tiers.astype(np.int64) * n_types + kinds], sizes),
+        np.concatenate([c.tenant for c in chunks]).astype(np.int32),
         np.concatenate(nodes),
         np.concatenate(slots),
     )

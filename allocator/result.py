@@ -5,7 +5,10 @@ Winners, losers and preemptions are tables of numpy arrays; the GPUs of winner i
 or a loser (exactly once). ``digest`` is a sha256 over the canonical serialisation (see ``compute_digest``):
 the same book always gives the same bytes, so the same digest.
 
-Compatibility: this module is a contract read by allocator/sim and the market rounds. Changes are additive.
+Compatibility: this module is a contract read by allocator/sim and the market rounds. Changes are additive,
+with one exception: the digest's definition changed (a sha256 over one sha256 per array, each array narrowed to
+the smallest integer type; ``canonical_parts``/``canonical_bytes`` gave way to ``digest_units``/``unit_digest``,
+which nothing outside this module read), so digests of the same result differ from those of earlier versions.
 """
 
 from __future__ import annotations
@@ -178,18 +181,17 @@ _DIGEST_FIELDS = {
     "preemptions": ("lease", "reason", "for_job"),
     "": ("retiered", "posted", "spot_price", "reserved_node", "reserved_job"),
 }
-_WIDTHS = tuple(np.dtype(f"<i{n}") for n in (1, 2, 4))
+_WIDTHS = tuple((np.dtype(f"<i{n}"), -(1 << (8 * n - 1)), (1 << (8 * n - 1)) - 1) for n in (1, 2, 4))
 
 
 def narrowest(arr: NDArray[Any]) -> NDArray[Any]:
     """``arr`` as the narrowest little-endian signed integer type that holds all its values (int8 when empty),
     so that the bytes depend on the values only, not on the dtype the result happens to use."""
     if arr.size == 0:
-        return np.zeros(arr.shape, dtype=_WIDTHS[0])
+        return np.zeros(arr.shape, dtype=_WIDTHS[0][0])
     lo, hi = int(arr.min()), int(arr.max())
-    for dt in _WIDTHS:
-        info = np.iinfo(dt)
-        if info.min <= lo and hi <= info.max:
+    for dt, least, most in _WIDTHS:
+        if least <= lo and hi <= most:
             return np.ascontiguousarray(arr, dtype=dt)
     return np.ascontiguousarray(arr, dtype=np.dtype("<i8"))
 

@@ -60,9 +60,10 @@ def posted_prices(state: RoundState) -> I64:
     return next_posted(types.posted, types.reserve, types.max_price, demand, supply, step_bp, cover)
 
 
-def _placements(state: RoundState, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32]:
-    """(winner bid rows, GPUs, tier, type, price per winner; node, slot per GPU), winners in placement order."""
-    row, count, tier, gtype, paid, node, slot = slots_of_log(state.floor, price)
+def _placements(state: RoundState, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:
+    """(winner bid rows, GPUs, tier, type, price, tenant per winner; node, slot per GPU), winners in placement
+    order."""
+    row, count, tier, gtype, paid, owner, node, slot = slots_of_log(state.floor, price)
     ex = state.floor.explicit
     if ex:
         sizes = [e[2].size for e in ex]
@@ -72,27 +73,28 @@ def _placements(state: RoundState, price: I64) -> tuple[I64, I64, I8, I32, I64, 
         tier = np.concatenate([tier, np.full(len(ex), TIER_G, dtype=np.int8)])
         gtype = np.concatenate([gtype, kinds])
         paid = np.concatenate([paid, price[TIER_G * (price.shape[0] // 3) + kinds]])
+        owner = np.concatenate([owner, state.book.bids.tenant[row[-len(ex) :]]])
         node = np.concatenate([node, np.repeat(np.array([e[1] for e in ex], dtype=np.int32), sizes)])
         slot = np.concatenate([slot, *[e[2].astype(np.int32) for e in ex]])
     if not state.floor.multi_node:  # one log entry per winner
-        return row, count, tier, gtype, paid, node, slot
+        return row, count, tier, gtype, paid, owner, node, slot
     first = segment_starts(row)
     per = np.add.reduceat(count, np.flatnonzero(first)) if row.size else count
-    return row[first], per, tier[first], gtype[first], paid[first], node, slot
+    return row[first], per, tier[first], gtype[first], paid[first], owner[first], node, slot
 
 
 def winners(state: RoundState, spot: I64) -> Winners:
     """The winners table: tier G pays r, tier B pays p, tier S the uniform spot price; hold at that price."""
     bids, types = state.book.bids, state.book.types
     table = np.stack([types.reserve, types.posted, spot]).ravel()  # tier G, B, S by type
-    rows, per, tier, gtype, price, node, slot = _placements(state, table)
+    rows, per, tier, gtype, price, tenant, node, slot = _placements(state, table)
     hold = per * price
     hold *= bids.max_s[rows]
     hold += 3599
     hold //= 3600  # hold_of: ceil(gpus * price * max_s / 3600)
     ptr = np.zeros(per.shape[0] + 1, dtype=np.int64)
     np.cumsum(per, out=ptr[1:])
-    return Winners(bids.job[rows], rows, bids.tenant[rows], tier, gtype, price, hold, ptr, node, slot)
+    return Winners(bids.job[rows], rows, tenant, tier, gtype, price, hold, ptr, node, slot)
 
 
 def losers(state: RoundState) -> Losers:

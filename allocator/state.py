@@ -57,7 +57,7 @@ class RoundState:
         starving = book.bids.waited >= book.policy.starve_rounds
         return cls(
             book=book,
-            floor=Floor.of(book.nodes, n_types),
+            floor=Floor.of(book.nodes, n_types, book.bids.tenant),
             ranks=tie_rank(book.bids),
             held=book.tenants.held.astype(np.int64),
             won=np.zeros((len(book.tenants), n_types), dtype=np.int64),
