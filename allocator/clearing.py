@@ -327,12 +327,10 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     None when the final fill would have reached bids off the slate (``spill``)."""
     floor = state.floor
     placed = np.zeros(s.rows.shape[0], dtype=np.bool_)
-    any_starving = serve_starving(state, t, s, tier, placed)
-    order, bounds = placement_order(tier, s.gpus)
+    done = serve_starving(state, t, s, tier, placed)
+    order, bounds = placement_order(tier, s.gpus, done)
     for i, group in enumerate((TIER_G, TIER_B, TIER_S, -1)):
         pos = order[bounds[i] : bounds[i + 1]]
-        if any_starving:
-            pos = np.compress(~placed[pos], pos)
         floor.context = (TIER_S if group < 0 else group, t)
         spilled = spill if group < 0 else None
         got, final = pl.place_rows(
@@ -355,28 +353,31 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     return placed
 
 
-def placement_order(tier: I8, gpus: I32) -> tuple[I64, list[int]]:
+def placement_order(tier: I8, gpus: I32, done: I64) -> tuple[I64, list[int]]:
     """Slate positions in placement order: by group (tier G, B, S, then the rest), each by gang size, largest
-    first, each size in market order; and where each group starts (one radix sort of small keys)."""
+    first, each size in market order, leaving out ``done`` (placed already); and where each group starts (one
+    radix sort of small keys)."""
     stride = int(gpus.max(initial=0)) + 1
-    kind = np.dtype(np.uint8 if 4 * stride <= 256 else np.int16 if 4 * stride < 32768 else np.int64)
+    kind = np.dtype(np.uint8 if 5 * stride <= 256 else np.int16 if 5 * stride < 32768 else np.int64)
     key: NDArray[np.integer[Any]] = (tier.view(np.uint8) & 3).astype(kind)  # G, B, S, -1 (0xff): 0, 1, 2, 3
     np.multiply(key, stride, out=key, dtype=kind)
     np.add(key, stride - 1, out=key, dtype=kind)
     np.subtract(key, gpus.astype(kind), out=key)
+    key[done] = 5 * stride - 1  # after every group
     order = np.argsort(key, kind="stable").astype(np.int64)
     bounds = np.searchsorted(key[order], np.arange(5) * stride).tolist()
     return order, bounds
 
 
-def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) -> bool:
+def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) -> I64:
     """No starvation, ARCHITECTURE.md §Clearing step 5: a gang that has waited at least ``starve_rounds`` and
     competes (selected by a tier, or bidding at least the posted price) is placed before everything else; if it
     does not fit, nodes are reserved for it (longest wait first, at most ``max_reservations`` per type).
-    Returns whether some gang was placed."""
+    Returns the positions placed."""
     book, floor = state.book, state.floor
+    done: list[int] = []
     if not state.any_starving:
-        return False
+        return np.zeros(0, dtype=np.int64)
     starving = np.flatnonzero(state.starving[s.rows])
     competitive = (tier[starving] >= 0) | (
         (tier[starving] == -1) & (s.price[starving] >= book.types.posted[t])
@@ -384,19 +385,18 @@ def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) 
     starving = starving[competitive]
     waited = book.bids.waited[s.rows[starving]]
     starving = starving[np.argsort(-waited, kind="stable")][: book.policy.max_reservations]
-    any_placed = False
     for at in starving.tolist():
         row, k = int(s.rows[at]), int(s.gpus[at])
         floor.context = (TIER_S if tier[at] < 0 else int(tier[at]), t)
         if pl.place_one(floor, t, k, row):
             placed[at] = True
-            any_placed = True
+            done.append(at)
             state.count("starving_placed")
             continue
         nodes = pl.reserve_for(floor, t, k).tolist()
         state.reserved_jobs += [(node, int(book.bids.job[row])) for node in nodes]
         state.count("starving_reserved", 1 if nodes else 0)
-    return any_placed
+    return np.array(done, dtype=np.int64)
 
 
 def record(

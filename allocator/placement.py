@@ -353,58 +353,51 @@ def _prefix_free(floor: Floor) -> BOOL:
 
 
 def slots_of_log(floor: Floor, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:
-    """Expand the log into (bid row, GPUs, tier, type, price, tenant per entry; node, slot per GPU), in log order;
-    ``price[tier * types + type]`` is what a placement of that tier and type pays. A node's free slots are
-    handed out in ascending slot order, in the order gangs landed on it: the slot is the offset itself where a
-    node's free slots are 0..free-1 (the usual case), else looked up."""
+    """Expand the log into (bid row, GPUs, tier, type, price, tenant per entry; node, slot per GPU), in log
+    order; ``price[tier * types + type]`` is what a placement of that tier and type pays. A node's free slots
+    are handed out in ascending slot order, in the order gangs landed on it: the slot is the offset itself
+    where a node's free slots are 0..free-1 (the usual case), else looked up."""
     chunks = [c for c in floor.chunks if c.rows.size]
-    if not chunks:
-        z = np.zeros(0, dtype=np.int64)
-        z32 = z.astype(np.int32)
-        return z, z, z.astype(np.int8), z32, z, z32, z32, z32
+    sizes = np.array([c.rows.size for c in chunks], dtype=np.int64)
+    widths = [c.rows.size * c.count if isinstance(c.count, int) else int(c.count.sum()) for c in chunks]
+    n, n_gpus, n_types = int(sizes.sum()), int(sum(widths)), price.shape[0] // 3
+    rows, count, tenant = (
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int32),
+    )
+    node, slot = np.empty(n_gpus, dtype=np.int32), np.empty(n_gpus, dtype=np.int32)
     gappy = ~_prefix_free(floor)
-    lookup = gappy.any()
+    lookup = bool(gappy.any())
     if lookup:
         sub = np.flatnonzero(gappy)
         free_slot = np.nonzero(floor.nodes.free[sub])[1].astype(np.int32)
         ptr = np.zeros(gappy.shape[0] + 1, dtype=np.int64)
         ptr[sub + 1] = floor.initial_free[sub]
         ptr = np.cumsum(ptr)
-    counts, nodes, slots = [], [], []
-    for c in chunks:
+    a = g = 0
+    for c, width in zip(chunks, widths, strict=True):
+        b, h = a + c.rows.size, g + width
+        rows[a:b], tenant[a:b] = c.rows, c.tenant
         if isinstance(c.count, int):
-            count: I64 | int = c.count
-            slot: I32 = c.offset.astype(np.int32)
-            if c.count > 1:
-                slot = np.add(slot[:, None], np.arange(c.count, dtype=np.int32)).ravel()
-            counts.append(np.full(c.rows.size, c.count, dtype=np.int64))
+            count[a:b] = c.count
+            if c.count == 1:
+                node[g:h], slot[g:h] = c.node, c.offset
+            else:
+                node[g:h].reshape(-1, c.count)[:] = c.node[:, None]
+                slot[g:h].reshape(-1, c.count)[:] = c.offset[:, None] + np.arange(c.count)
         else:
-            count = c.count
-            slot = (
-                np.repeat(c.offset, count)
-                + (np.arange(int(count.sum())) - np.repeat(np.cumsum(count) - count, count))
-            ).astype(np.int32)
-            counts.append(c.count)
-        node = np.repeat(c.node.astype(np.int32), count)
+            count[a:b] = c.count
+            node[g:h] = np.repeat(c.node, c.count)
+            slot[g:h] = np.repeat(c.offset - (np.cumsum(c.count) - c.count), c.count) + np.arange(width)
         if lookup:
-            at = np.flatnonzero(np.repeat(gappy[c.node], count))
+            at = np.flatnonzero(gappy[node[g:h]]) + g
             slot[at] = free_slot[ptr[node[at]] + slot[at]]
-        nodes.append(node)
-        slots.append(slot)
-    sizes = np.array([c.rows.size for c in chunks], dtype=np.int64)
-    n_types = price.shape[0] // 3
+        a, g = b, h
     tiers = np.array([c.tier for c in chunks], dtype=np.int8)
     kinds = np.array([c.gpu_type for c in chunks], dtype=np.int32)
-    return (
-        np.concatenate([c.rows for c in chunks]),
-        np.concatenate(counts),
-        np.repeat(tiers, sizes),
-        np.repeat(kinds, sizes),
-        np.repeat(price[tiers.astype(np.int64) * n_types + kinds], sizes),
-        np.concatenate([c.tenant for c in chunks]).astype(np.int32),
-        np.concatenate(nodes),
-        np.concatenate(slots),
-    )
+    paid = np.repeat(price[tiers.astype(np.int64) * n_types + kinds], sizes) if n else np.zeros(0, np.int64)
+    return rows, count, np.repeat(tiers, sizes), np.repeat(kinds, sizes), paid, tenant, node, slot
 
 
 def reserve_for(floor: Floor, t: int, k: int) -> I64:
