@@ -33,6 +33,7 @@ from allocator.tiers import (
     budget_filter,
     group_by_tenant,
     limit_holds,
+    market_columns,
     market_order,
     preference_order,
     tenant_order,
@@ -271,8 +272,8 @@ def clear_slate(
         slate, below = np.compress(high, rows), np.compress(~high, rows)
         if below.size == 0:
             slate, below = rows, None
-    order, price_s = market_order(slate, price, state.ranks)
-    s = Slate(order, price_s, bids.gpus[order], bids.tenant[order])
+    s = Slate(*market_columns(slate, price, state.ranks, bids.gpus, bids.tenant))
+    order, price_s = s.rows, s.price
     g_pos, g_below = tier_g(state, s, unused, below, price)
     if g_below.size:  # they come after every slate bid in market order
         assert below is not None

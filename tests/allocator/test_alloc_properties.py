@@ -132,3 +132,34 @@ def test_the_slate_shortcut_changes_nothing_on_larger_books(seed: int) -> None:
     whole = cleared(book, slate_from=1 << 40)
     for depth in (0.5, 1.0, 1.25, 3.0):
         assert cleared(book, slate_from=0, depth=depth, slack=0) == whole
+
+
+@pytest.mark.parametrize("span", [1, 10**6, 2**40, 2**61])
+@pytest.mark.parametrize("in_order", [True, False])
+def test_market_order_packed_keys_match_lexsort(span: int, in_order: bool) -> None:
+    """Market order (price desc, submit, job) from packed integer keys, with or without a leading group and
+    carried columns, equals the plain lexsort whether the keys fit in 63 bits or not (then it falls back)."""
+    from allocator.tiers import Ranks, market_columns, market_order
+
+    rng = np.random.default_rng(span % 1000 + in_order)
+    n = 4000
+    price = rng.integers(0, span, n, endpoint=True).astype(np.int64)
+    price[::5] = price[3]  # ties
+    submit = np.arange(n) if in_order else rng.integers(0, 40, n)
+    job = np.arange(n) if in_order else rng.permutation(n)
+    by_rank = np.lexsort((job, submit)).astype(np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    rank[by_rank] = np.arange(n)
+    ranks = Ranks(None, None, n) if in_order else Ranks(rank, by_rank, n)
+    tenant = rng.integers(0, 300, n).astype(np.int32)
+    gpus = rng.integers(1, 17, n).astype(np.int32)
+    rows = np.sort(rng.choice(n, 3000, replace=False))
+    want = rows[np.lexsort((rank[rows], -price[rows]))]
+    got, p = market_order(rows, price, ranks)
+    assert (got == want).all() and (p == price[want]).all()
+    grouped = rows[np.lexsort((rank[rows], -price[rows], tenant[rows]))]
+    got, p = market_order(rows, price, ranks, tenant, 300)
+    assert (got == grouped).all() and (p == price[grouped]).all()
+    got, p, g, m = market_columns(rows, price, ranks, gpus, tenant)
+    assert (got == want).all() and (p == price[want]).all()
+    assert (g == gpus[want]).all() and (m == tenant[want]).all()
