@@ -154,7 +154,10 @@ class FreeBuckets:
 
     def __init__(self, ix: I64, f: I64) -> None:
         self.ix, self.f = ix, f
-        order = np.argsort(f.astype(np.int16) if int(f.max(initial=0)) < 32768 else f, kind="stable")
+        top = int(f.max(initial=0))
+        order = np.argsort(
+            f.astype(np.uint8 if top < 256 else np.int16 if top < 32768 else np.int64), kind="stable"
+        )
         fs = f[order]
         starts = np.flatnonzero(segment_starts(fs))
         ends = np.append(starts[1:], fs.shape[0])
@@ -250,7 +253,8 @@ def place_one(floor: Floor, t: int, k: int, row: int) -> bool:
     f = floor.free[ix]
     if not ix.size or int(f.max()) < k:
         return False
-    at = int(np.argmin(np.where(f >= k, f, np.iinfo(np.int64).max)))
+    fits = np.flatnonzero(f >= k)
+    at = int(fits[np.argmin(f[fits])])  # fewest free GPUs that hold it, then node index
     floor.log(np.array([row], dtype=np.int64), ix[at : at + 1], np.array([k], dtype=np.int64))
     return True
 
