@@ -20,7 +20,7 @@ from allocator.result import (
 )
 from allocator.segments import segment_starts
 from allocator.state import RoundState
-from allocator.tiers import covering_price, next_posted, spot_price
+from allocator.tiers import next_posted, spot_price
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
@@ -41,8 +41,7 @@ def spot_prices(state: RoundState) -> I64:
 
 def posted_prices(state: RoundState) -> I64:
     """Posted price update, ARCHITECTURE.md §Clearing step 7: demand is every GPU asked at or above p in the
-    type, supply the GPUs free in it at the start of the round; a step up stops at the highest limit at which
-    demand still covers supply (``tiers.covering_price``)."""
+    type, supply the GPUs free in it at the start of the round."""
     book, types, step_bp = state.book, state.book.types, state.book.policy.price_step_bp
     limit, gpus = book.bids.limit, book.bids.gpus
     supply = np.bincount(
@@ -50,14 +49,9 @@ def posted_prices(state: RoundState) -> I64:
     )
     supply = supply.astype(np.int64)
     demand = np.zeros(len(types), dtype=np.int64)
-    cover = types.max_price.copy()
     for t in range(len(types)):
-        p = int(types.posted[t])
-        demand[t] = int((gpus * (limit[:, t] >= p)).sum(dtype=np.int64))
-        if demand[t] > supply[t] and step_bp > 0:
-            up = p + max(1, p * step_bp // 10_000)
-            cover[t] = covering_price(limit[:, t], gpus, int(supply[t]), p, up)
-    return next_posted(types.posted, types.reserve, types.max_price, demand, supply, step_bp, cover)
+        demand[t] = int((gpus * (limit[:, t] >= int(types.posted[t]))).sum(dtype=np.int64))
+    return next_posted(types.posted, types.reserve, types.max_price, demand, supply, step_bp)
 
 
 def _placements(state: RoundState, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:

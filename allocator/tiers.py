@@ -243,35 +243,14 @@ def spot_price(reserve: int, posted: int, first_losing: int, lowest_winning: int
     return max(reserve, min(candidates))
 
 
-def next_posted(
-    posted: I64, reserve: I64, cap: I64, demand: I64, supply: I64, step_bp: int, cover: I64 | None = None
-) -> I64:
+def next_posted(posted: I64, reserve: I64, cap: I64, demand: I64, supply: I64, step_bp: int) -> I64:
     """Posted price update, ARCHITECTURE.md §Clearing step 7: a multiplicative step up when demand at p exceeds
     supply, down when it falls short, clamped to [r, max]; integer arithmetic, moving by at least one unit.
 
-    A step up never goes past the market-clearing price: ``cover`` is, per type, the highest bid limit at which
-    the GPUs asked at or above it still cover the free GPUs (at least one), so p never rises above every bid
-    (``covering_price``). None: no cap."""
+    Known flaw (docs/allocator.md, step 7): when every bid is at r, p flips between r and one step above."""
     up = posted + np.maximum(1, posted * step_bp // 10_000)
-    if cover is not None:
-        up = np.minimum(up, np.maximum(cover, posted))
     down = posted - np.maximum(1, posted * step_bp // (10_000 + step_bp))
     moved = np.where(demand > supply, up, np.where(demand < supply, down, posted))
     if step_bp == 0:
         moved = posted
     return np.clip(moved, reserve, cap).astype(np.int64)
-
-
-def covering_price(limit: I64, gpus: NDArray[Any], supply: int, lo: int, hi: int) -> int:
-    """The highest bid limit x in [lo, hi) such that the GPUs asked at or above x cover ``supply`` (at least
-    one GPU); ``hi`` when the GPUs asked at or above ``hi`` already do. The caller knows that those asked at or
-    above ``lo`` do, so the answer is at least ``lo``."""
-    need = max(supply, 1)
-    above = int((gpus * (limit >= hi)).sum(dtype=np.int64))
-    if above >= need:
-        return hi
-    between = (limit >= lo) & (limit < hi)
-    lim, g = limit[between], gpus[between]
-    order = np.argsort(-lim, kind="stable")
-    reach = above + np.cumsum(g[order], dtype=np.int64)
-    return int(lim[order][int(np.searchsorted(reach, need))])

@@ -300,26 +300,9 @@ CASES = [
         want_nodes={1: {"n0"}},
     ),
     Case(
-        "the posted price stays at r when every bid is at r, however large the demand",
-        book(TWO_NODES, [tenant("a"), tenant("b")], bids("a", 20, first_job=1, limit=R), posted=R),
-        want_gpus={"a": 16},
-        want_tiers={"a": {"B": 16}},
-        want_posted=R,
-    ),
-    Case(
         "the posted price rises while demand at the higher price still exceeds supply",
         book(TWO_NODES, [tenant("a")], bids("a", 20, first_job=1, limit=3 * MICRO), posted=R),
         want_posted=R + R * 500 // 10_000,
-    ),
-    Case(
-        "a step up of the posted price stops at the highest price where demand still covers supply",
-        book(
-            TWO_NODES,
-            [tenant("a")],
-            bids("a", 16, first_job=1, limit=R + 20_000) + bids("a", 4, first_job=100, limit=R),
-            posted=R,
-        ),
-        want_posted=R + 20_000,
     ),
 ]
 
