@@ -38,6 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _db import fresh_database  # noqa: E402 - bench/ is the script's folder, first on sys.path
 
 SLUG = "bench"
 GPU_TYPE = "H100"
@@ -49,16 +50,6 @@ def _log(message: str) -> None:
 
 
 # Server side: database, seed, gunicorn.
-
-
-def _fresh_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def _seed(nodes: int) -> str:
@@ -87,7 +78,7 @@ def _seed(nodes: int) -> str:
 
 
 def _prepare(url: str, nodes: int) -> str:
-    _fresh_database(url)
+    fresh_database(url)
     os.environ.update(_server_env(url))
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django

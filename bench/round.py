@@ -19,16 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def _fresh_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+from _db import fresh_database  # noqa: E402 - bench/ is the script's folder, first on sys.path
 
 
 def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
@@ -92,7 +83,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="cProfile the round, to stderr (slower)")
     args = parser.parse_args()
     url = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpumarket_bench")
-    _fresh_database(url)
+    fresh_database(url)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("SECRET_KEY", "bench-only")
     os.environ.setdefault("TLS", "0")

@@ -3,15 +3,13 @@ submits with one key make one job (PostgreSQL, real threads)."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from accounts.models import AuditEvent
 from market.models import Bid, Job, JobState
+from tests.concurrency import run_together
 from tests.conftest import World
 
 URL = "/api/v1/tenants/{}/jobs"
@@ -97,29 +95,6 @@ def test_a_rejected_body_does_not_use_up_the_key(market: World) -> None:
     assert bad.status_code == 400
     good = client.post(URL.format("alpha"), body(), format="json", HTTP_IDEMPOTENCY_KEY="run-1")
     assert good.status_code == 201
-
-
-def run_together(work: Callable[[int], Any], n: int) -> list[Any]:
-    """Run work(i) in n threads released at once; each result, or the exception it raised."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-
-    def worker(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = work(i)
-        except Exception as exc:  # noqa: BLE001 - reported to the test through results
-            results[i] = exc
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads)
-    return results
 
 
 @pytest.mark.django_db(transaction=True)

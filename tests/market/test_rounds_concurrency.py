@@ -8,7 +8,7 @@ from django.utils import timezone
 from market.models import BidOutcome, Command, Hold, Lease, Round, RoundState
 from market.selectors.ledger import ledger_problems
 from market.services import rounds
-from tests.ledger.test_ledger_concurrency import run_together
+from tests.concurrency import run_together
 from tests.market.round_helpers import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
