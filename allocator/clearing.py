@@ -24,21 +24,20 @@ from numpy.typing import NDArray
 
 from allocator import placement as pl
 from allocator.book import TIER_B, TIER_G, TIER_S, Bids, Book
+from allocator.kernels import note_losers, note_winners, poor_rows
 from allocator.reclaim import reclaim_for, retier
-from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
+from allocator.result import BELOW_RESERVE, Result
 from allocator.result_build import build_result
 from allocator.segments import cumsum64
 from allocator.state import RoundState
 from allocator.tiers import (
     budget_filter,
-    group_by_tenant,
     limit_holds,
     market_columns,
     market_order,
     preference_order,
-    tenant_order,
     tier_b,
-    tier_g_pos,
+    tier_g,
     tier_s,
 )
 
@@ -63,7 +62,7 @@ def clear(book: Book) -> Result:
         rows = np.flatnonzero(pending & (prefs[:, j] >= 0))
         if rows.size == 0:
             break
-        run_pass(state, rows, prefs[:, j], first=j == 0)
+        run_pass(state, rows, np.ascontiguousarray(prefs[:, j]), first=j == 0)
         pending &= ~state.won_bid
     return build_result(state)
 
@@ -105,29 +104,6 @@ def row_prices(bids: Bids, rows: I64, choice: I32) -> I64:
     return price
 
 
-def maybe_poor(bids: Bids, rows: I64, price: I64, budget_left: I64) -> I64:
-    """The rows of the tenants who might not pay for all their bids of this pass at their limit prices (a
-    screen: the budget filter runs over exactly these). A tenant passes when even its number of bids times
-    the largest hold any bid could need fits its budget; for the others the float sum of their holds decides
-    (plus one per bid for the rounding up of each hold, and a relative margin for float error)."""
-    n_tenants = budget_left.shape[0]
-    every = rows.size == len(bids)
-    tenant = bids.tenant if every else bids.tenant[rows]
-    if rows.size == 0:
-        return rows
-    top = float(bids.gpus.max()) * float((price if every else price[rows]).max()) * float(bids.max_s.max())
-    crude = np.bincount(tenant, minlength=n_tenants) * (top / 3600.0 + 1.0)
-    maybe = crude * (1 + 1e-9) + 1 >= budget_left
-    if not maybe.any():
-        return rows[:0]
-    rows = np.compress(maybe[tenant], rows)
-    tenant = bids.tenant[rows]
-    g, p, m = bids.gpus[rows], price[rows], bids.max_s[rows]
-    bound = np.bincount(tenant, weights=g * (p * (m / 3600.0)) + 1.0, minlength=n_tenants)
-    poor = maybe & (bound * (1 + 1e-9) + 1 >= budget_left)
-    return np.compress(poor[tenant], rows)
-
-
 def drop(rows: I64, gone: I64, n: int) -> I64:
     """``rows`` (ascending, below ``n``) without ``gone`` (any order)."""
     if gone.size == 0:
@@ -152,13 +128,11 @@ def run_pass(state: RoundState, rows: I64, choice: I32, *, first: bool) -> None:
     tiers and placement."""
     bids, n_tenants, n_types = state.book.bids, len(state.book.tenants), len(state.book.types)
     price = row_prices(bids, rows, choice)
-    state.refused_before = bool(state.over_budget.any())
-    poor = maybe_poor(bids, rows, price, state.budget_left)
+    poor = poor_rows(rows, bids.tenant, bids.gpus, price, bids.max_s, state.budget_left)
     if poor.size:
-        refused, need = budget_filter(poor, price, state.ranks, bids, state.budget_left)
-        if refused.size:
-            mark_over_budget(state, refused, choice, need)
-            rows = drop(rows, refused, len(bids))
+        noted = (state.over_budget, state.reason_type, state.figure)
+        refused = budget_filter(poor, price, state.ranks, bids, state.budget_left, choice, noted)
+        rows = drop(rows, refused, len(bids))
     for t, part in enumerate(by_type(rows, choice, n_types)):
         if part.size == 0:
             continue
@@ -175,16 +149,6 @@ def sum_by(keys: NDArray[np.integer[Any]], values: NDArray[np.integer[Any]], n: 
     out = np.zeros(n, dtype=np.int64)
     np.add.at(out, keys, values)
     return out
-
-
-def mark_over_budget(state: RoundState, rows: I64, choice: I32, need: I64) -> None:
-    """Budget filter outcome, ARCHITECTURE.md §Clearing step 1: the first pass that refuses a bid sets its reason
-    (over budget or guardrail) and figure (the hold it needed)."""
-    fresh = ~state.over_budget[rows]
-    rows = rows[fresh]
-    state.over_budget[rows] = True
-    state.reason_type[rows] = choice[rows]
-    state.figure[rows] = need[fresh]
 
 
 def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool) -> I64:
@@ -225,30 +189,18 @@ def slate_price(state: RoundState, t: int, rows: I64, price: I64, supply: int, *
     return theta
 
 
-def tier_g(state: RoundState, s: Slate, unused: I64, below: I64 | None, price: I64) -> tuple[I64, I64]:
-    """Tier G, ARCHITECTURE.md §Clearing step 2: each tenant with unused guarantee first-fits its bids, in its
-    own order, into it. First over the slate; then, for the tenants it leaves short, on over their bids below
-    the slate (``below``), which come after in their order. Returns the selected slate positions and the
-    selected bid rows below the slate."""
-    none = np.zeros(0, dtype=np.int64)
-    if not unused.any():
-        return none, none
-    n_tenants = unused.shape[0]
-    cand = np.flatnonzero((unused > 0)[s.tenant])
-    cand = cand[group_by_tenant(s.tenant[cand], n_tenants)]
-    pos = cand[tier_g_pos(s.tenant[cand], s.gpus[cand], unused)]
-    if below is None:
-        return pos, none
-    left = unused - sum_by(s.tenant[pos], s.gpus[pos], n_tenants)
-    if not left.any():
-        return pos, none
+def tier_g_below(state: RoundState, below: I64, price: I64, left: I64) -> I64:
+    """Tier G, ARCHITECTURE.md §Clearing step 2, below the slate: the tenants the slate leaves short of their
+    guarantee (``left``, spent in place) go on first-fitting their bids below the slate (``below``), which
+    come after in their order. Returns the selected bid rows."""
     bids = state.book.bids
-    t_below = bids.tenant[below]
-    more = np.compress(bids.gpus[below] <= left[t_below], below)  # larger ones can never fit
+    more = np.compress(bids.gpus[below] <= left[bids.tenant[below]], below)  # larger ones can never fit
     if more.size == 0:
-        return pos, none
-    more, _ = tenant_order(more, price, state.ranks, bids.tenant, n_tenants)
-    return pos, more[tier_g_pos(bids.tenant[more], bids.gpus[more], left)]
+        return more
+    more, _ = market_order(more, price, state.ranks)
+    tier = np.full(more.shape[0], -1, dtype=np.int8)
+    tier_g(tier, bids.tenant[more], bids.gpus[more], left)
+    return np.compress(tier == TIER_G, more)
 
 
 def clear_slate(
@@ -273,31 +225,26 @@ def clear_slate(
         if below.size == 0:
             slate, below = rows, None
     s = Slate(*market_columns(slate, price, state.ranks, bids.gpus, bids.tenant))
-    order, price_s = s.rows, s.price
-    g_pos, g_below = tier_g(state, s, unused, below, price)
-    if g_below.size:  # they come after every slate bid in market order
+    tier = np.full(s.rows.shape[0], -1, dtype=np.int8)
+    left = unused.copy()  # each tenant's guarantee still unused, spent by tier G
+    supply = free - tier_g(tier, s.tenant, s.gpus, left)
+    g_below = tier_g_below(state, below, price, left) if below is not None and left.any() else None
+    if g_below is not None and g_below.size:  # they come after every slate bid in market order
         assert below is not None
         extra, extra_price = market_order(g_below, price, state.ranks)
-        g_pos = np.concatenate([g_pos, order.shape[0] + np.arange(extra.shape[0])])
-        order, price_s = np.concatenate([order, extra]), np.concatenate([price_s, extra_price])
+        order, price_s = np.concatenate([s.rows, extra]), np.concatenate([s.price, extra_price])
         s = Slate(order, price_s, bids.gpus[order], bids.tenant[order])
+        tier = np.concatenate([tier, np.full(extra.shape[0], TIER_G, dtype=np.int8)])
+        supply -= int(bids.gpus[extra].sum())
         below = drop(below, g_below, len(bids))
         if below.size == 0:
             below = None
-    tier = np.full(order.shape[0], -1, dtype=np.int8)
-    tier[g_pos] = TIER_G
-    supply = free - int(s.gpus[g_pos].sum())
     p = int(book.types.posted[t])
     if first:
-        at_p = int(np.searchsorted(-price_s, -p, side="right"))  # positions priced at or above p
-        b_pos, state.share[:, t] = tier_b(
-            np.flatnonzero(tier[:at_p] == -1), s.tenant, s.gpus, book.tenants.weight, max(supply, 0)
-        )
-        tier[b_pos] = TIER_B
-        supply -= int(s.gpus[b_pos].sum())
-    rest = np.flatnonzero(tier == -1)
-    take, spare = tier_s(s.gpus[rest], supply)
-    tier[rest[take]] = TIER_S
+        at_p = int(np.searchsorted(-s.price, -p, side="right"))  # positions priced at or above p
+        taken, state.share[:, t] = tier_b(tier, at_p, s.tenant, s.gpus, book.tenants.weight, max(supply, 0))
+        supply -= taken
+    spare = tier_s(tier, s.gpus, supply)
     if below is not None and spare > 0 and int(bids.gpus[below].min()) <= spare:
         return None
     mark = floor.mark() if below is not None else None
@@ -309,7 +256,6 @@ def clear_slate(
         state.counters = counters
         del state.reserved_jobs[n_reserved:]
         return None
-    left = unused - sum_by(s.tenant[g_pos], s.gpus[g_pos], unused.shape[0])
     return record(state, t, s, tier, placed, rows, price, left, spot_supply=supply)
 
 
@@ -413,44 +359,36 @@ def record(
     spot_supply: int,
 ) -> I64:
     """Note the winners of this type and, for every other bid of it (``rows``), the reason it lost here
-    (docs/allocator.md), computed in bid-row order. ``left``: each tenant's guarantee still unused after
-    tier G. Returns the winning rows."""
+    (docs/allocator.md; ``kernels.note_losers``). ``left``: each tenant's guarantee still unused after tier G.
+    Returns the winning rows."""
     book, bids = state.book, state.book.bids
-    win = np.flatnonzero(placed)
-    won_rows = s.rows[win]
-    state.won_bid[won_rows] = True
-    state.won[:, t] += sum_by(s.tenant[win], s.gpus[win], len(book.tenants))
-    spot = np.compress(tier[win] == TIER_S, win)
-    low = int(s.price[spot].min()) if spot.size else -1
+    won = np.zeros(len(book.tenants), dtype=np.int64)
+    selected = np.zeros(len(bids), dtype=np.bool_)  # chosen by a tier but not placed
+    low = note_winners(s.rows, s.tenant, s.gpus, s.price, tier, placed, state.won_bid, won, selected)
+    state.won[:, t] += won
     if low >= 0:
         state.s_low[t] = low if state.s_low[t] < 0 else min(low, int(state.s_low[t]))
-    lost = np.compress(~state.won_bid[rows], rows)
-    p_lost = price[lost]
-    if lost.size:
-        state.s_lose[t] = max(int(state.s_lose[t]), int(p_lost.max()))
-    selected = s.rows[np.flatnonzero((tier >= 0) & ~placed)]  # chosen by a tier but not placed
-    if state.refused_before:  # (bids refused in this pass are not in ``rows``)
-        keep = np.flatnonzero(~state.over_budget[lost])  # an earlier refusal by the budget filter stands
-        lost, p_lost = lost[keep], p_lost[keep]
-        selected = selected[~state.over_budget[selected]]
-    unsold = np.ones(lost.shape[0], dtype=np.bool_)
-    unsold[np.searchsorted(lost, selected)] = False
-    p = int(book.types.posted[t])
-    reason = np.full(lost.size, NO_FIT, dtype=np.int8)
-    figure = np.full(lost.size, pl.largest_fit(state.floor, t), dtype=np.int64)
-    if spot_supply <= 0:
-        gfull = unsold & (left[bids.tenant[lost]] < bids.gpus[lost]) & (p_lost < p)
-        at = np.flatnonzero(gfull)
-        reason[at], figure[at] = GUARANTEE_FULL, p
-        at = np.flatnonzero(unsold & ~gfull)
-        reason[at], figure[at] = OUTBID, -1
-    elif low >= 0:
-        at = np.flatnonzero(unsold & (p_lost <= low))
-        reason[at], figure[at] = OUTBID, low + 1
-    state.reason_type[lost] = t
-    state.reason[lost] = reason
-    state.figure[lost] = figure
-    return won_rows
+    lose = note_losers(
+        rows,
+        price,
+        state.won_bid,
+        state.over_budget,  # an earlier refusal by the budget filter stands (this pass's are not in rows)
+        selected,
+        bids.tenant,
+        bids.gpus,
+        left,
+        t,
+        int(book.types.posted[t]),
+        spot_supply,
+        low,
+        pl.largest_fit(state.floor, t),
+        state.reason,
+        state.reason_type,
+        state.figure,
+    )
+    if lose >= 0:
+        state.s_lose[t] = max(int(state.s_lose[t]), lose)
+    return np.compress(placed, s.rows)
 
 
 __all__ = ["clear"]

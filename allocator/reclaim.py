@@ -6,7 +6,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S
-from allocator.segments import first_fit, segment_starts
+from allocator.kernels import first_fit
+from allocator.segments import segment_starts
 from allocator.state import RoundState
 
 I64 = NDArray[np.int64]
@@ -23,9 +24,11 @@ def retier(state: RoundState) -> None:
     n_types = len(state.book.types)
     seg = ls.tenant[cand].astype(np.int64) * n_types + ls.gpu_type[cand]
     cand = cand[np.lexsort((ls.lease[cand], ls.start[cand], seg))]
-    seg = ls.tenant[cand].astype(np.int64) * n_types + ls.gpu_type[cand]
+    seg = (ls.tenant[cand].astype(np.int64) * n_types + ls.gpu_type[cand]).astype(np.int32)
     gap = np.maximum(tenants.guarantee - state.held[:, TIER_G, :], 0).reshape(-1)
-    take = cand[first_fit(seg, ls.gpus[cand], gap)]
+    tier = np.full(cand.shape[0], -1, dtype=np.int8)
+    first_fit(tier, TIER_G, cand.shape[0], seg, ls.gpus[cand].astype(np.int32), gap)
+    take = np.compress(tier == TIER_G, cand)
     np.subtract.at(state.held, (ls.tenant[take], ls.tier[take], ls.gpu_type[take]), ls.gpus[take])
     np.add.at(state.held, (ls.tenant[take], np.full(take.size, TIER_G), ls.gpu_type[take]), ls.gpus[take])
     state.lease_tier[take] = TIER_G

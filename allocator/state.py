@@ -38,7 +38,6 @@ class RoundState:
     reason_type: I32
     figure: I64
     over_budget: BOOL
-    refused_before: bool  # some bid was refused by the budget filter of an earlier pass
     share: I64
     s_low: I64
     s_lose: I64
@@ -72,7 +71,6 @@ class RoundState:
             reason_type=np.full(n_bids, -1, dtype=np.int32),
             figure=np.zeros(n_bids, dtype=np.int64),
             over_budget=np.zeros(n_bids, dtype=np.bool_),
-            refused_before=False,
             share=np.zeros((len(book.tenants), n_types), dtype=np.int64),
             s_low=np.full(n_types, -1, dtype=np.int64),
             s_lose=np.full(n_types, -1, dtype=np.int64),

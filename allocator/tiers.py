@@ -11,11 +11,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import Bids, GpuTypes
-from allocator.segments import first_fit, first_fit_one, prefix_fit, water_fill
+from allocator.book import TIER_B, TIER_G, TIER_S, Bids, GpuTypes
+from allocator.kernels import budget_prefix, demand_by_seg, first_fit, first_fit_pool
+from allocator.segments import water_fill
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
+I8 = NDArray[np.int8]
 BOOL = NDArray[np.bool_]
 
 
@@ -102,37 +104,24 @@ def tie_rank(bids: Bids) -> Ranks:
     return Ranks(rank, by_rank, n)
 
 
-def market_order(
-    rows: I64, price: I64, ranks: Ranks, group: NDArray[Any] | None = None, n_groups: int = 1
-) -> tuple[I64, I64]:
+def market_order(rows: I64, price: I64, ranks: Ranks) -> tuple[I64, I64]:
     """``rows`` sorted by price desc, then submit time, then job id (ARCHITECTURE.md §Clearing, ties), with their
-    prices (``price`` is indexed by bid row); with ``group`` (indexed by bid row, values below ``n_groups``),
-    grouped by it first, each group in that order. One sort of packed integer keys (group, price, rank) where
-    they fit in 63 bits: it sorts values rather than indices, several times faster than an argsort."""
+    prices (``price`` is indexed by bid row). One sort of packed integer keys (price, rank) where they fit in 63
+    bits: it sorts values rather than indices, several times faster than an argsort."""
     p = price[rows]
     if rows.size < 2:
         return rows, p
     top, low = int(p.max()), int(p.min())
     bits = max(1, (ranks.n - 1).bit_length())
-    span = (top - low).bit_length()
-    lead = 0 if group is None else max(1, (n_groups - 1).bit_length())
-    if lead + span + bits > 62:
+    if (top - low).bit_length() + bits > 62:
         order = np.lexsort((ranks.of(rows), -p))
-        rows, p = rows[order], p[order]
-        if group is not None:
-            by = group_by_tenant(group[rows], n_groups)
-            rows, p = rows[by], p[by]
-        return rows, p
+        return rows[order], p[order]
     key = np.subtract(top, p, dtype=np.int64)
-    if group is not None:
-        key |= group[rows].astype(np.int64) << span
     key <<= bits
     key |= ranks.of(rows)
     key.sort()
     rank = key & ((1 << bits) - 1)
     key >>= bits
-    if group is not None:
-        key &= (1 << span) - 1
     return ranks.rows_of(rank), np.subtract(top, key, dtype=np.int64)
 
 
@@ -167,30 +156,24 @@ def market_columns(rows: I64, price: I64, ranks: Ranks, gpus: I32, tenant: I32) 
     return ranks.rows_of(rank), np.subtract(top, key, dtype=np.int64), g, m
 
 
-def group_by_tenant(tenant: NDArray[Any], n_tenants: int) -> I64:
-    """Positions of ``tenant`` grouped by tenant, stable (a radix sort on small ids)."""
-    small = tenant.astype(np.int16) if n_tenants < 32768 else tenant
-    return np.argsort(small, kind="stable").astype(np.int64)
-
-
-def tenant_order(rows: I64, price: I64, ranks: Ranks, tenant: I32, n_tenants: int) -> tuple[I64, I64]:
-    """``rows`` grouped by tenant, each tenant's bids in its own order (price desc, submit time, job id): the
-    order of the budget filter and tier G. Returns the rows and their prices."""
-    return market_order(rows, price, ranks, tenant, n_tenants)
-
-
-def budget_filter(rows: I64, price: I64, ranks: Ranks, bids: Bids, budget_left: I64) -> tuple[I64, I64]:
-    """Budget filter, ARCHITECTURE.md §Clearing step 1: in the tenant's own order, admit bids while their holds
-    (at their limit price, the most they can pay) fit the tenant's budget. ``rows``: every bid of this pass of
-    the tenants who might not pay for all of theirs (the others pass whole). Returns the refused bid rows and
-    their holds."""
+def budget_filter(
+    rows: I64,
+    price: I64,
+    ranks: Ranks,
+    bids: Bids,
+    budget_left: I64,
+    choice: I32,
+    noted: tuple[BOOL, I32, I64],
+) -> I64:
+    """Budget filter, ARCHITECTURE.md §Clearing step 1: in the tenant's own order (price desc, submit time, job
+    id), admit bids while their holds at the limit price (the most they can pay) fit the tenant's budget.
+    ``rows``: every bid of this pass of the tenants who might not pay for all of theirs (``poor_rows``; the
+    others pass whole). ``noted``: the (over budget, type tried, figure) arrays where a first refusal is noted.
+    Returns the refused bid rows."""
     if rows.size == 0:
-        return rows, rows
-    rows, p = tenant_order(rows, price, ranks, bids.tenant, budget_left.shape[0])
-    tenant = bids.tenant[rows]
-    need = limit_holds(bids.gpus[rows], p, bids.max_s[rows])
-    ok = prefix_fit(tenant, need, budget_left)
-    return rows[~ok], need[~ok]
+        return rows
+    rows, _ = market_order(rows, price, ranks)  # market order keeps each tenant's bids in its own order
+    return budget_prefix(rows, bids.tenant, bids.gpus, price, bids.max_s, budget_left, choice, *noted)
 
 
 def limit_holds(gpus: NDArray[Any], price: I64, max_s: I64) -> I64:
@@ -202,38 +185,31 @@ def limit_holds(gpus: NDArray[Any], price: I64, max_s: I64) -> I64:
     return hold
 
 
-def tier_g_pos(tenant: I32, gpus: NDArray[Any], unused: I64) -> BOOL:
-    """Tier G, ARCHITECTURE.md §Clearing step 2: each tenant's eligible bids (given grouped by tenant, each in
-    its own order) are first-fit into its unused guarantee (q minus every GPU it holds)."""
-    if not unused.any():
-        return np.zeros(tenant.shape[0], dtype=np.bool_)
-    return first_fit(tenant, gpus, unused)
+def tier_g(tier: I8, tenant: I32, gpus: I32, left: I64) -> int:
+    """Tier G, ARCHITECTURE.md §Clearing step 2: each tenant's eligible bids (``tier``/``tenant``/``gpus`` by
+    position in market order, so each tenant's in its own order) are first-fit into its unused guarantee (q
+    minus every GPU it holds), ``left``, spent in place. Returns the GPUs taken."""
+    if not left.any():
+        return 0
+    return int(first_fit(tier, TIER_G, tier.shape[0], tenant, gpus, left))
 
 
 def tier_b(
-    cand: I64, tenant: NDArray[Any], gpus: NDArray[Any], weight: NDArray[np.float64], supply: int
-) -> tuple[I64, I64]:
+    tier: I8, at_p: int, tenant: I32, gpus: I32, weight: NDArray[np.float64], supply: int
+) -> tuple[int, I64]:
     """Tier B, ARCHITECTURE.md §Clearing step 3: weighted water-filling of the excess ``supply`` over each
-    tenant's demand (its bids at or above p: positions ``cand`` of ``tenant``/``gpus``, in market order), then
-    each tenant first-fits its bids, in its own order, into floor(e_t). A tenant whose share covers its demand
-    takes every candidate; only the others need grouping. Returns the selected positions and the e_t."""
-    t, g = tenant[cand], gpus[cand]
-    demand = np.bincount(t, weights=g.astype(np.float64), minlength=weight.shape[0]).astype(np.int64)
+    tenant's demand (its open bids at or above p: the positions below ``at_p``, in market order), then each
+    tenant first-fits its bids, in its own order, into floor(e_t) (a tenant whose share covers its demand takes
+    them all). Returns the GPUs taken and the e_t."""
+    demand = demand_by_seg(tier, at_p, tenant, gpus, weight.shape[0])
     share = water_fill(demand, weight, supply)
-    capped = share < demand
-    if not capped.any():
-        return cand, share
-    short = capped[t]
-    rows = np.compress(short, cand)
-    rows = rows[group_by_tenant(tenant[rows], weight.shape[0])]
-    take = first_fit(tenant[rows], gpus[rows], share)
-    return np.concatenate([np.compress(~short, cand), np.compress(take, rows)]), share
+    return int(first_fit(tier, TIER_B, at_p, tenant, gpus, share.copy())), share
 
 
-def tier_s(gpus: NDArray[Any], supply: int) -> tuple[BOOL, int]:
-    """Tier S, ARCHITECTURE.md §Clearing step 4: what is left goes to the highest remaining bids per GPU
-    (given in market order), first-fit by count. Also returns the GPUs left over."""
-    return first_fit_one(gpus, max(supply, 0))
+def tier_s(tier: I8, gpus: I32, supply: int) -> int:
+    """Tier S, ARCHITECTURE.md §Clearing step 4: what is left goes to the highest remaining bids per GPU (open
+    positions in market order), first-fit by count. Returns the GPUs left over."""
+    return int(first_fit_pool(tier, TIER_S, gpus, max(supply, 0)))
 
 
 def spot_price(reserve: int, posted: int, first_losing: int, lowest_winning: int) -> int:

@@ -137,8 +137,8 @@ def test_the_slate_shortcut_changes_nothing_on_larger_books(seed: int) -> None:
 @pytest.mark.parametrize("span", [1, 10**6, 2**40, 2**61])
 @pytest.mark.parametrize("in_order", [True, False])
 def test_market_order_packed_keys_match_lexsort(span: int, in_order: bool) -> None:
-    """Market order (price desc, submit, job) from packed integer keys, with or without a leading group and
-    carried columns, equals the plain lexsort whether the keys fit in 63 bits or not (then it falls back)."""
+    """Market order (price desc, submit, job) from packed integer keys, with or without carried columns, equals
+    the plain lexsort whether the keys fit in 63 bits or not (then it falls back)."""
     from allocator.tiers import Ranks, market_columns, market_order
 
     rng = np.random.default_rng(span % 1000 + in_order)
@@ -157,9 +157,6 @@ def test_market_order_packed_keys_match_lexsort(span: int, in_order: bool) -> No
     want = rows[np.lexsort((rank[rows], -price[rows]))]
     got, p = market_order(rows, price, ranks)
     assert (got == want).all() and (p == price[want]).all()
-    grouped = rows[np.lexsort((rank[rows], -price[rows], tenant[rows]))]
-    got, p = market_order(rows, price, ranks, tenant, 300)
-    assert (got == grouped).all() and (p == price[grouped]).all()
     got, p, g, m = market_columns(rows, price, ranks, gpus, tenant)
     assert (got == want).all() and (p == price[want]).all()
     assert (g == gpus[want]).all() and (m == tenant[want]).all()
