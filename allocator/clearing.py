@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 
 from allocator import placement as pl
 from allocator.book import TIER_B, TIER_G, TIER_S, Bids, Book
-from allocator.kernels import note_losers, note_winners, poor_rows
+from allocator.kernels import note_outcomes, poor_rows, split_rows
 from allocator.reclaim import reclaim_for, retier
 from allocator.result import BELOW_RESERVE, Result
 from allocator.result_build import build_result
@@ -220,8 +220,7 @@ def clear_slate(
     book, floor, bids = state.book, state.floor, state.book.bids
     slate, below = rows, None
     if theta is not None:
-        high = price[rows] >= theta
-        slate, below = np.compress(high, rows), np.compress(~high, rows)
+        slate, below = split_rows(rows, price, theta)
         if below.size == 0:
             slate, below = rows, None
     s = Slate(*market_columns(slate, price, state.ranks, bids.gpus, bids.tenant))
@@ -256,7 +255,7 @@ def clear_slate(
         state.counters = counters
         del state.reserved_jobs[n_reserved:]
         return None
-    return record(state, t, s, tier, placed, rows, price, left, spot_supply=supply)
+    return record(state, t, s, tier, placed, below, price, left, spot_supply=supply)
 
 
 def _sizes_in(bids: Bids, below: I64) -> Callable[[], BOOL]:
@@ -352,40 +351,34 @@ def record(
     s: Slate,
     tier: I8,
     placed: BOOL,
-    rows: I64,
+    below: I64 | None,
     price: I64,
     left: I64,
     *,
     spot_supply: int,
 ) -> I64:
-    """Note the winners of this type and, for every other bid of it (``rows``), the reason it lost here
-    (docs/allocator.md; ``kernels.note_losers``). ``left``: each tenant's guarantee still unused after tier G.
+    """Note the winners of this type and, for every other bid of it (the slate's and ``below`` it), the reason
+    it lost here (``kernels.note_outcomes``). ``left``: each tenant's guarantee still unused after tier G.
     Returns the winning rows."""
     book, bids = state.book, state.book.bids
     won = np.zeros(len(book.tenants), dtype=np.int64)
-    selected = np.zeros(len(bids), dtype=np.bool_)  # chosen by a tier but not placed
-    low = note_winners(s.rows, s.tenant, s.gpus, s.price, tier, placed, state.won_bid, won, selected)
-    state.won[:, t] += won
-    if low >= 0:
-        state.s_low[t] = low if state.s_low[t] < 0 else min(low, int(state.s_low[t]))
-    lose = note_losers(
-        rows,
-        price,
-        state.won_bid,
-        state.over_budget,  # an earlier refusal by the budget filter stands (this pass's are not in rows)
-        selected,
-        bids.tenant,
-        bids.gpus,
+    low, lose = note_outcomes(
+        (s.rows, s.price, s.tenant, s.gpus),
+        tier,
+        placed,
+        np.zeros(0, dtype=np.int64) if below is None else below,
+        (price, bids.tenant, bids.gpus),
+        (state.won_bid, state.over_budget, state.reason, state.reason_type, state.figure),
+        won,
         left,
         t,
         int(book.types.posted[t]),
         spot_supply,
-        low,
         pl.largest_fit(state.floor, t),
-        state.reason,
-        state.reason_type,
-        state.figure,
     )
+    state.won[:, t] += won
+    if low >= 0:
+        state.s_low[t] = low if state.s_low[t] < 0 else min(low, int(state.s_low[t]))
     if lose >= 0:
         state.s_lose[t] = max(int(state.s_lose[t]), lose)
     return np.compress(placed, s.rows)

@@ -123,74 +123,147 @@ def budget_prefix(
 
 
 @compiled
-def note_winners(
-    rows: I64,
-    tenant: I32,
-    gpus: I32,
-    price: I64,
-    tier: I8,
-    placed: BOOL,
-    won_bid: BOOL,
-    won: I64,
-    selected: BOOL,
-) -> int:
-    """The winners of a slate (positions in market order): mark their bid rows won and count each tenant's GPUs
-    won (``won``); mark the rows chosen by a tier but not placed (``selected``). Returns the lowest price among
-    the spot winners (-1: none)."""
-    low = -1
-    for i in range(rows.shape[0]):
-        if placed[i]:
-            won_bid[rows[i]] = True
-            won[tenant[i]] += gpus[i]
-            if tier[i] == TIER_S and (low < 0 or price[i] < low):
-                low = price[i]
-        elif tier[i] >= 0:
-            selected[rows[i]] = True
-    return low
+def _loss(
+    unsold: bool, p: int, short: bool, posted: int, spot_supply: int, low: int, largest: int
+) -> tuple[int, int]:
+    """The reason a bid lost in its type and the figure behind it (docs/allocator.md, reasons): chosen by a tier
+    but not placed, or priced to win with no node left for it: no node fits (figure: the largest gang that
+    could still land). Else, when tiers G and B took every GPU: guarantee full and below p (figure p) if its
+    tenant's unused guarantee is ``short`` of the gang, or outbid with no price that would have won (-1). Else
+    outbid when at or below the lowest winning spot price (figure: that price + 1)."""
+    if unsold:
+        if spot_supply <= 0:
+            if short and p < posted:
+                return GUARANTEE_FULL, posted
+            return OUTBID, -1
+        if low >= 0 and p <= low:
+            return OUTBID, low + 1
+    return NO_FIT, largest
 
 
 @compiled
-def note_losers(
-    rows: I64,
-    price: I64,
-    won_bid: BOOL,
-    skip: BOOL,
-    selected: BOOL,
-    tenant: I32,
-    gpus: I32,
+def note_outcomes(
+    slate: tuple[I64, I64, I32, I32],
+    tier: I8,
+    placed: BOOL,
+    below: I64,
+    bids: tuple[I64, I32, I32],
+    notes: tuple[BOOL, BOOL, I8, I32, I64],
+    won: I64,
     left: I64,
     t: int,
     posted: int,
     spot_supply: int,
-    low: int,
     largest: int,
-    reason: I8,
-    reason_type: I32,
-    figure: I64,
-) -> int:
-    """Why each bid of one type (``rows``, bid rows) that did not win lost there (docs/allocator.md, reasons):
-    chosen by a tier but not placed, or priced to win but no node fits: no node fits (figure: the largest gang
-    that could still land); else, when tier G and B took every GPU, guarantee full and below p (figure p) or
-    outbid with no price that would have won (-1); else outbid when at or below the lowest winning spot price
-    (figure: that price + 1). Rows marked in ``skip`` (refused by the budget filter in an earlier pass) keep
-    that reason. Returns the highest losing price (-1: none lost)."""
-    # Branch-free on purpose: which bids won is close to random in row order, and a mispredicted branch per
-    # bid cost more than the rest of the loop. So: ``&`` rather than ``and``, and each store blends the old
-    # value arithmetically (``x + (y - x) * keep``; a plain ``y if keep else x`` compiles to a branch again).
-    lose = -1
-    no_spot, beaten = spot_supply <= 0, (spot_supply > 0) & (low >= 0)
+) -> tuple[int, int]:
+    """The outcome of one type in one pass. ``slate``: (rows, price, tenant, gpus) by position in market order,
+    with ``tier`` and ``placed``; ``below``: the other bid rows of the type; ``bids``: (price, tenant, gpus)
+    by bid row; ``notes``: (won, skip, reason, type tried, figure) by bid row.
+
+    Winners are marked won and counted per tenant in ``won``. Every other bid gets the reason it lost here
+    (``_loss``) unless ``skip`` holds (refused by the budget filter in an earlier pass: that reason stands).
+    Returns the lowest winning spot price and the highest losing price (-1: none).
+
+    The losers are walked in market order on the slate and in row order below it, never the other way round:
+    in market order, won or lost changes rarely from one bid to the next, so the branches predict well (in row
+    order a branch on it missed half the time and cost more than the rest of the loop)."""
+    rows, s_price, s_tenant, s_gpus = slate
+    price, tenant, gpus = bids
+    won_bid, skip, reason, reason_type, figure = notes
+    low = lose = -1
+    for i in range(rows.shape[0]):
+        if placed[i]:
+            won_bid[rows[i]] = True
+            won[s_tenant[i]] += s_gpus[i]
+            if tier[i] == TIER_S and (low < 0 or s_price[i] < low):
+                low = s_price[i]
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        if placed[i]:
+            continue
+        lose = max(lose, s_price[i])
+        if skip[r]:
+            continue
+        short = left[s_tenant[i]] < s_gpus[i]
+        why, fig = _loss(tier[i] < 0, s_price[i], short, posted, spot_supply, low, largest)
+        reason[r], reason_type[r], figure[r] = why, t, fig
+    for r in below:  # never chosen by a tier; every spot winner is priced above them
+        lose = max(lose, price[r])
+        if skip[r]:
+            continue
+        why, fig = _loss(True, price[r], left[tenant[r]] < gpus[r], posted, spot_supply, low, largest)
+        reason[r], reason_type[r], figure[r] = why, t, fig
+    return low, lose
+
+
+@compiled
+def split_rows(rows: I64, price: I64, theta: int) -> tuple[I64, I64]:
+    """``rows`` (ascending) split into those priced at or above ``theta`` and the rest, each still ascending
+    (the slate and the bids below it, ``clearing.clear_slate``)."""
+    n_high = 0
     for r in rows:
-        p = price[r]
-        lost = not won_bid[r]
-        lose = max(lose, p if lost else -1)
-        keep = np.int64(lost & (not skip[r]))
-        unsold = not selected[r]
-        full = unsold & no_spot & (left[tenant[r]] < gpus[r]) & (p < posted)
-        none = unsold & no_spot & (not full)
-        beat = unsold & beaten & (p <= low)
-        why = GUARANTEE_FULL if full else OUTBID if (none | beat) else NO_FIT
-        fig = posted if full else -1 if none else low + 1 if beat else largest
-        reason_type[r] += (t - reason_type[r]) * keep
-        reason[r] += (why - reason[r]) * keep
-        figure[r] += (fig - figure[r]) * keep
-    return lose
+        n_high += price[r] >= theta
+    high = np.empty(n_high, dtype=np.int64)
+    low = np.empty(rows.shape[0] - n_high, dtype=np.int64)
+    i = j = 0
+    for r in rows:
+        if price[r] >= theta:
+            high[i] = r
+            i += 1
+        else:
+            low[j] = r
+            j += 1
+    return high, low
+
+
+@compiled
+def column_span(rows: I64, price: I64, gpus: I32, tenant: I32) -> tuple[int, int, int, int]:
+    """Over ``rows``: the lowest and highest price, and the highest gang size and tenant (-1 where either is
+    negative, which packed keys cannot carry): what ``tiers.market_columns`` needs to size its keys."""
+    lo, hi, g_max, m_max, bad = price[rows[0]], price[rows[0]], 0, 0, False
+    for r in rows:
+        p, g, m = price[r], gpus[r], tenant[r]
+        lo, hi = min(lo, p), max(hi, p)
+        g_max, m_max = max(g_max, g), max(m_max, m)
+        bad |= (g < 0) | (m < 0)
+    return lo, hi, -1 if bad else g_max, -1 if bad else m_max
+
+
+@compiled
+def pack_keys(
+    rows: I64, price: I64, rank: I64, gpus: I32, tenant: I32, top: int, bits: int, m_bits: int, g_bits: int
+) -> I64:
+    """Sort keys of market order carrying their columns: (top - price, rank, tenant, gang size) packed from the
+    high bits down; ``rank`` by bid row, or empty when the rank of a row is the row itself."""
+    key = np.empty(rows.shape[0], dtype=np.int64)
+    ranked = rank.shape[0] > 0
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        k = (top - price[r]) << bits
+        k |= rank[r] if ranked else r
+        k = ((k << m_bits) | tenant[r]) << g_bits
+        key[i] = k | gpus[r]
+    return key
+
+
+@compiled
+def unpack_keys(
+    key: I64, top: int, bits: int, m_bits: int, g_bits: int, by_rank: I64
+) -> tuple[I64, I64, I32, I32]:
+    """``pack_keys`` undone after the sort: bid rows, prices, gang sizes and tenants in market order
+    (``by_rank``: the row of each rank, or empty when ranks are rows)."""
+    n = key.shape[0]
+    rows, price = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    gpus, tenant = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+    ranked = by_rank.shape[0] > 0
+    g_mask, m_mask, r_mask = (1 << g_bits) - 1, (1 << m_bits) - 1, (1 << bits) - 1
+    for i in range(n):
+        k = key[i]
+        gpus[i] = k & g_mask
+        k >>= g_bits
+        tenant[i] = k & m_mask
+        k >>= m_bits
+        r = k & r_mask
+        rows[i] = by_rank[r] if ranked else r
+        price[i] = top - (k >> bits)
+    return rows, price, gpus, tenant

@@ -12,7 +12,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Bids, GpuTypes
-from allocator.kernels import budget_prefix, demand_by_seg, first_fit, first_fit_pool
+from allocator.kernels import (
+    budget_prefix,
+    column_span,
+    demand_by_seg,
+    first_fit,
+    first_fit_pool,
+    pack_keys,
+    unpack_keys,
+)
 from allocator.segments import water_fill
 
 I64 = NDArray[np.int64]
@@ -129,31 +137,19 @@ def market_columns(rows: I64, price: I64, ranks: Ranks, gpus: I32, tenant: I32) 
     """``market_order`` of ``rows`` with their gang sizes and tenants in that order too. Where the bits allow,
     the two ride in the low bits of the sort keys (read in row order, which is cheap, instead of gathered in
     market order after the sort, which is not); else they are gathered."""
-    p = price[rows]
     if rows.size < 2:
-        return rows, p, gpus[rows], tenant[rows]
-    g, m = gpus[rows], tenant[rows]
-    top, low = int(p.max()), int(p.min())
+        return rows, price[rows], gpus[rows], tenant[rows]
+    low, top, g_max, m_max = column_span(rows, price, gpus, tenant)
     bits = max(1, (ranks.n - 1).bit_length())
-    g_bits, m_bits = max(1, int(g.max()).bit_length()), max(1, int(m.max()).bit_length())
-    if (top - low).bit_length() + bits + g_bits + m_bits > 62 or int(g.min()) < 0 or int(m.min()) < 0:
+    g_bits, m_bits = max(1, g_max.bit_length()), max(1, m_max.bit_length())
+    if (top - low).bit_length() + bits + g_bits + m_bits > 62 or g_max < 0 or m_max < 0:
         order, p = market_order(rows, price, ranks)
         return order, p, gpus[order], tenant[order]
-    key = np.subtract(top, p, dtype=np.int64)
-    key <<= bits
-    key |= ranks.of(rows)
-    key <<= m_bits
-    key |= m
-    key <<= g_bits
-    key |= g
+    none = np.zeros(0, dtype=np.int64)
+    rank = none if ranks.rank is None else ranks.rank
+    key = pack_keys(rows, price, rank, gpus, tenant, top, bits, m_bits, g_bits)
     key.sort()
-    g = (key & ((1 << g_bits) - 1)).astype(np.int32)
-    key >>= g_bits
-    m = (key & ((1 << m_bits) - 1)).astype(np.int32)
-    key >>= m_bits
-    rank = key & ((1 << bits) - 1)
-    key >>= bits
-    return ranks.rows_of(rank), np.subtract(top, key, dtype=np.int64), g, m
+    return unpack_keys(key, top, bits, m_bits, g_bits, none if ranks.by_rank is None else ranks.by_rank)
 
 
 def budget_filter(
