@@ -24,7 +24,8 @@ from numpy.typing import NDArray
 
 from allocator import placement as pl
 from allocator.book import TIER_B, TIER_G, TIER_S, Bids, Book
-from allocator.kernels import note_outcomes, poor_rows, split_rows
+from allocator.jit import keep_freed_memory
+from allocator.kernels import count_at_least, counting_order, note_outcomes, split_rows
 from allocator.reclaim import reclaim_for, retier
 from allocator.result import BELOW_RESERVE, Result
 from allocator.result_build import build_result
@@ -53,6 +54,7 @@ PRUNE_SLACK = 4096  # ... plus this many GPUs, so that the final fill rarely run
 
 def clear(book: Book) -> Result:
     """Clear one round: a pure function of the book; the same book gives the same result, byte for byte."""
+    keep_freed_memory()
     state = RoundState.start(book)
     retier(state)
     prefs = preference_order(book.bids, book.types)
@@ -128,11 +130,9 @@ def run_pass(state: RoundState, rows: I64, choice: I32, *, first: bool) -> None:
     tiers and placement."""
     bids, n_tenants, n_types = state.book.bids, len(state.book.tenants), len(state.book.types)
     price = row_prices(bids, rows, choice)
-    poor = poor_rows(rows, bids.tenant, bids.gpus, price, bids.max_s, state.budget_left)
-    if poor.size:
-        noted = (state.over_budget, state.reason_type, state.figure)
-        refused = budget_filter(poor, price, state.ranks, bids, state.budget_left, choice, noted)
-        rows = drop(rows, refused, len(bids))
+    noted = (state.over_budget, state.reason_type, state.figure)
+    refused = budget_filter(rows, price, state.ranks, bids, state.budget_left, choice, noted)
+    rows = drop(rows, refused, len(bids))
     for t, part in enumerate(by_type(rows, choice, n_types)):
         if part.size == 0:
             continue
@@ -220,7 +220,9 @@ def clear_slate(
     book, floor, bids = state.book, state.floor, state.book.bids
     slate, below = rows, None
     if theta is not None:
-        slate, below = split_rows(rows, price, theta)
+        n_high = count_at_least(rows, price, theta)
+        slate, below = np.empty(n_high, dtype=np.int64), np.empty(rows.shape[0] - n_high, dtype=np.int64)
+        split_rows(rows, price, theta, slate, below)
         if below.size == 0:
             slate, below = rows, None
     s = Slate(*market_columns(slate, price, state.ranks, bids.gpus, bids.tenant))
@@ -274,20 +276,20 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     floor = state.floor
     placed = np.zeros(s.rows.shape[0], dtype=np.bool_)
     done = serve_starving(state, t, s, tier, placed)
-    order, bounds = placement_order(tier, s.gpus, done)
+    order, start, stride = placement_order(tier, s.gpus, done)
     for i, group in enumerate((TIER_G, TIER_B, TIER_S, -1)):
-        pos = order[bounds[i] : bounds[i + 1]]
+        base = i * stride  # key of gang size k in this group: base + stride - 1 - k
+        classes = [
+            (stride - 1 - j, order[start[base + j] : start[base + j + 1]])
+            for j in range(stride)
+            if start[base + j + 1] > start[base + j]
+        ]
         floor.context = (TIER_S if group < 0 else group, t)
-        spilled = spill if group < 0 else None
-        got, final = pl.place_rows(
-            floor, t, s.rows[pos], s.gpus[pos], spilled, by_size=True, tenant=s.tenant[pos]
-        )
-        if not final:
+        if not pl.place_group(floor, t, classes, s.rows, s.tenant, placed, spill if group < 0 else None):
             return None
-        placed[np.compress(got, pos)] = True
     tier[np.flatnonzero((tier == -1) & placed)] = TIER_S
     state.victim_cache.clear()  # entitlements of this type may have changed
-    g_left = np.sort(order[bounds[0] : bounds[1]])
+    g_left = np.sort(order[start[0] : start[stride]])
     g_left = g_left[~placed[g_left]]
     g_left = g_left[np.argsort(s.tenant[g_left], kind="stable")]  # tenant, then market order
     for at in g_left.tolist():
@@ -299,20 +301,19 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     return placed
 
 
-def placement_order(tier: I8, gpus: I32, done: I64) -> tuple[I64, list[int]]:
+def placement_order(tier: I8, gpus: I32, done: I64) -> tuple[I64, list[int], int]:
     """Slate positions in placement order: by group (tier G, B, S, then the rest), each by gang size, largest
-    first, each size in market order, leaving out ``done`` (placed already); and where each group starts (one
-    radix sort of small keys)."""
+    first, each size in market order, leaving out ``done`` (placed already); one counting sort of the keys
+    group * stride + stride - 1 - size. Returns the order, where each key starts in it, and the stride."""
     stride = int(gpus.max(initial=0)) + 1
-    kind = np.dtype(np.uint8 if 5 * stride <= 256 else np.int16 if 5 * stride < 32768 else np.int64)
-    key: NDArray[np.integer[Any]] = (tier.view(np.uint8) & 3).astype(kind)  # G, B, S, -1 (0xff): 0, 1, 2, 3
-    np.multiply(key, stride, out=key, dtype=kind)
-    np.add(key, stride - 1, out=key, dtype=kind)
-    np.subtract(key, gpus.astype(kind), out=key)
+    key = (tier.view(np.uint8) & 3).astype(np.int64)  # G, B, S, -1 (0xff): 0, 1, 2, 3
+    key *= stride
+    key += stride - 1
+    key -= gpus
     key[done] = 5 * stride - 1  # after every group
-    order = np.argsort(key, kind="stable").astype(np.int64)
-    bounds = np.searchsorted(key[order], np.arange(5) * stride).tolist()
-    return order, bounds
+    order = np.empty(key.shape[0], dtype=np.int64)
+    start = counting_order(key, 5 * stride, order)
+    return order, start.tolist(), stride
 
 
 def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) -> I64:

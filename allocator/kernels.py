@@ -3,9 +3,15 @@ the rule gives them, and writes its outcome in place.
 
 Arrays are indexed either by bid row (``price``, ``over_budget``, ...) or by position in a slate (a type's
 bids in market order: ``tier``, ``seg``, ``size``); each docstring says which.
+
+Kernels write large outputs into arrays the caller allocates with numpy, never their own: numpy asks the kernel
+for huge pages on arrays of 4 MiB and more, numba's allocator does not, and the page faults of a kernel's own
+10^6-row arrays (thousands per round, 4 KiB each) cost more than the kernels themselves.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,6 +24,7 @@ I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
 I8 = NDArray[np.int8]
 BOOL = NDArray[np.bool_]
+U64 = NDArray[np.uint64]
 
 
 @compiled
@@ -63,11 +70,11 @@ def demand_by_seg(tier: I8, hi: int, seg: I32, size: I32, n_seg: int) -> I64:
 
 
 @compiled
-def poor_rows(rows: I64, tenant: I32, gpus: I32, price: I64, max_s: I64, budget: I64) -> I64:
-    """The rows (of ``rows``, ascending) of the tenants who might not pay for all of them at their limit
-    prices: the budget filter (step 1) need only run over these, every other tenant's bids all pass. A float
-    bound of each tenant's holds decides, one unit per bid over (each hold is rounded up) and a relative margin
-    for float error, so a tenant left out surely pays for everything."""
+def poor_tenants(rows: I64, tenant: I32, gpus: I32, price: I64, max_s: I64, budget: I64) -> tuple[BOOL, int]:
+    """The tenants who might not pay for all their bids of ``rows`` at their limit prices, and how many bids
+    they have there: the budget filter (step 1) need only walk these, every other tenant's bids all pass. A
+    float bound of each tenant's holds decides, one unit per bid over (each hold is rounded up) and a relative
+    margin for float error, so a tenant left out surely pays for everything."""
     bound = np.zeros(budget.shape[0], dtype=np.float64)
     for r in rows:
         bound[tenant[r]] += gpus[r] * (price[r] * (max_s[r] / 3600.0)) + 1.0
@@ -75,51 +82,60 @@ def poor_rows(rows: I64, tenant: I32, gpus: I32, price: I64, max_s: I64, budget:
     n = 0
     for r in rows:
         n += poor[tenant[r]]
-    out = np.empty(n, dtype=np.int64)
+    return poor, n
+
+
+@compiled
+def poor_bids(
+    rows: I64, poor: BOOL, tenant: I32, gpus: I32, price: I64, max_s: I64, out: tuple[I64, I64, I32, I64]
+) -> None:
+    """The bids of ``rows`` (ascending) of the ``poor`` tenants, in row order, as compact copies: (row, price,
+    tenant, hold at the limit price ceil(gpus * price * max_s / 3600)). The filter then reads them in market
+    order without straying over the whole book."""
+    o_row, o_price, o_tenant, o_need = out
     j = 0
     for r in rows:
         if poor[tenant[r]]:
-            out[j] = r
+            o_row[j], o_price[j], o_tenant[j] = r, price[r], tenant[r]
+            o_need[j] = (price[r] * max_s[r] * gpus[r] + 3599) // 3600
             j += 1
-    return out
 
 
 @compiled
 def budget_prefix(
+    order: I64,
     rows: I64,
     tenant: I32,
-    gpus: I32,
-    price: I64,
-    max_s: I64,
+    need: I64,
     budget: I64,
     choice: I32,
     over_budget: BOOL,
     reason_type: I32,
     figure: I64,
-) -> I64:
-    """Budget filter, ARCHITECTURE.md §Clearing step 1: ``rows`` in market order (so each tenant's in its own
-    order) are admitted while the sum of their holds at the limit price, ceil(gpus * price * max_s / 3600),
-    fits the tenant's ``budget``; from the first that does not, every later bid of that tenant is refused too.
-    The first refusal of a bid notes it (``over_budget``, the type tried, the hold it needed as ``figure``).
-    Returns the refused rows, in the given order."""
+    refused: I64,
+) -> int:
+    """Budget filter, ARCHITECTURE.md §Clearing step 1: the bids (``rows`` with their ``tenant`` and hold at
+    the limit price, ``need``) taken in market ``order`` (positions; so each tenant's in its own order) are
+    admitted while the sum of their holds fits the tenant's ``budget``; from the first that does not, every
+    later bid of that tenant is refused too. The first refusal of a bid notes it (``over_budget``, the type
+    tried, the hold it needed as ``figure``). Writes the refused rows to ``refused``; returns how many."""
     spent = np.zeros(budget.shape[0], dtype=np.int64)
     blocked = np.zeros(budget.shape[0], dtype=np.bool_)
-    refused = np.empty(rows.shape[0], dtype=np.int64)
     n = 0
-    for r in rows:
-        t = tenant[r]
-        need = (price[r] * max_s[r] * gpus[r] + 3599) // 3600
-        if not blocked[t] and spent[t] + need <= budget[t]:
-            spent[t] += need
+    for i in order:
+        t, k = tenant[i], need[i]
+        if not blocked[t] and spent[t] + k <= budget[t]:
+            spent[t] += k
             continue
         blocked[t] = True
+        r = rows[i]
         refused[n] = r
         n += 1
         if not over_budget[r]:
             over_budget[r] = True
             reason_type[r] = choice[r]
-            figure[r] = need
-    return refused[:n]
+            figure[r] = k
+    return n
 
 
 @compiled
@@ -197,14 +213,18 @@ def note_outcomes(
 
 
 @compiled
-def split_rows(rows: I64, price: I64, theta: int) -> tuple[I64, I64]:
-    """``rows`` (ascending) split into those priced at or above ``theta`` and the rest, each still ascending
-    (the slate and the bids below it, ``clearing.clear_slate``)."""
-    n_high = 0
+def count_at_least(rows: I64, price: I64, theta: int) -> int:
+    """How many of ``rows`` are priced at or above ``theta``."""
+    n = 0
     for r in rows:
-        n_high += price[r] >= theta
-    high = np.empty(n_high, dtype=np.int64)
-    low = np.empty(rows.shape[0] - n_high, dtype=np.int64)
+        n += price[r] >= theta
+    return n
+
+
+@compiled
+def split_rows(rows: I64, price: I64, theta: int, high: I64, low: I64) -> None:
+    """``rows`` (ascending) split into ``high``, those priced at or above ``theta``, and ``low``, the rest,
+    each still ascending (the slate and the bids below it, ``clearing.clear_slate``)."""
     i = j = 0
     for r in rows:
         if price[r] >= theta:
@@ -213,7 +233,6 @@ def split_rows(rows: I64, price: I64, theta: int) -> tuple[I64, I64]:
         else:
             low[j] = r
             j += 1
-    return high, low
 
 
 @compiled
@@ -231,11 +250,19 @@ def column_span(rows: I64, price: I64, gpus: I32, tenant: I32) -> tuple[int, int
 
 @compiled
 def pack_keys(
-    rows: I64, price: I64, rank: I64, gpus: I32, tenant: I32, top: int, bits: int, m_bits: int, g_bits: int
-) -> I64:
+    rows: I64,
+    price: I64,
+    rank: I64,
+    gpus: I32,
+    tenant: I32,
+    top: int,
+    widths: tuple[int, int, int],
+    key: I64,
+) -> None:
     """Sort keys of market order carrying their columns: (top - price, rank, tenant, gang size) packed from the
-    high bits down; ``rank`` by bid row, or empty when the rank of a row is the row itself."""
-    key = np.empty(rows.shape[0], dtype=np.int64)
+    high bits down, into ``key``; ``rank`` by bid row, or empty when the rank of a row is the row itself;
+    ``widths``: the bits of rank, tenant and gang size."""
+    bits, m_bits, g_bits = widths
     ranked = rank.shape[0] > 0
     for i in range(rows.shape[0]):
         r = rows[i]
@@ -243,21 +270,19 @@ def pack_keys(
         k |= rank[r] if ranked else r
         k = ((k << m_bits) | tenant[r]) << g_bits
         key[i] = k | gpus[r]
-    return key
 
 
 @compiled
 def unpack_keys(
-    key: I64, top: int, bits: int, m_bits: int, g_bits: int, by_rank: I64
-) -> tuple[I64, I64, I32, I32]:
-    """``pack_keys`` undone after the sort: bid rows, prices, gang sizes and tenants in market order
-    (``by_rank``: the row of each rank, or empty when ranks are rows)."""
-    n = key.shape[0]
-    rows, price = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    gpus, tenant = np.empty(n, dtype=np.int32), np.empty(n, dtype=np.int32)
+    key: I64, top: int, bits: tuple[int, int, int], by_rank: I64, out: tuple[I64, I64, I32, I32]
+) -> None:
+    """``pack_keys`` undone after the sort, into ``out``: bid rows, prices, gang sizes and tenants in market
+    order (``by_rank``: the row of each rank, or empty when ranks are rows)."""
+    rows, price, gpus, tenant = out
+    r_bits, m_bits, g_bits = bits
     ranked = by_rank.shape[0] > 0
-    g_mask, m_mask, r_mask = (1 << g_bits) - 1, (1 << m_bits) - 1, (1 << bits) - 1
-    for i in range(n):
+    g_mask, m_mask, r_mask = (1 << g_bits) - 1, (1 << m_bits) - 1, (1 << r_bits) - 1
+    for i in range(key.shape[0]):
         k = key[i]
         gpus[i] = k & g_mask
         k >>= g_bits
@@ -265,5 +290,77 @@ def unpack_keys(
         k >>= m_bits
         r = k & r_mask
         rows[i] = by_rank[r] if ranked else r
-        price[i] = top - (k >> bits)
-    return rows, price, gpus, tenant
+        price[i] = top - (k >> r_bits)
+
+
+@compiled
+def counting_order(key: I64, n_keys: int, order: I64) -> I64:
+    """Positions of ``key`` (small ints below ``n_keys``) sorted by key, stable, into ``order``; returns where
+    each key starts (a counting sort: two passes, where numpy's stable argsort makes several)."""
+    start = np.zeros(n_keys + 1, dtype=np.int64)
+    for k in key:
+        start[k + 1] += 1
+    for k in range(n_keys):
+        start[k + 1] += start[k]
+    at = start[:-1].copy()
+    for i in range(key.shape[0]):
+        k = key[i]
+        order[at[k]] = i
+        at[k] += 1
+    return start
+
+
+_ONE = np.uint64(1)
+
+
+@compiled
+def free_bitmaps(f: I64) -> tuple[U64, I64]:
+    """Nodes by free count for best fit: bit j of row v is set when node j has exactly v free GPUs (v > 0); and
+    per row the first word that may hold a set bit."""
+    bits = np.zeros((int(f.max()) + 1 if f.shape[0] else 1, (f.shape[0] + 63) // 64), dtype=np.uint64)
+    for j in range(f.shape[0]):
+        if f[j] > 0:
+            bits[f[j], j >> 6] |= _ONE << np.uint64(j & 63)
+    return bits, np.zeros(bits.shape[0], dtype=np.int64)
+
+
+@compiled
+def fewest_free(bits: U64, cursor: I64, k: int) -> int:
+    """The smallest free count >= k that some node has (-1: none); advances the cursors past empty words."""
+    for v in range(k, bits.shape[0]):
+        w, row = cursor[v], bits[v]
+        while w < row.shape[0] and row[w] == 0:
+            w += 1
+        cursor[v] = w
+        if w < row.shape[0]:
+            return v
+    return -1
+
+
+@compiled
+def best_fit_run(bits: U64, cursor: I64, f: I64, used: I64, k: int, node: I64, offset: I64) -> int:
+    """Placement, ARCHITECTURE.md §Clearing step 5: gangs of k GPUs, as many as ``node`` has room for, each on
+    the node with the fewest free GPUs that still holds it, ties by node index. Gangs of one size placed in a
+    row fill that node (floor(v / k) gangs) before the next: a node left with v - k >= k free becomes the best
+    fit, as no node had fewer free GPUs that held the gang. Writes each gang's node and first free-slot offset
+    (``used``: GPUs of the node handed out so far) and keeps ``f``, ``used`` and the bitmaps up to date.
+    Returns how many gangs landed (a prefix)."""
+    m, n = node.shape[0], 0
+    while n < m:
+        v = fewest_free(bits, cursor, k)
+        if v < 0:
+            break
+        w = cursor[v]
+        word = bits[v, w]
+        j = w * 64 + math.frexp(float(word & (~word + _ONE)))[1] - 1  # the lowest set bit
+        bits[v, w] = word & (word - _ONE)
+        take = min(v // k, m - n)
+        for g in range(take):
+            node[n], offset[n] = j, used[j] + g * k
+            n += 1
+        f[j] = v - take * k
+        used[j] += take * k
+        if f[j] > 0:
+            bits[f[j], j >> 6] |= _ONE << np.uint64(j & 63)
+            cursor[f[j]] = min(cursor[f[j]], j >> 6)
+    return n

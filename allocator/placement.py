@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Nodes
+from allocator.kernels import best_fit_run, fewest_free, free_bitmaps
 from allocator.segments import segment_starts
 
 I64 = NDArray[np.int64]
@@ -148,78 +148,30 @@ def open_nodes(floor: Floor, t: int) -> I64:
 
 
 class FreeBuckets:
-    """The open nodes of one placement call by free count: ``node[v]`` holds the local indices (into ``ix``)
-    of the nodes with exactly v free GPUs, ascending, so best fit (fewest free GPUs that still hold the gang,
-    then node index) walks the buckets upwards. ``f``: free count per local index, kept up to date."""
+    """The open nodes of one placement call by free count (``kernels.free_bitmaps``), for best fit: the fewest
+    free GPUs that still hold the gang, then node index. ``ix``: the nodes; ``f``: free count of each, kept up
+    to date."""
 
-    def __init__(self, ix: I64, f: I64) -> None:
+    def __init__(self, ix: I64, f: I64, initial_free: I64) -> None:
         self.ix, self.f = ix, f
-        top = int(f.max(initial=0))
-        order = np.argsort(
-            f.astype(np.uint8 if top < 256 else np.int16 if top < 32768 else np.int64), kind="stable"
-        )
-        fs = f[order]
-        starts = np.flatnonzero(segment_starts(fs))
-        ends = np.append(starts[1:], fs.shape[0])
-        self.node = {int(fs[a]): order[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)}
-        self.node.pop(0, None)
+        self.used = initial_free[ix] - f  # GPUs of each node handed out before this call: the first offset
+        self.bits, self.cursor = free_bitmaps(f)
 
     def room(self, k: int) -> bool:
         """Whether some node still holds a gang of k."""
-        return any(v >= k for v in self.node)
+        return bool(fewest_free(self.bits, self.cursor, k) >= 0)
 
-    def best_fit(self, k: int, gangs: int) -> I64:
-        """Local indices of the nodes that best fit ``gangs`` gangs of size k, in best-fit order, only as many
-        as needed (whole buckets, then the first nodes of the last one); they leave their buckets."""
-        out: list[I64] = []
-        for v in sorted(v for v in self.node if v >= k):
-            nodes, per = self.node[v], v // k
-            if nodes.shape[0] * per >= gangs:
-                m = -(-gangs // per)
-                out.append(nodes[:m])
-                self.node[v] = nodes[m:]
-                if self.node[v].shape[0] == 0:
-                    del self.node[v]
-                break
-            out.append(nodes)
-            del self.node[v]
-            gangs -= nodes.shape[0] * per
-        return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-
-    def put(self, local: I64) -> None:
-        """Return nodes to the buckets of their (new) free counts."""
-        w = self.f[local]
-        for v in np.flatnonzero(np.bincount(w)).tolist():
-            if v == 0:
-                continue
-            add = local[np.flatnonzero(w == v)]
-            have = self.node.get(v)
-            self.node[v] = np.sort(add) if have is None else np.sort(np.concatenate([have, add]))
-
-    def place(self, floor: Floor, k: int, rows: I64, tenant: I32 | None = None) -> int:
-        """Place gangs of size k <= node size in order, best fit; returns how many gangs (a prefix of ``rows``)
-        landed. Gangs of one size placed in sequence by best fit fill a node (floor(f / k) gangs) before the
-        next, because a node left with f - k >= k free stays the best fit."""
-        if rows.size == 0:
+    def place(self, floor: Floor, k: int, pos: I64, rows: I64, tenant: I32) -> int:
+        """Place the gangs of size k <= node size at positions ``pos``, in order, best fit
+        (``kernels.best_fit_run``; ``rows``, ``tenant``: by position); returns how many (a prefix of ``pos``)
+        landed."""
+        if pos.size == 0:
             return 0
-        cand = self.best_fit(k, rows.size)
-        if cand.size == 0:
-            return 0
-        f = self.f
-        per = f[cand] // k
-        before = np.cumsum(per) - per
-        n = min(rows.size, int(before[-1] + per[-1]))
-        node = self.ix[cand]
-        used = floor.initial_free[node] - f[cand]  # GPUs of the node already handed out: the first offset
-        if int(per.max()) == 1:
-            node, offset = node[:n], used[:n]
-        else:  # the j-th gang overall is gang j - before[i] on its node i: offset used[i] + k (j - before[i])
-            node = np.repeat(node, per)[:n]
-            offset = np.repeat(used - k * before, per)[:n]
-            offset += k * np.arange(n)
-        floor.record(rows[:n], node, k, offset, None if tenant is None else tenant[:n])
-        f[cand] -= np.clip(n - before, 0, per) * k
-        self.put(cand)
+        node, offset = np.empty(pos.shape[0], dtype=np.int64), np.empty(pos.shape[0], dtype=np.int64)
+        n = int(best_fit_run(self.bits, self.cursor, self.f, self.used, k, node, offset))
+        if n:
+            at = pos[:n]
+            floor.record(rows[at], self.ix[node[:n]], k, offset[:n], tenant[at])
         return n
 
 
@@ -270,64 +222,53 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
     return True
 
 
-def place_rows(
+def place_group(
     floor: Floor,
     t: int,
+    classes: list[tuple[int, I64]],
     rows: I64,
-    size: NDArray[np.integer[Any]],
+    tenant: I32,
+    placed: BOOL,
     spill: Callable[[], BOOL] | None = None,
-    *,
-    by_size: bool = False,
-    tenant: I32 | None = None,
-) -> tuple[BOOL, bool]:
-    """Placement of one group of gangs (``rows`` in priority order, gang sizes ``size``), largest gangs first;
-    returns the placed mask, and whether it is final. ``spill()``: by gang size, whether gangs of that size
-    wait after ``rows`` (the caller left them out); then the placement is not final (False) as soon as some
-    size runs out of gangs while one more of that size would still have landed. ``by_size``: the rows are
-    already ordered by size, largest first (each size in priority order). ``tenant``: of each row, if known."""
-    placed = np.zeros(rows.shape[0], dtype=np.bool_)
+) -> bool:
+    """Placement of one group of gangs, largest first: ``classes`` holds, per gang size k (descending), the
+    positions of the gangs of that size in priority order; ``rows`` and ``tenant`` give the bid row and tenant
+    of each position, and ``placed`` (by position) is set for the gangs that land. ``spill()``: by gang size,
+    whether gangs of that size wait after this group (the caller left them out); then the placement is not
+    final (returns False) as soon as some size runs out of gangs while one more of that size would still have
+    landed. Returns True when final."""
     ix = open_nodes(floor, t)
     ix = ix[floor.free[ix] > 0]
-    if ix.size == 0 or (rows.size == 0 and spill is None):
-        return placed, True
-    order = np.arange(size.shape[0]) if by_size else size_order(size)
-    srt = size[order]
-    bounds = np.append(np.flatnonzero(segment_starts(srt)), srt.shape[0])
-    span = {int(srt[a]): (a, b) for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)}
+    if ix.size == 0 or (not classes and spill is None):
+        return True
     extra = spill() if spill is not None else np.zeros(0, dtype=np.bool_)
+    span = dict(classes)
     sizes = sorted(set(span) | set(np.flatnonzero(extra).tolist()), reverse=True)
     cap = int(floor.max_cap[t])
     buckets: FreeBuckets | None = None
+    none = np.zeros(0, dtype=np.int64)
     for k in sizes:
-        a, b = span.get(k, (0, 0))
-        seg = order[a:b]
+        pos = span.get(k, none)
         waiting = k < extra.shape[0] and bool(extra[k])
         if k > cap:  # whole nodes, one gang at a time (the largest sizes come first)
-            for i in seg.tolist():
+            for i in pos.tolist():
                 placed[i] = place_whole_nodes(floor, t, k, int(rows[i]))
-            if waiting and bool(placed[seg].all()) and whole_node_choice(floor, t, k)[0].size:
-                return placed, False
+            if waiting and bool(placed[pos].all()) and whole_node_choice(floor, t, k)[0].size:
+                return False
             continue
         if buckets is None:
             ix = ix[floor.free[ix] > 0]
-            buckets = FreeBuckets(ix, floor.free[ix])
-        n = buckets.place(floor, k, rows[seg], None if tenant is None else tenant[seg])
-        placed[seg[:n]] = True
-        if waiting and n == seg.size and buckets.room(k):
+            buckets = FreeBuckets(ix, floor.free[ix], floor.initial_free)
+        n = buckets.place(floor, k, pos, rows, tenant)
+        placed[pos[:n]] = True
+        if waiting and n == pos.size and buckets.room(k):
             floor.free[ix] = buckets.f
-            return placed, False
-        if not buckets.node:
+            return False
+        if not buckets.room(1):
             break
     if buckets is not None:
         floor.free[ix] = buckets.f
-    return placed, True
-
-
-def size_order(size: NDArray[np.integer[Any]]) -> I64:
-    """Positions by gang size, largest first, each size in the given order (a radix sort of small ints)."""
-    top = int(size.max()) if size.size else 0
-    small = (-size).astype(np.int8 if top < 128 else np.int16 if top < 32768 else np.int64)
-    return np.argsort(small, kind="stable").astype(np.int64)
+    return True
 
 
 def largest_fit(floor: Floor, t: int) -> int:

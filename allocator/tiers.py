@@ -19,6 +19,8 @@ from allocator.kernels import (
     first_fit,
     first_fit_pool,
     pack_keys,
+    poor_bids,
+    poor_tenants,
     unpack_keys,
 )
 from allocator.segments import water_fill
@@ -147,9 +149,35 @@ def market_columns(rows: I64, price: I64, ranks: Ranks, gpus: I32, tenant: I32) 
         return order, p, gpus[order], tenant[order]
     none = np.zeros(0, dtype=np.int64)
     rank = none if ranks.rank is None else ranks.rank
-    key = pack_keys(rows, price, rank, gpus, tenant, top, bits, m_bits, g_bits)
+    key = np.empty(rows.shape[0], dtype=np.int64)  # (numpy allocates kernel outputs: kernels.py)
+    pack_keys(rows, price, rank, gpus, tenant, top, (bits, m_bits, g_bits), key)
     key.sort()
-    return unpack_keys(key, top, bits, m_bits, g_bits, none if ranks.by_rank is None else ranks.by_rank)
+    n = key.shape[0]
+    out = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32))
+    unpack_keys(key, top, (bits, m_bits, g_bits), none if ranks.by_rank is None else ranks.by_rank, out)
+    return out
+
+
+def market_positions(rows: I64, p: I64, ranks: Ranks) -> I64:
+    """Positions of ``rows`` (ascending, with their prices ``p``) in market order: price desc, then submit time,
+    then job id. Where ranks are rows, ascending positions are already in rank order, so one sort of packed
+    (price, position) keys gives the order; else a packed (price, rank) argsort; else a lexsort."""
+    n = rows.shape[0]
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    top, low = int(p.max()), int(p.min())
+    span = (top - low).bit_length()
+    bits = max(1, (n - 1).bit_length() if ranks.rank is None else (ranks.n - 1).bit_length())
+    if span + bits > 62:
+        return np.lexsort((ranks.of(rows), -p)).astype(np.int64)
+    key = np.subtract(top, p, dtype=np.int64)
+    key <<= bits
+    if ranks.rank is None:
+        key |= np.arange(n, dtype=np.int64)
+        key.sort()
+        return key & ((1 << bits) - 1)
+    key |= ranks.rank[rows]
+    return np.argsort(key).astype(np.int64)  # keys are distinct (ranks are), so any sort is stable
 
 
 def budget_filter(
@@ -163,13 +191,18 @@ def budget_filter(
 ) -> I64:
     """Budget filter, ARCHITECTURE.md §Clearing step 1: in the tenant's own order (price desc, submit time, job
     id), admit bids while their holds at the limit price (the most they can pay) fit the tenant's budget.
-    ``rows``: every bid of this pass of the tenants who might not pay for all of theirs (``poor_rows``; the
-    others pass whole). ``noted``: the (over budget, type tried, figure) arrays where a first refusal is noted.
+    Only the bids of the tenants who might not pay for all of theirs (``kernels.poor_tenants``) are walked; the
+    others pass whole. ``noted``: the (over budget, type tried, figure) arrays where a first refusal is noted.
     Returns the refused bid rows."""
-    if rows.size == 0:
-        return rows
-    rows, _ = market_order(rows, price, ranks)  # market order keeps each tenant's bids in its own order
-    return budget_prefix(rows, bids.tenant, bids.gpus, price, bids.max_s, budget_left, choice, *noted)
+    poor, n = poor_tenants(rows, bids.tenant, bids.gpus, price, bids.max_s, budget_left)
+    if n == 0:
+        return rows[:0]
+    compact = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int64))
+    poor_bids(rows, poor, bids.tenant, bids.gpus, price, bids.max_s, compact)
+    row, p, tenant, need = compact
+    order = market_positions(row, p, ranks)  # market order keeps each tenant's bids in its own order
+    refused = np.empty(n, dtype=np.int64)
+    return refused[: budget_prefix(order, row, tenant, need, budget_left, choice, *noted, refused)]
 
 
 def limit_holds(gpus: NDArray[Any], price: I64, max_s: I64) -> I64:
