@@ -364,3 +364,15 @@ def best_fit_run(bits: U64, cursor: I64, f: I64, used: I64, k: int, node: I64, o
             bits[f[j], j >> 6] |= _ONE << np.uint64(j & 63)
             cursor[f[j]] = min(cursor[f[j]], j >> 6)
     return n
+
+
+@compiled
+def best_node(ix: I64, free: I64, reserved: BOOL, k: int) -> int:
+    """Best fit for a single gang of k (ARCHITECTURE.md §Clearing step 5): of the nodes ``ix`` (ascending) not
+    reserved, the one with the fewest free GPUs that still holds it, ties by node index; -1: none."""
+    best, fewest = -1, np.iinfo(np.int64).max
+    for j in ix:
+        f = free[j]
+        if f >= k and f < fewest and not reserved[j]:
+            best, fewest = j, f
+    return best

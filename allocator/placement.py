@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Nodes
-from allocator.kernels import best_fit_run, fewest_free, free_bitmaps
+from allocator.kernels import best_fit_run, best_node, fewest_free, free_bitmaps
 from allocator.segments import segment_starts
 
 I64 = NDArray[np.int64]
@@ -201,13 +201,10 @@ def place_one(floor: Floor, t: int, k: int, row: int) -> bool:
     """Place a single gang, best fit (the open node with the fewest free GPUs that still holds it)."""
     if k > floor.max_cap[t]:
         return place_whole_nodes(floor, t, k, row)
-    ix = open_nodes(floor, t)
-    f = floor.free[ix]
-    if not ix.size or int(f.max()) < k:
+    at = best_node(floor.type_nodes[t], floor.free, floor.reserved, k)
+    if at < 0:
         return False
-    fits = np.flatnonzero(f >= k)
-    at = int(fits[np.argmin(f[fits])])  # fewest free GPUs that hold it, then node index
-    floor.log(np.array([row], dtype=np.int64), ix[at : at + 1], np.array([k], dtype=np.int64))
+    floor.log(np.array([row], dtype=np.int64), np.array([at], dtype=np.int64), np.array([k], dtype=np.int64))
     return True
 
 
