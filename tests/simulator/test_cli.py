@@ -42,7 +42,10 @@ def test_every_policy_side_by_side(write: Write, tmp_path: Path, capsys: pytest.
     assert [s["policy"] for s in written] == policies
     for name in ("utilization", "tenants", "prices", "queue_cdf"):
         assert (out / f"{name}.png").stat().st_size > 1000
-    assert capsys.readouterr().err == ""  # --quiet: no progress bar
+    # --quiet: no progress bar. (Not "stderr is empty": on a machine without matplotlib's font cache the first
+    # plot logs that it built one, and that line is not the simulator's to silence.)
+    err = capsys.readouterr().err
+    assert "%|" not in err
 
 
 def test_manage_py_simulate_forwards_to_the_simulator(write: Write, tmp_path: Path) -> None:

@@ -1,0 +1,132 @@
+"""The compiled loops of allocator/kernels.py against plain Python statements of the same rules.
+
+The whole-round tests (tables, invariants, the slate) already run every kernel; these pin each rule on its own,
+over random inputs, so that a kernel that drifts is named directly.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from allocator import kernels as k
+from allocator.tiers import Ranks, market_positions
+
+SEEDS = st.integers(0, 2**32 - 1)
+
+
+def _rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(SEEDS, st.integers(0, 60), st.integers(1, 6))
+def test_first_fit_is_sequential_first_fit(seed: int, n: int, n_seg: int) -> None:
+    rng = _rng(seed)
+    seg = rng.integers(0, n_seg, n).astype(np.int32)
+    size = rng.integers(1, 9, n).astype(np.int32)
+    cap = rng.integers(0, 20, n_seg).astype(np.int64)
+    tier = np.where(rng.random(n) < 0.2, 0, -1).astype(np.int8)  # some positions already taken
+    hi = int(rng.integers(0, n + 1))
+    want_tier, want_cap, taken = tier.copy(), cap.copy(), 0
+    for i in range(hi):
+        if want_tier[i] == -1 and size[i] <= want_cap[seg[i]]:
+            want_tier[i], taken = 7, taken + int(size[i])
+            want_cap[seg[i]] -= size[i]
+    got = k.first_fit(tier, 7, hi, seg, size, cap)
+    assert got == taken and (tier == want_tier).all() and (cap == want_cap).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(SEEDS, st.integers(0, 40))
+def test_budget_prefix_stops_each_tenant_at_its_first_miss(seed: int, n: int) -> None:
+    rng = _rng(seed)
+    tenant = rng.integers(0, 4, n).astype(np.int32)
+    need = rng.integers(0, 50, n).astype(np.int64)
+    budget = rng.integers(-5, 150, 4).astype(np.int64)
+    rows = np.sort(rng.choice(1000, n, replace=False)).astype(np.int64)
+    order = rng.permutation(n).astype(np.int64)
+    over = np.zeros(1000, dtype=np.bool_)
+    over[rows[: n // 3]] = True  # refused in an earlier pass: its first figure stands
+    choice = np.full(1000, 2, dtype=np.int32)
+    kind, figure = np.full(1000, -1, dtype=np.int32), np.zeros(1000, dtype=np.int64)
+    refused = np.empty(n, dtype=np.int64)
+    got = refused[
+        : k.budget_prefix(order, rows, tenant, need, budget, choice, over.copy(), kind, figure, refused)
+    ]
+    spent, blocked, want = [0] * 4, [False] * 4, []
+    for i in order.tolist():
+        t = int(tenant[i])
+        if not blocked[t] and spent[t] + int(need[i]) <= budget[t]:
+            spent[t] += int(need[i])
+        else:
+            blocked[t] = True
+            want.append(int(rows[i]))
+    assert got.tolist() == want
+    fresh = [r for r in want if not over[r]]
+    assert (kind[fresh] == 2).all() and (figure[over] == 0).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(SEEDS, st.integers(1, 70), st.lists(st.integers(1, 8), min_size=1, max_size=4))
+def test_best_fit_run_places_each_gang_on_the_tightest_node(
+    seed: int, n_nodes: int, sizes: list[int]
+) -> None:
+    """Runs of same-size gangs, largest first as placement gives them, each gang on the node with the fewest
+    free GPUs that still holds it (ties: lowest index), matching a gang-by-gang search."""
+    rng = _rng(seed)
+    f = rng.integers(0, 9, n_nodes).astype(np.int64)
+    used = rng.integers(0, 3, n_nodes).astype(np.int64)
+    want_f, want_used = f.copy(), used.copy()
+    bits, cursor = k.free_bitmaps(f)
+    for size in sorted(sizes, reverse=True):
+        m = int(rng.integers(0, 40))
+        node, offset = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+        n = k.best_fit_run(bits, cursor, f, used, size, node, offset)
+        want = []
+        for _ in range(m):
+            fits = [j for j in range(n_nodes) if want_f[j] >= size]
+            if not fits:
+                break
+            j = min(fits, key=lambda j: (want_f[j], j))
+            want.append((j, int(want_used[j])))
+            want_f[j] -= size
+            want_used[j] += size
+        assert list(zip(node[:n].tolist(), offset[:n].tolist(), strict=True)) == want
+        assert (f == want_f).all() and (used == want_used).all()
+        assert (k.fewest_free(bits, cursor, size) >= 0) == bool((want_f >= size).any())
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 300), st.integers(1, 20))
+def test_counting_order_is_a_stable_sort(seed: int, n: int, n_keys: int) -> None:
+    key = _rng(seed).integers(0, n_keys, n).astype(np.int64)
+    order = np.empty(n, dtype=np.int64)
+    start = k.counting_order(key, n_keys, order)
+    assert (order == np.argsort(key, kind="stable")).all()
+    assert (start == np.searchsorted(np.sort(key), np.arange(n_keys + 1))).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 200), st.booleans())
+def test_split_rows_and_market_positions(seed: int, n: int, in_order: bool) -> None:
+    rng = _rng(seed)
+    total = max(n, 1) * 2
+    rows = np.sort(rng.choice(total, n, replace=False)).astype(np.int64)
+    price = rng.integers(0, 10, total).astype(np.int64)
+    theta = int(rng.integers(0, 11))
+    high = np.empty(k.count_at_least(rows, price, theta), dtype=np.int64)
+    low = np.empty(n - high.size, dtype=np.int64)
+    k.split_rows(rows, price, theta, high, low)
+    assert high.tolist() == [r for r in rows.tolist() if price[r] >= theta]
+    assert low.tolist() == [r for r in rows.tolist() if price[r] < theta]
+    if in_order:
+        ranks = Ranks(None, None, total)
+        rank = np.arange(total)
+    else:
+        rank = rng.permutation(total).astype(np.int64)
+        by_rank = np.argsort(rank).astype(np.int64)
+        ranks = Ranks(rank, by_rank, total)
+    pos = market_positions(rows, price[rows], ranks)
+    assert pos.tolist() == np.lexsort((rank[rows], -price[rows])).tolist()
