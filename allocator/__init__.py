@@ -37,6 +37,7 @@ from allocator.result import (
     WinnerRecord,
     Winners,
 )
+from allocator.warm import warm_up
 
 __all__ = [
     "BELOW_RESERVE",
@@ -68,4 +69,5 @@ __all__ = [
     "Winners",
     "clear",
     "hold_of",
+    "warm_up",
 ]

@@ -99,6 +99,9 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     _populate(args.jobs, args.tenants, args.nodes, args.seed)
+    from allocator import warm_up
+
+    warm_up()  # as a Celery worker does when it starts (config/celery.py): no round compiles the kernels
 
     rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
     profile = cProfile.Profile() if args.profile else None

@@ -130,3 +130,18 @@ def test_split_rows_and_market_positions(seed: int, n: int, in_order: bool) -> N
         ranks = Ranks(rank, by_rank, total)
     pos = market_positions(rows, price[rows], ranks)
     assert pos.tolist() == np.lexsort((rank[rows], -price[rows])).tolist()
+
+
+def test_warm_up_reaches_every_kernel() -> None:
+    """A Celery worker calls ``warm_up`` when it starts so that no round compiles a kernel; it must call each."""
+    import numba
+
+    from allocator import warm_up
+
+    result = warm_up()
+    assert len(result.winners) and len(result.losers) and result.counters["starving_placed"]
+    kernels = {
+        n: getattr(k, n) for n in dir(k) if isinstance(getattr(k, n), numba.core.registry.CPUDispatcher)
+    }
+    inlined = {"_loss"}  # only ever called from another kernel
+    assert [n for n, f in kernels.items() if not f.signatures and n not in inlined] == []

@@ -1,0 +1,72 @@
+"""Compile (or load from the cache) every kernel of the allocator before the first real round needs it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from allocator.book import MICRO, Bids, Book, GpuTypes, Leases, Nodes, Policy, Tenants
+from allocator.clearing import PRUNE_MIN, clear
+from allocator.result import Result
+
+
+def warm_up() -> Result:
+    """Clear a synthetic book large enough for the slate (``PRUNE_MIN`` bids in a type) and varied enough to
+    reach every kernel: two GPU types, a guarantee, a tenant short of budget, gangs of several sizes, a
+    starving gang and a running lease. Takes under a second with the kernels cached, a few seconds without.
+
+    Why: numba compiles each kernel on its first call. A Celery worker calls this when it starts
+    (``config/celery.py``), so no round pays for it; the round benchmark does the same."""
+    rng = np.random.default_rng(0)
+    n_bids, n_nodes, now = 2 * PRUNE_MIN, 512, 1_700_000_000  # a third are the poor tenant's
+    free = np.ones((n_nodes, 8), dtype=np.bool_)
+    free[0, :2] = False
+    i64, i32 = np.int64, np.int32
+    leases = Leases(
+        lease=np.array([1], dtype=i64),
+        tenant=np.array([1], dtype=i32),
+        gpu_type=np.array([0], dtype=i32),
+        tier=np.array([2], dtype=np.int8),
+        start=np.array([now - 7200], dtype=i64),
+        preemptible=np.array([True]),
+        slot_ptr=np.array([0, 2], dtype=i64),
+        slot_node=np.array([0, 0], dtype=i32),
+        slot_idx=np.array([0, 1], dtype=i32),
+    )
+    held = np.zeros((3, 3, 2), dtype=i32)
+    held[1, 2, 0] = 2
+    limit = rng.integers(MICRO, 4 * MICRO, (n_bids, 2))
+    limit[:, 1] = np.where(
+        np.arange(n_bids) % 3 == 0, -1, limit[:, 0] - 1
+    )  # "a" first: one type gets a slate
+    book = Book(
+        now=now,
+        round=1,
+        types=GpuTypes(("a", "b"), np.full(2, MICRO), np.full(2, 2 * MICRO), np.full(2, 50 * MICRO)),
+        nodes=Nodes(
+            tuple(f"n{i}" for i in range(n_nodes)),
+            (np.arange(n_nodes) % 2).astype(i32),
+            (np.arange(n_nodes) // 64).astype(i32),
+            np.full(n_nodes, 8, dtype=i32),
+            free,
+        ),
+        tenants=Tenants(
+            ("rich", "lender", "poor"),
+            np.array([1.0, 2.0, 1.0]),
+            np.array([[16, 0], [4, 4], [0, 0]]),
+            held,
+            np.array([10**9 * MICRO, 10**9 * MICRO, 100 * MICRO]),
+            np.array([-1, -1, -1]),
+        ),
+        bids=Bids(
+            job=np.arange(n_bids) + 1,
+            tenant=rng.integers(0, 3, n_bids).astype(i32),
+            gpus=np.where(rng.random(n_bids) < 0.8, 1, rng.integers(2, 17, n_bids)).astype(i32),
+            limit=limit,
+            max_s=np.full(n_bids, 3600),
+            submit=now - n_bids + np.arange(n_bids),
+            waited=np.where(np.arange(n_bids) % 5000 == 7, 10, 0).astype(i32),
+        ),
+        leases=leases,
+        policy=Policy(min_runtime_s=600),
+    )
+    return clear(book)
