@@ -278,14 +278,9 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     done = serve_starving(state, t, s, tier, placed)
     order, start, stride = placement_order(tier, s.gpus, done)
     for i, group in enumerate((TIER_G, TIER_B, TIER_S, -1)):
-        base = i * stride  # key of gang size k in this group: base + stride - 1 - k
-        classes = [
-            (stride - 1 - j, order[start[base + j] : start[base + j + 1]])
-            for j in range(stride)
-            if start[base + j + 1] > start[base + j]
-        ]
         floor.context = (TIER_S if group < 0 else group, t)
-        if not pl.place_group(floor, t, classes, s.rows, s.tenant, placed, spill if group < 0 else None):
+        classes = (order, start, i * stride, stride)
+        if not pl.place_group(floor, t, classes, s.rows, placed, spill if group < 0 else None):
             return None
     tier[np.flatnonzero((tier == -1) & placed)] = TIER_S
     state.victim_cache.clear()  # entitlements of this type may have changed
@@ -301,7 +296,7 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     return placed
 
 
-def placement_order(tier: I8, gpus: I32, done: I64) -> tuple[I64, list[int], int]:
+def placement_order(tier: I8, gpus: I32, done: I64) -> tuple[I64, I64, int]:
     """Slate positions in placement order: by group (tier G, B, S, then the rest), each by gang size, largest
     first, each size in market order, leaving out ``done`` (placed already); one counting sort of the keys
     group * stride + stride - 1 - size. Returns the order, where each key starts in it, and the stride."""
@@ -313,7 +308,7 @@ def placement_order(tier: I8, gpus: I32, done: I64) -> tuple[I64, list[int], int
     key[done] = 5 * stride - 1  # after every group
     order = np.empty(key.shape[0], dtype=np.int64)
     start = counting_order(key, 5 * stride, order)
-    return order, start.tolist(), stride
+    return order, start, stride
 
 
 def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) -> I64:

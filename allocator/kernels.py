@@ -376,3 +376,71 @@ def best_node(ix: I64, free: I64, reserved: BOOL, k: int) -> int:
         if f >= k and f < fewest and not reserved[j]:
             best, fewest = j, f
     return best
+
+
+@compiled
+def log_slots(
+    node_e: I64, offset: I64, count: I64, gappy: BOOL, ptr: I64, free_slot: I32, node: I32, slot: I32
+) -> None:
+    """The GPUs of the placement log, one per row of ``node`` and ``slot``: entry i took ``count[i]`` GPUs of
+    node ``node_e[i]``, its free slots ``offset[i]`` onwards. A node's free slots are 0..free-1 unless it is
+    ``gappy``; then its free slots are listed in ``free_slot`` from ``ptr[node]`` on."""
+    g = 0
+    for i in range(node_e.shape[0]):
+        j, o = node_e[i], offset[i]
+        for c in range(count[i]):
+            node[g] = j
+            slot[g] = free_slot[ptr[j] + o + c] if gappy[j] else o + c
+            g += 1
+
+
+@compiled
+def place_sizes(
+    ix: I64,
+    free: I64,
+    initial_free: I64,
+    classes: tuple[I64, I64, int, int],
+    rows: I64,
+    placed: BOOL,
+    spill: BOOL,
+    log: tuple[I64, I64, I64, I64, I8, I32],
+    at: int,
+    context: tuple[int, int],
+    touched: BOOL,
+) -> tuple[int, bool]:
+    """Placement, ARCHITECTURE.md §Clearing step 5, of one group's gangs that fit a node, largest first, best
+    fit (``best_fit_run``) on the nodes ``ix`` (open, with free GPUs). ``classes``: (positions in placement
+    order, where each key starts in it, the group's first key, stride): the gangs of size k are at
+    ``order[start[key] : start[key + 1]]`` for key = first + stride - 1 - k (``clearing.placement_order``). Each placement is appended to ``log`` (the floor's columns: row, node, count, offset, tier, type) from entry
+    ``at`` on, tagged with ``context`` (tier, type); ``placed`` (by position) and ``touched`` (by node) are set
+    and ``free`` kept up to date. ``spill`` (by size): gangs of that size wait after this group; the placement
+    is not final as soon as such a size runs out of gangs while one more would still land. Returns the next
+    free log entry and whether the placement is final."""
+    order, start, first, stride = classes
+    log_row, log_node, log_count, log_offset, log_tier, log_type = log
+    f = free[ix]
+    used = initial_free[ix] - f
+    bits, cursor = free_bitmaps(f)
+    final = True
+    for k in range(bits.shape[0] - 1, 0, -1):  # no gang larger than the most free GPUs on a node can land
+        lo = hi = 0
+        if k < stride:
+            key = first + stride - 1 - k
+            lo, hi = start[key], start[key + 1]
+        n = best_fit_run(bits, cursor, f, used, k, log_node[at : at + hi - lo], log_offset[at : at + hi - lo])
+        for i in range(n):
+            pos = order[lo + i]
+            placed[pos] = True
+            j = ix[log_node[at + i]]
+            log_row[at + i], log_node[at + i], log_count[at + i] = rows[pos], j, k
+            log_tier[at + i], log_type[at + i] = context
+            touched[j] = True
+        at += n
+        if k < spill.shape[0] and spill[k] and n == hi - lo and fewest_free(bits, cursor, k) >= 0:
+            final = False
+            break
+        if fewest_free(bits, cursor, 1) < 0:
+            break
+    for i in range(ix.shape[0]):
+        free[ix[i]] = f[i]
+    return at, final

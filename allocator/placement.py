@@ -19,7 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Nodes
-from allocator.kernels import best_fit_run, best_node, fewest_free, free_bitmaps
+from allocator.kernels import best_node, log_slots, place_sizes
 from allocator.segments import segment_starts
 
 I64 = NDArray[np.int64]
@@ -29,49 +29,50 @@ I8 = NDArray[np.int8]
 
 
 @dataclass(frozen=True)
-class Chunk:
-    """Placements made by one call, in order: bid ``rows``, the ``node`` of each, ``count`` GPUs each (an int
-    when every gang of the call has the same size), from free-slot ``offset`` on; all of one tier and type."""
-
-    rows: I64
-    node: I64
-    count: int | I64
-    offset: I64
-    tier: int
-    gpu_type: int
-    tenant: I32
-
-
-@dataclass(frozen=True)
 class FloorMark:
     """What ``Floor.rewind`` needs to undo the placements made after ``Floor.mark``."""
 
     free: I64
     reserved: BOOL
     touched: BOOL
-    chunks: int
+    entries: int
     explicit: int
     multi_node: bool
 
 
 @dataclass
 class Floor:
-    """Mutable placement state of one round. Placements are logged as chunks (``Chunk``); ``explicit`` holds
-    placements on GPUs freed by preemption (step 6)."""
+    """Mutable placement state of one round. Placements are logged in one flat log (``log_*``, the first
+    ``entries`` used): per entry the bid row, its node, how many GPUs and from which free-slot offset on, and the
+    tier and type of the placement; a gang on several nodes has one entry per node. ``explicit`` holds
+    placements on GPUs freed by preemption (step 6).
+
+    Why flat arrays: a round places gangs in a few dozen runs (per group and gang size), and the result needs
+    them as columns; appending each run to preallocated columns (a kernel may write straight into them) costs
+    a few slice assignments, where a list of per-run arrays cost a concatenation of each column at the end."""
 
     nodes: Nodes
     free: I64
     reserved: BOOL
     type_nodes: list[I64]
     max_cap: I64
-    chunks: list[Chunk] = field(default_factory=list)
+    log_row: I64
+    log_node: I64
+    log_count: I64
+    log_offset: I64
+    log_tier: I8
+    log_type: I32
+    entries: int = 0
     multi_node: bool = False  # some gang was logged on several nodes (several log entries)
     context: tuple[int, int] = (0, 0)  # (tier, GPU type) of the placements being made, logged with them
-    row_tenant: I32 = field(default_factory=lambda: np.zeros(0, dtype=np.int32))  # tenant of each bid row
     explicit: list[tuple[int, int, I64, int]] = field(default_factory=list)
+    initial_free: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    touched: BOOL = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
 
     @classmethod
-    def of(cls, nodes: Nodes, n_types: int, row_tenant: I32 | None = None) -> Floor:
+    def of(cls, nodes: Nodes, n_types: int, n_bids: int) -> Floor:
+        """An empty floor; its log holds ``n_bids`` single-node gangs plus one entry per node for gangs spread
+        over several nodes (each such entry takes a whole node), so it never fills."""
         free = nodes.free_count.astype(np.int64)
         if n_types == 1:
             type_nodes = [np.arange(len(nodes), dtype=np.int64)]
@@ -82,14 +83,20 @@ class Floor:
         max_cap = np.array(
             [int(nodes.capacity[ix].max()) if ix.size else 0 for ix in type_nodes], dtype=np.int64
         )
-        floor = cls(nodes, free, np.zeros(len(nodes), dtype=np.bool_), type_nodes, max_cap)
-        if row_tenant is not None:
-            floor.row_tenant = row_tenant
-        return floor
-
-    initial_free: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-
-    touched: BOOL = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+        cap = n_bids + len(nodes)
+        return cls(
+            nodes,
+            free,
+            np.zeros(len(nodes), dtype=np.bool_),
+            type_nodes,
+            max_cap,
+            np.empty(cap, dtype=np.int64),
+            np.empty(cap, dtype=np.int64),
+            np.empty(cap, dtype=np.int64),
+            np.empty(cap, dtype=np.int64),
+            np.empty(cap, dtype=np.int8),
+            np.empty(cap, dtype=np.int32),
+        )
 
     def __post_init__(self) -> None:
         self.initial_free = self.nodes.free_count.astype(np.int64)
@@ -100,7 +107,7 @@ class Floor:
             self.free.copy(),
             self.reserved.copy(),
             self.touched.copy(),
-            len(self.chunks),
+            self.entries,
             len(self.explicit),
             self.multi_node,
         )
@@ -108,7 +115,7 @@ class Floor:
     def rewind(self, mark: FloorMark) -> None:
         """Undo every placement and reservation made since ``mark``."""
         self.free[:], self.reserved[:], self.touched[:] = mark.free, mark.reserved, mark.touched
-        del self.chunks[mark.chunks :]
+        self.entries = mark.entries
         del self.explicit[mark.explicit :]
         self.multi_node = mark.multi_node
 
@@ -124,12 +131,19 @@ class Floor:
         self.free[node] -= from_free
         self.explicit.append((row, node, slots, self.context[1]))
 
-    def record(self, rows: I64, node: I64, count: int | I64, offset: I64, tenant: I32 | None = None) -> None:
-        """Append placements whose GPUs the caller has already taken (``offset``: first free slot used;
-        ``tenant``: the tenant of each row, looked up in ``row_tenant`` when not given)."""
+    def record(self, rows: I64, node: I64, count: int | I64, offset: I64) -> None:
+        """Append placements whose GPUs the caller has already taken (``offset``: first free slot used)."""
+        a = self.entries
+        b = a + rows.shape[0]
+        self.log_row[a:b], self.log_node[a:b], self.log_count[a:b], self.log_offset[a:b] = (
+            rows,
+            node,
+            count,
+            offset,
+        )
+        self.log_tier[a:b], self.log_type[a:b] = self.context
+        self.entries = b
         self.touched[node] = True
-        owner = self.row_tenant[rows] if tenant is None else tenant
-        self.chunks.append(Chunk(rows, node, count, offset, self.context[0], self.context[1], owner))
 
     def log(self, rows: I64, node: I64, count: I64) -> None:
         """Record placements and take their GPUs (``node`` entries of one call are grouped by node)."""
@@ -145,34 +159,6 @@ def open_nodes(floor: Floor, t: int) -> I64:
     """Nodes of type ``t`` that may take new work."""
     ix = floor.type_nodes[t]
     return ix[~floor.reserved[ix]]
-
-
-class FreeBuckets:
-    """The open nodes of one placement call by free count (``kernels.free_bitmaps``), for best fit: the fewest
-    free GPUs that still hold the gang, then node index. ``ix``: the nodes; ``f``: free count of each, kept up
-    to date."""
-
-    def __init__(self, ix: I64, f: I64, initial_free: I64) -> None:
-        self.ix, self.f = ix, f
-        self.used = initial_free[ix] - f  # GPUs of each node handed out before this call: the first offset
-        self.bits, self.cursor = free_bitmaps(f)
-
-    def room(self, k: int) -> bool:
-        """Whether some node still holds a gang of k."""
-        return bool(fewest_free(self.bits, self.cursor, k) >= 0)
-
-    def place(self, floor: Floor, k: int, pos: I64, rows: I64, tenant: I32) -> int:
-        """Place the gangs of size k <= node size at positions ``pos``, in order, best fit
-        (``kernels.best_fit_run``; ``rows``, ``tenant``: by position); returns how many (a prefix of ``pos``)
-        landed."""
-        if pos.size == 0:
-            return 0
-        node, offset = np.empty(pos.shape[0], dtype=np.int64), np.empty(pos.shape[0], dtype=np.int64)
-        n = int(best_fit_run(self.bits, self.cursor, self.f, self.used, k, node, offset))
-        if n:
-            at = pos[:n]
-            floor.record(rows[at], self.ix[node[:n]], k, offset[:n], tenant[at])
-        return n
 
 
 def whole_node_choice(floor: Floor, t: int, k: int) -> tuple[I64, I64]:
@@ -222,50 +208,49 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
 def place_group(
     floor: Floor,
     t: int,
-    classes: list[tuple[int, I64]],
+    classes: tuple[I64, I64, int, int],
     rows: I64,
-    tenant: I32,
     placed: BOOL,
     spill: Callable[[], BOOL] | None = None,
 ) -> bool:
-    """Placement of one group of gangs, largest first: ``classes`` holds, per gang size k (descending), the
-    positions of the gangs of that size in priority order; ``rows`` and ``tenant`` give the bid row and tenant
-    of each position, and ``placed`` (by position) is set for the gangs that land. ``spill()``: by gang size,
-    whether gangs of that size wait after this group (the caller left them out); then the placement is not
-    final (returns False) as soon as some size runs out of gangs while one more of that size would still have
-    landed. Returns True when final."""
+    """Placement of one group of gangs, largest first. ``classes``: (positions in placement order, where each
+    key starts in it, the group's first key, stride): the gangs of size k are at ``order[start[key] :
+    start[key + 1]]`` for key = first + stride - 1 - k, in priority order (``clearing.placement_order``);
+    ``rows`` gives the bid row of each position, and ``placed`` (by position) is set for the gangs that land.
+    Gangs larger than any node take whole nodes, one at a time; the rest go to ``kernels.place_sizes``.
+    ``spill()``: by gang size, whether gangs of that size wait after this group (the caller left them out);
+    then the placement is not final (returns False) as soon as some size runs out of gangs while one more of
+    that size would still have landed. Returns True when final."""
+    order, start, first, stride = classes
     ix = open_nodes(floor, t)
     ix = ix[floor.free[ix] > 0]
-    if ix.size == 0 or (not classes and spill is None):
+    if ix.size == 0 or (start[first] == start[first + stride] and spill is None):
         return True
     extra = spill() if spill is not None else np.zeros(0, dtype=np.bool_)
-    span = dict(classes)
-    sizes = sorted(set(span) | set(np.flatnonzero(extra).tolist()), reverse=True)
     cap = int(floor.max_cap[t])
-    buckets: FreeBuckets | None = None
-    none = np.zeros(0, dtype=np.int64)
-    for k in sizes:
-        pos = span.get(k, none)
+    for k in range(max(stride - 1, extra.shape[0] - 1), cap, -1):  # whole nodes, largest gangs first
+        pos = order[start[first + stride - 1 - k] : start[first + stride - k]] if k < stride else order[:0]
+        for i in pos.tolist():
+            placed[i] = place_whole_nodes(floor, t, k, int(rows[i]))
         waiting = k < extra.shape[0] and bool(extra[k])
-        if k > cap:  # whole nodes, one gang at a time (the largest sizes come first)
-            for i in pos.tolist():
-                placed[i] = place_whole_nodes(floor, t, k, int(rows[i]))
-            if waiting and bool(placed[pos].all()) and whole_node_choice(floor, t, k)[0].size:
-                return False
-            continue
-        if buckets is None:
-            ix = ix[floor.free[ix] > 0]
-            buckets = FreeBuckets(ix, floor.free[ix], floor.initial_free)
-        n = buckets.place(floor, k, pos, rows, tenant)
-        placed[pos[:n]] = True
-        if waiting and n == pos.size and buckets.room(k):
-            floor.free[ix] = buckets.f
+        if waiting and bool(placed[pos].all()) and whole_node_choice(floor, t, k)[0].size:
             return False
-        if not buckets.room(1):
-            break
-    if buckets is not None:
-        floor.free[ix] = buckets.f
-    return True
+    ix = ix[floor.free[ix] > 0]
+    log = (floor.log_row, floor.log_node, floor.log_count, floor.log_offset, floor.log_tier, floor.log_type)
+    floor.entries, final = place_sizes(
+        ix,
+        floor.free,
+        floor.initial_free,
+        classes,
+        rows,
+        placed,
+        extra,
+        log,
+        floor.entries,
+        floor.context,
+        floor.touched,
+    )
+    return final
 
 
 def largest_fit(floor: Floor, t: int) -> int:
@@ -294,52 +279,25 @@ def _prefix_free(floor: Floor) -> BOOL:
     return np.asarray(~(free[:, 1:] & ~free[:, :-1]).any(axis=1), dtype=np.bool_)
 
 
-def slots_of_log(floor: Floor, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:
+def slots_of_log(floor: Floor, price: I64, row_tenant: I32) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:
     """Expand the log into (bid row, GPUs, tier, type, price, tenant per entry; node, slot per GPU), in log
-    order; ``price[tier * types + type]`` is what a placement of that tier and type pays. A node's free slots
-    are handed out in ascending slot order, in the order gangs landed on it: the slot is the offset itself
-    where a node's free slots are 0..free-1 (the usual case), else looked up."""
-    chunks = [c for c in floor.chunks if c.rows.size]
-    sizes = np.array([c.rows.size for c in chunks], dtype=np.int64)
-    widths = [c.rows.size * c.count if isinstance(c.count, int) else int(c.count.sum()) for c in chunks]
-    n, n_gpus, n_types = int(sizes.sum()), int(sum(widths)), price.shape[0] // 3
-    rows, count, tenant = (
-        np.empty(n, dtype=np.int64),
-        np.empty(n, dtype=np.int64),
-        np.empty(n, dtype=np.int32),
-    )
-    node, slot = np.empty(n_gpus, dtype=np.int32), np.empty(n_gpus, dtype=np.int32)
+    order; ``price[tier * types + type]`` is what a placement of that tier and type pays, ``row_tenant`` the
+    tenant of each bid row. A node's free slots are handed out in ascending slot order, in the order gangs
+    landed on it: the slot is the offset itself where a node's free slots are 0..free-1 (the usual case), else
+    looked up (``kernels.log_slots``)."""
+    n = floor.entries
+    rows, count, node_e = floor.log_row[:n].copy(), floor.log_count[:n].copy(), floor.log_node[:n]
+    tiers, kinds = floor.log_tier[:n].copy(), floor.log_type[:n].copy()
+    n_types = price.shape[0] // 3
+    node, slot = np.empty(int(count.sum()), dtype=np.int32), np.empty(int(count.sum()), dtype=np.int32)
     gappy = ~_prefix_free(floor)
-    lookup = bool(gappy.any())
-    if lookup:
-        sub = np.flatnonzero(gappy)
-        free_slot = np.nonzero(floor.nodes.free[sub])[1].astype(np.int32)
-        ptr = np.zeros(gappy.shape[0] + 1, dtype=np.int64)
-        ptr[sub + 1] = floor.initial_free[sub]
-        ptr = np.cumsum(ptr)
-    a = g = 0
-    for c, width in zip(chunks, widths, strict=True):
-        b, h = a + c.rows.size, g + width
-        rows[a:b], tenant[a:b] = c.rows, c.tenant
-        if isinstance(c.count, int):
-            count[a:b] = c.count
-            if c.count == 1:
-                node[g:h], slot[g:h] = c.node, c.offset
-            else:
-                node[g:h].reshape(-1, c.count)[:] = c.node[:, None]
-                slot[g:h].reshape(-1, c.count)[:] = c.offset[:, None] + np.arange(c.count)
-        else:
-            count[a:b] = c.count
-            node[g:h] = np.repeat(c.node, c.count)
-            slot[g:h] = np.repeat(c.offset - (np.cumsum(c.count) - c.count), c.count) + np.arange(width)
-        if lookup:
-            at = np.flatnonzero(gappy[node[g:h]]) + g
-            slot[at] = free_slot[ptr[node[at]] + slot[at]]
-        a, g = b, h
-    tiers = np.array([c.tier for c in chunks], dtype=np.int8)
-    kinds = np.array([c.gpu_type for c in chunks], dtype=np.int32)
-    paid = np.repeat(price[tiers.astype(np.int64) * n_types + kinds], sizes) if n else np.zeros(0, np.int64)
-    return rows, count, np.repeat(tiers, sizes), np.repeat(kinds, sizes), paid, tenant, node, slot
+    sub = np.flatnonzero(gappy)
+    free_slot = np.nonzero(floor.nodes.free[sub])[1].astype(np.int32)
+    ptr = np.zeros(gappy.shape[0] + 1, dtype=np.int64)
+    ptr[sub + 1] = floor.initial_free[sub]
+    log_slots(node_e, floor.log_offset[:n], count, gappy, np.cumsum(ptr), free_slot, node, slot)
+    paid = price[tiers.astype(np.int64) * n_types + kinds]
+    return rows, count, tiers, kinds, paid, row_tenant[rows], node, slot
 
 
 def reserve_for(floor: Floor, t: int, k: int) -> I64:

@@ -57,7 +57,9 @@ def posted_prices(state: RoundState) -> I64:
 def _placements(state: RoundState, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:
     """(winner bid rows, GPUs, tier, type, price, tenant per winner; node, slot per GPU), winners in placement
     order."""
-    row, count, tier, gtype, paid, owner, node, slot = slots_of_log(state.floor, price)
+    row, count, tier, gtype, paid, owner, node, slot = slots_of_log(
+        state.floor, price, state.book.bids.tenant
+    )
     ex = state.floor.explicit
     if ex:
         sizes = [e[2].size for e in ex]

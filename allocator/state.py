@@ -56,7 +56,7 @@ class RoundState:
         starving = book.bids.waited >= book.policy.starve_rounds
         return cls(
             book=book,
-            floor=Floor.of(book.nodes, n_types, book.bids.tenant),
+            floor=Floor.of(book.nodes, n_types, n_bids),
             ranks=tie_rank(book.bids),
             held=book.tenants.held.astype(np.int64),
             won=np.zeros((len(book.tenants), n_types), dtype=np.int64),
