@@ -145,6 +145,16 @@ class Floor:
         self.entries = b
         self.touched[node] = True
 
+    def take_one(self, row: int, node: int, k: int) -> None:
+        """Place one gang on one node: its next ``k`` free slots (``log`` for a single entry, without arrays)."""
+        e = self.entries
+        self.log_row[e], self.log_node[e], self.log_count[e] = row, node, k
+        self.log_offset[e] = self.initial_free[node] - self.free[node]
+        self.log_tier[e], self.log_type[e] = self.context
+        self.entries = e + 1
+        self.touched[node] = True
+        self.free[node] -= k
+
     def log(self, rows: I64, node: I64, count: I64) -> None:
         """Record placements and take their GPUs (``node`` entries of one call are grouped by node)."""
         used = self.initial_free[node] - self.free[node]
@@ -190,7 +200,7 @@ def place_one(floor: Floor, t: int, k: int, row: int) -> bool:
     at = best_node(floor.type_nodes[t], floor.free, floor.reserved, k)
     if at < 0:
         return False
-    floor.log(np.array([row], dtype=np.int64), np.array([at], dtype=np.int64), np.array([k], dtype=np.int64))
+    floor.take_one(row, at, k)
     return True
 
 
