@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator import placement as pl
-from allocator.book import TIER_B, TIER_G, TIER_S, Bids, Book
+from allocator.book import TIER_G, TIER_S, Bids, Book
 from allocator.jit import keep_freed_memory
 from allocator.kernels import count_at_least, counting_order, note_outcomes, split_rows
 from allocator.reclaim import reclaim_for, retier
@@ -277,13 +277,12 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     placed = np.zeros(s.rows.shape[0], dtype=np.bool_)
     done = serve_starving(state, t, s, tier, placed)
     order, start, stride = placement_order(tier, s.gpus, done)
-    for i, group in enumerate((TIER_G, TIER_B, TIER_S, -1)):
-        floor.context = (TIER_S if group < 0 else group, t)
-        classes = (order, start, i * stride, stride)
-        if not pl.place_group(floor, t, classes, s.rows, placed, spill if group < 0 else None):
-            return None
+    sizes = np.zeros(0, dtype=np.bool_) if spill is None else spill()
+    if not pl.place_groups(floor, t, (order, start, stride), s.rows, placed, sizes):
+        return None
     tier[np.flatnonzero((tier == -1) & placed)] = TIER_S
     state.victim_cache.clear()  # entitlements of this type may have changed
+    floor.context = (TIER_G, t)  # reclaimed gangs are placed as tier G of this type
     g_left = np.sort(order[start[0] : start[stride]])
     g_left = g_left[~placed[g_left]]
     g_left = g_left[np.argsort(s.tenant[g_left], kind="stable")]  # tenant, then market order

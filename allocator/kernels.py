@@ -399,47 +399,65 @@ def place_sizes(
     ix: I64,
     free: I64,
     initial_free: I64,
-    classes: tuple[I64, I64, int, int],
+    classes: tuple[I64, I64, int],
+    groups: tuple[int, int],
+    context: tuple[I8, int],
     rows: I64,
     placed: BOOL,
     spill: BOOL,
     log: tuple[I64, I64, I64, I64, I8, I32],
     at: int,
-    context: tuple[int, int],
     touched: BOOL,
 ) -> tuple[int, bool]:
-    """Placement, ARCHITECTURE.md §Clearing step 5, of one group's gangs that fit a node, largest first, best
-    fit (``best_fit_run``) on the nodes ``ix`` (open, with free GPUs). ``classes``: (positions in placement
-    order, where each key starts in it, the group's first key, stride): the gangs of size k are at
-    ``order[start[key] : start[key + 1]]`` for key = first + stride - 1 - k (``clearing.placement_order``). Each placement is appended to ``log`` (the floor's columns: row, node, count, offset, tier, type) from entry
-    ``at`` on, tagged with ``context`` (tier, type); ``placed`` (by position) and ``touched`` (by node) are set
-    and ``free`` kept up to date. ``spill`` (by size): gangs of that size wait after this group; the placement
-    is not final as soon as such a size runs out of gangs while one more would still land. Returns the next
-    free log entry and whether the placement is final."""
-    order, start, first, stride = classes
+    """Placement, ARCHITECTURE.md §Clearing step 5, of the gangs that fit a node in the placement groups
+    ``groups`` (first, end: of G, B, S and the rest, ``clearing.placement_order``), group by group and in each
+    largest first, best fit (``best_fit_run``) on the nodes ``ix`` (open, with free GPUs). ``classes``:
+    (positions in placement order, where each key starts in it, stride): the gangs of size k in group g are at
+    ``order[start[key] : start[key + 1]]`` for key = g * stride + stride - 1 - k. Each placement is appended to
+    ``log`` (the floor's columns: row, node, count, offset, tier, type) from entry ``at`` on, tagged with
+    ``context`` (the tier of each group, the type); ``placed`` (by position) and ``touched`` (by node) are set
+    and ``free`` kept up to date. ``spill`` (by size): gangs of that size wait after the last group (3); the
+    placement is not final as soon as such a size runs out of gangs while one more would still land. Returns
+    the next free log entry and whether the placement is final."""
+    order, start, stride = classes
+    group_tier, gpu_type = context
     log_row, log_node, log_count, log_offset, log_tier, log_type = log
     f = free[ix]
     used = initial_free[ix] - f
     bits, cursor = free_bitmaps(f)
     final = True
-    for k in range(bits.shape[0] - 1, 0, -1):  # no gang larger than the most free GPUs on a node can land
-        lo = hi = 0
-        if k < stride:
-            key = first + stride - 1 - k
-            lo, hi = start[key], start[key + 1]
-        n = best_fit_run(bits, cursor, f, used, k, log_node[at : at + hi - lo], log_offset[at : at + hi - lo])
-        for i in range(n):
-            pos = order[lo + i]
-            placed[pos] = True
-            j = ix[log_node[at + i]]
-            log_row[at + i], log_node[at + i], log_count[at + i] = rows[pos], j, k
-            log_tier[at + i], log_type[at + i] = context
-            touched[j] = True
-        at += n
-        if k < spill.shape[0] and spill[k] and n == hi - lo and fewest_free(bits, cursor, k) >= 0:
-            final = False
-            break
+    for g in range(groups[0], groups[1]):
         if fewest_free(bits, cursor, 1) < 0:
+            break
+        # no gang larger than the most free GPUs on a node can land
+        for k in range(bits.shape[0] - 1, 0, -1):
+            lo = hi = 0
+            if k < stride:
+                key = g * stride + stride - 1 - k
+                lo, hi = start[key], start[key + 1]
+            n = best_fit_run(
+                bits, cursor, f, used, k, log_node[at : at + hi - lo], log_offset[at : at + hi - lo]
+            )
+            for i in range(n):
+                pos = order[lo + i]
+                placed[pos] = True
+                j = ix[log_node[at + i]]
+                log_row[at + i], log_node[at + i], log_count[at + i] = rows[pos], j, k
+                log_tier[at + i], log_type[at + i] = group_tier[g], gpu_type
+                touched[j] = True
+            at += n
+            if (
+                g == 3
+                and k < spill.shape[0]
+                and spill[k]
+                and n == hi - lo
+                and fewest_free(bits, cursor, k) >= 0
+            ):
+                final = False
+                break
+            if fewest_free(bits, cursor, 1) < 0:
+                break
+        if not final:
             break
     for i in range(ix.shape[0]):
         free[ix[i]] = f[i]

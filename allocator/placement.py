@@ -12,13 +12,12 @@ searchsorted over nodes sorted by (free, index), not a loop over gangs.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import Nodes
+from allocator.book import TIER_B, TIER_G, TIER_S, Nodes
 from allocator.kernels import best_node, log_slots, place_sizes
 from allocator.segments import segment_starts
 
@@ -215,52 +214,67 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
     return True
 
 
-def place_group(
-    floor: Floor,
-    t: int,
-    classes: tuple[I64, I64, int, int],
-    rows: I64,
-    placed: BOOL,
-    spill: Callable[[], BOOL] | None = None,
+GROUP_TIER = np.array([TIER_G, TIER_B, TIER_S, TIER_S], dtype=np.int8)  # the rest land as spot
+
+
+def place_groups(
+    floor: Floor, t: int, classes: tuple[I64, I64, int], rows: I64, placed: BOOL, spill: BOOL
 ) -> bool:
-    """Placement of one group of gangs, largest first. ``classes``: (positions in placement order, where each
-    key starts in it, the group's first key, stride): the gangs of size k are at ``order[start[key] :
-    start[key + 1]]`` for key = first + stride - 1 - k, in priority order (``clearing.placement_order``);
-    ``rows`` gives the bid row of each position, and ``placed`` (by position) is set for the gangs that land.
-    Gangs larger than any node take whole nodes, one at a time; the rest go to ``kernels.place_sizes``.
-    ``spill()``: by gang size, whether gangs of that size wait after this group (the caller left them out);
-    then the placement is not final (returns False) as soon as some size runs out of gangs while one more of
-    that size would still have landed. Returns True when final."""
-    order, start, first, stride = classes
-    ix = open_nodes(floor, t)
-    ix = ix[floor.free[ix] > 0]
-    if ix.size == 0 or (start[first] == start[first + stride] and spill is None):
-        return True
-    extra = spill() if spill is not None else np.zeros(0, dtype=np.bool_)
+    """Placement of the four groups of ``clearing.placement_order`` (G, B, S, the rest), each largest gang
+    first. ``classes``: (positions in placement order, where each key starts in it, stride): the gangs of size k
+    in group g are at ``order[start[key] : start[key + 1]]`` for key = g * stride + stride - 1 - k, in priority
+    order; ``rows`` gives the bid row of each position, and ``placed`` (by position) is set for the gangs that
+    land. Gangs larger than any node take whole nodes, one at a time; the rest go to ``kernels.place_sizes``,
+    all groups in one call when no gang needs whole nodes. ``spill``: by gang size, whether gangs of that size
+    wait after the last group (the caller left them out); then the placement is not final (returns False) as
+    soon as some size runs out of gangs while one more of that size would still have landed. Returns True when
+    final."""
+    order, start, stride = classes
     cap = int(floor.max_cap[t])
-    for k in range(max(stride - 1, extra.shape[0] - 1), cap, -1):  # whole nodes, largest gangs first
-        pos = order[start[first + stride - 1 - k] : start[first + stride - k]] if k < stride else order[:0]
+    whole = max(stride, spill.shape[0]) - 1 > cap
+    log = (floor.log_row, floor.log_node, floor.log_count, floor.log_offset, floor.log_tier, floor.log_type)
+    for g0, g1 in [(g, g + 1) for g in range(4)] if whole else [(0, 4)]:
+        if whole and not _place_whole(floor, t, classes, g0, rows, placed, spill if g0 == 3 else spill[:0]):
+            return False
+        ix = open_nodes(floor, t)
+        ix = ix[floor.free[ix] > 0]
+        if ix.size == 0:
+            return True
+        floor.entries, final = place_sizes(
+            ix,
+            floor.free,
+            floor.initial_free,
+            classes,
+            (g0, g1),
+            (GROUP_TIER, t),
+            rows,
+            placed,
+            spill,
+            log,
+            floor.entries,
+            floor.touched,
+        )
+        if not final:
+            return False
+    return True
+
+
+def _place_whole(
+    floor: Floor, t: int, classes: tuple[I64, I64, int], g: int, rows: I64, placed: BOOL, spill: BOOL
+) -> bool:
+    """The gangs of group ``g`` larger than any node, largest first, each on whole nodes of one domain; False
+    (not final) when a size of ``spill`` ran out of gangs while one more would still have landed."""
+    order, start, stride = classes
+    floor.context = (int(GROUP_TIER[g]), t)
+    for k in range(max(stride, spill.shape[0]) - 1, int(floor.max_cap[t]), -1):
+        key = g * stride + stride - 1 - k
+        pos = order[start[key] : start[key + 1]] if k < stride else order[:0]
         for i in pos.tolist():
             placed[i] = place_whole_nodes(floor, t, k, int(rows[i]))
-        waiting = k < extra.shape[0] and bool(extra[k])
+        waiting = k < spill.shape[0] and bool(spill[k])
         if waiting and bool(placed[pos].all()) and whole_node_choice(floor, t, k)[0].size:
             return False
-    ix = ix[floor.free[ix] > 0]
-    log = (floor.log_row, floor.log_node, floor.log_count, floor.log_offset, floor.log_tier, floor.log_type)
-    floor.entries, final = place_sizes(
-        ix,
-        floor.free,
-        floor.initial_free,
-        classes,
-        rows,
-        placed,
-        extra,
-        log,
-        floor.entries,
-        floor.context,
-        floor.touched,
-    )
-    return final
+    return True
 
 
 def largest_fit(floor: Floor, t: int) -> int:
