@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from allocator.book import TIER_S
 from allocator.jit import compiled
-from allocator.result import GUARANTEE_FULL, NO_FIT, OUTBID
+from allocator.result import GUARANTEE_FULL, NO_FIT, OUTBID, OVER_BUDGET
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
@@ -462,3 +462,55 @@ def place_sizes(
     for i in range(ix.shape[0]):
         free[ix[i]] = f[i]
     return at, final
+
+
+@compiled
+def loser_columns(
+    won_bid: BOOL,
+    noted: tuple[I8, BOOL, I32, I64],
+    job: I64,
+    out: tuple[I64, I64, I8, I32, I64],
+) -> None:
+    """The losers table in bid-row order: every bid that did not win (``won_bid``), with its job id, reason,
+    type and figure from the ``noted`` (reason, over budget, type, figure) arrays by bid row; over budget
+    overrides a later reason (the figure stays the hold it needed). ``out``: (row, job, reason, type, figure),
+    as many rows as losers."""
+    reason, over_budget, reason_type, figure = noted
+    o_row, o_job, o_reason, o_type, o_figure = out
+    j = 0
+    for i in range(won_bid.shape[0]):
+        if not won_bid[i]:
+            o_row[j], o_job[j], o_type[j], o_figure[j] = i, job[i], reason_type[i], figure[i]
+            o_reason[j] = OVER_BUDGET if over_budget[i] else reason[i]
+            j += 1
+
+
+@compiled
+def demand_at(limit: I64, gpus: I32, posted: I64) -> I64:
+    """Demand for the posted price update, ARCHITECTURE.md §Clearing step 7: per type, the GPUs of every bid
+    whose limit there (``limit``: bid x type, -1 where not accepted) is at least the posted price."""
+    out = np.zeros(posted.shape[0], dtype=np.int64)
+    for r in range(limit.shape[0]):
+        for t in range(posted.shape[0]):
+            if limit[r, t] >= posted[t]:
+                out[t] += gpus[r]
+    return out
+
+
+@compiled
+def in_tie_order(submit: I64, job: I64) -> bool:
+    """Whether the bids are already sorted by (submit time, job id), the tie-break after price: then a bid's
+    row is its rank (the usual case, as books list bids oldest first)."""
+    for i in range(1, submit.shape[0]):
+        if submit[i] < submit[i - 1] or (submit[i] == submit[i - 1] and job[i] <= job[i - 1]):
+            return False
+    return True
+
+
+@compiled
+def move_held(held: I64, lease: I64, tenant: I32, tier: I8, gpu_type: I32, gpus: I64, to_tier: int) -> None:
+    """Re-tiering's bookkeeping (ARCHITECTURE.md §Clearing step 2): the GPUs of each lease of ``lease`` move in
+    ``held`` (tenant x tier x type) from its tier to ``to_tier``."""
+    for v in lease:
+        held[tenant[v], tier[v], gpu_type[v]] -= gpus[v]
+        held[tenant[v], to_tier, gpu_type[v]] += gpus[v]

@@ -6,7 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S
-from allocator.kernels import first_fit
+from allocator.kernels import first_fit, move_held
 from allocator.segments import segment_starts
 from allocator.state import RoundState
 
@@ -29,8 +29,7 @@ def retier(state: RoundState) -> None:
     tier = np.full(cand.shape[0], -1, dtype=np.int8)
     first_fit(tier, TIER_G, cand.shape[0], seg, ls.gpus[cand].astype(np.int32), gap)
     take = np.compress(tier == TIER_G, cand)
-    np.subtract.at(state.held, (ls.tenant[take], ls.tier[take], ls.gpu_type[take]), ls.gpus[take])
-    np.add.at(state.held, (ls.tenant[take], np.full(take.size, TIER_G), ls.gpu_type[take]), ls.gpus[take])
+    move_held(state.held, take, ls.tenant, ls.tier, ls.gpu_type, ls.gpus, TIER_G)
     state.lease_tier[take] = TIER_G
     state.retiered = np.sort(ls.lease[take])
 

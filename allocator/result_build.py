@@ -6,9 +6,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_G
+from allocator.kernels import demand_at, loser_columns
 from allocator.placement import slots_of_log
 from allocator.result import (
-    OVER_BUDGET,
     RECLAIM,
     Background,
     Losers,
@@ -48,9 +48,7 @@ def posted_prices(state: RoundState) -> I64:
         book.nodes.gpu_type, weights=book.nodes.free_count.astype(np.float64), minlength=len(types)
     )
     supply = supply.astype(np.int64)
-    demand = np.zeros(len(types), dtype=np.int64)
-    for t in range(len(types)):
-        demand[t] = int((gpus * (limit[:, t] >= int(types.posted[t]))).sum(dtype=np.int64))
+    demand = demand_at(np.ascontiguousarray(limit), gpus, types.posted)
     return next_posted(types.posted, types.reserve, types.max_price, demand, supply, step_bp)
 
 
@@ -95,10 +93,18 @@ def winners(state: RoundState, spot: I64) -> Winners:
 
 def losers(state: RoundState) -> Losers:
     """Every bid that did not win, with its reason code and figure."""
-    rows = np.flatnonzero(~state.won_bid)
-    reason = state.reason[rows]
-    reason[np.flatnonzero(state.over_budget[rows])] = OVER_BUDGET
-    return Losers(state.book.bids.job[rows], rows, reason, state.reason_type[rows], state.figure[rows])
+    n = len(state.book.bids) - int(np.count_nonzero(state.won_bid))
+    out = (
+        np.empty(n, np.int64),
+        np.empty(n, np.int64),
+        np.empty(n, np.int8),
+        np.empty(n, np.int32),
+        np.empty(n, np.int64),
+    )
+    noted = (state.reason, state.over_budget, state.reason_type, state.figure)
+    loser_columns(state.won_bid, noted, state.book.bids.job, out)
+    rows, job, reason, gpu_type, figure = out
+    return Losers(job, rows, reason, gpu_type, figure)
 
 
 def _losers_side(state: RoundState) -> tuple[Losers, I64, dict[str, bytes]]:

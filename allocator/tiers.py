@@ -18,6 +18,7 @@ from allocator.kernels import (
     demand_by_seg,
     first_fit,
     first_fit_pool,
+    in_tie_order,
     pack_keys,
     poor_bids,
     poor_tenants,
@@ -103,10 +104,7 @@ def tie_rank(bids: Bids) -> Ranks:
     """Rank of every bid by (submit time, job id): the deterministic tie-break after price."""
     n = len(bids)
     sub, job = bids.submit, bids.job
-    in_order = n < 2 or bool(
-        np.all(sub[1:] >= sub[:-1]) and np.all((sub[1:] > sub[:-1]) | (job[1:] > job[:-1]))
-    )
-    if in_order:
+    if in_tie_order(sub, job):
         return Ranks(None, None, n)
     by_rank = np.lexsort((job, sub)).astype(np.int64)
     rank = np.empty(n, dtype=np.int64)

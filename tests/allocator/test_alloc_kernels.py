@@ -145,3 +145,48 @@ def test_warm_up_reaches_every_kernel() -> None:
     }
     inlined = {"_loss"}  # only ever called from another kernel
     assert [n for n, f in kernels.items() if not f.signatures and n not in inlined] == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 40), st.integers(1, 3))
+def test_result_columns_match_their_plain_statements(seed: int, n: int, n_types: int) -> None:
+    """The losers table (bid-row order, over budget overriding a later reason), the posted-price demand, the
+    tie-order check and the log's expansion to GPUs."""
+    rng = _rng(seed)
+    won = rng.random(n) < 0.5
+    reason, over = rng.integers(0, 6, n).astype(np.int8), rng.random(n) < 0.2
+    kind, figure, job = (
+        rng.integers(-1, 3, n).astype(np.int32),
+        rng.integers(0, 99, n),
+        rng.permutation(n) + 5,
+    )
+    m = n - int(won.sum())
+    out = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int8), np.empty(m, np.int32))
+    out = (*out, np.empty(m, np.int64))
+    k.loser_columns(won, (reason, over, kind, figure), job, out)
+    lost = [i for i in range(n) if not won[i]]
+    assert out[0].tolist() == lost and out[1].tolist() == job[lost].tolist()
+    assert out[2].tolist() == [k.OVER_BUDGET if over[i] else int(reason[i]) for i in lost]
+    assert out[3].tolist() == kind[lost].tolist() and out[4].tolist() == figure[lost].tolist()
+
+    limit = np.where(rng.random((n, n_types)) < 0.7, rng.integers(0, 9, (n, n_types)), -1).astype(np.int64)
+    gpus, posted = rng.integers(1, 9, n).astype(np.int32), rng.integers(0, 9, n_types).astype(np.int64)
+    want = [sum(int(gpus[r]) for r in range(n) if limit[r, t] >= posted[t]) for t in range(n_types)]
+    assert k.demand_at(limit, gpus, posted).tolist() == want
+
+    submit, jobs = np.sort(rng.integers(0, 4, n)).astype(np.int64), rng.integers(0, 9, n).astype(np.int64)
+    pairs = list(zip(submit.tolist(), jobs.tolist(), strict=True))
+    assert k.in_tie_order(submit, jobs) == all(a < b for a, b in zip(pairs, pairs[1:], strict=False))
+
+    node_e, count = rng.integers(0, 3, n).astype(np.int64), rng.integers(1, 4, n).astype(np.int64)
+    offset = rng.integers(0, 3, n).astype(np.int64)
+    gappy = np.array([False, True, False])
+    free_slot, ptr = np.array([1, 3, 4, 6, 7, 8], dtype=np.int32), np.array([0, 0, 0, 6], dtype=np.int64)
+    node, slot = np.empty(int(count.sum()), np.int32), np.empty(int(count.sum()), np.int32)
+    k.log_slots(node_e, offset, count, gappy, ptr, free_slot, node, slot)
+    want_gpus = [
+        (int(j), int(free_slot[o + c]) if gappy[j] else int(o + c))
+        for j, o, c_n in zip(node_e, offset, count, strict=True)
+        for c in range(c_n)
+    ]
+    assert list(zip(node.tolist(), slot.tolist(), strict=True)) == want_gpus
