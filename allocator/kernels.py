@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_S
+from allocator.book import TIER_G, TIER_S
 from allocator.jit import compiled
 from allocator.result import GUARANTEE_FULL, NO_FIT, OUTBID, OVER_BUDGET
 
@@ -379,22 +379,6 @@ def best_node(ix: I64, free: I64, reserved: BOOL, k: int) -> int:
 
 
 @compiled
-def log_slots(
-    node_e: I64, offset: I64, count: I64, gappy: BOOL, ptr: I64, free_slot: I32, node: I32, slot: I32
-) -> None:
-    """The GPUs of the placement log, one per row of ``node`` and ``slot``: entry i took ``count[i]`` GPUs of
-    node ``node_e[i]``, its free slots ``offset[i]`` onwards. A node's free slots are 0..free-1 unless it is
-    ``gappy``; then its free slots are listed in ``free_slot`` from ``ptr[node]`` on."""
-    g = 0
-    for i in range(node_e.shape[0]):
-        j, o = node_e[i], offset[i]
-        for c in range(count[i]):
-            node[g] = j
-            slot[g] = free_slot[ptr[j] + o + c] if gappy[j] else o + c
-            g += 1
-
-
-@compiled
 def place_sizes(
     ix: I64,
     free: I64,
@@ -514,3 +498,56 @@ def move_held(held: I64, lease: I64, tenant: I32, tier: I8, gpu_type: I32, gpus:
     for v in lease:
         held[tenant[v], tier[v], gpu_type[v]] -= gpus[v]
         held[tenant[v], to_tier, gpu_type[v]] += gpus[v]
+
+
+@compiled
+def winner_columns(
+    log: tuple[I64, I64, I64, I64, I8, I32],
+    explicit: tuple[I64, I64, I32, I64, I32],
+    lookup: tuple[BOOL, I64, I32],
+    table: I64,
+    bids: tuple[I64, I32, I64],
+    out: tuple[I64, I64, I32, I8, I32, I64, I64, I64, I32, I32],
+) -> int:
+    """The winners table, ARCHITECTURE.md §Clearing steps 4-6: one row per placed gang, in placement order, from
+    the floor's ``log`` (row, node, count, free-slot offset, tier, type per entry; a gang on several nodes
+    has consecutive entries) and then the ``explicit`` placements on GPUs freed by preemption (row, node, slots,
+    where each one's slots start, type; tier G). A gang pays ``table[tier * types + type]`` per GPU-hour and
+    holds ceil(gpus * price * max_s / 3600) (``book.hold_of``). A node's free slots are handed out in ascending
+    order: the slot is the offset itself where they are 0..free-1, else looked up (``lookup``: gappy by node,
+    where each gappy node's free slots start in the list, the list). ``bids``: (job, tenant, max_s) by row.
+    ``out``: (job, row, tenant, tier, type, price, hold, slot_ptr, slot_node, slot_idx), sized for one
+    winner per entry. Returns how many winners."""
+    l_row, l_node, l_count, l_offset, l_tier, l_type = log
+    x_row, x_node, x_slot, x_ptr, x_type = explicit
+    gappy, ptr, free_slot = lookup
+    job, tenant, max_s = bids
+    o_job, o_row, o_tenant, o_tier, o_type, o_price, o_hold, o_ptr, o_node, o_slot = out
+    n_types = table.shape[0] // 3
+    w = g = 0
+    o_ptr[0] = 0
+    for i in range(l_row.shape[0] + x_row.shape[0]):
+        log_entry = i < l_row.shape[0]
+        r = l_row[i] if log_entry else x_row[i - l_row.shape[0]]
+        if not (log_entry and i > 0 and r == l_row[i - 1]):  # a new gang
+            w += 1
+            kind = l_type[i] if log_entry else x_type[i - l_row.shape[0]]
+            tier = l_tier[i] if log_entry else TIER_G
+            o_job[w - 1], o_row[w - 1], o_tenant[w - 1] = job[r], r, tenant[r]
+            o_tier[w - 1], o_type[w - 1], o_price[w - 1] = tier, kind, table[tier * n_types + kind]
+        if log_entry:
+            j, at = l_node[i], l_offset[i]
+            for c in range(l_count[i]):
+                o_node[g] = j
+                o_slot[g] = free_slot[ptr[j] + at + c] if gappy[j] else at + c
+                g += 1
+        else:
+            x = i - l_row.shape[0]
+            for c in range(x_ptr[x], x_ptr[x + 1]):
+                o_node[g], o_slot[g] = x_node[x], x_slot[c]
+                g += 1
+        o_ptr[w] = g
+    for v in range(w):
+        per = o_ptr[v + 1] - o_ptr[v]
+        o_hold[v] = (per * o_price[v] * max_s[o_row[v]] + 3599) // 3600
+    return w

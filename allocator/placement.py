@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Nodes
-from allocator.kernels import best_node, log_slots, place_sizes
+from allocator.kernels import best_node, place_sizes
 from allocator.segments import segment_starts
 
 I64 = NDArray[np.int64]
@@ -36,7 +36,6 @@ class FloorMark:
     touched: BOOL
     entries: int
     explicit: int
-    multi_node: bool
 
 
 @dataclass
@@ -62,7 +61,6 @@ class Floor:
     log_tier: I8
     log_type: I32
     entries: int = 0
-    multi_node: bool = False  # some gang was logged on several nodes (several log entries)
     context: tuple[int, int] = (0, 0)  # (tier, GPU type) of the placements being made, logged with them
     explicit: list[tuple[int, int, I64, int]] = field(default_factory=list)
     initial_free: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -108,7 +106,6 @@ class Floor:
             self.touched.copy(),
             self.entries,
             len(self.explicit),
-            self.multi_node,
         )
 
     def rewind(self, mark: FloorMark) -> None:
@@ -116,7 +113,6 @@ class Floor:
         self.free[:], self.reserved[:], self.touched[:] = mark.free, mark.reserved, mark.touched
         self.entries = mark.entries
         del self.explicit[mark.explicit :]
-        self.multi_node = mark.multi_node
 
     def free_slots(self, node: int) -> I64:
         """The slots of ``node`` still free now (a node's free slots are handed out in ascending order)."""
@@ -143,6 +139,18 @@ class Floor:
         self.log_tier[a:b], self.log_type[a:b] = self.context
         self.entries = b
         self.touched[node] = True
+
+    def logged(self) -> tuple[I64, I64, I64, I64, I8, I32]:
+        """The entries logged so far: (row, node, count, offset, tier, type) per entry."""
+        n = self.entries
+        return (
+            self.log_row[:n],
+            self.log_node[:n],
+            self.log_count[:n],
+            self.log_offset[:n],
+            self.log_tier[:n],
+            self.log_type[:n],
+        )
 
     def take_one(self, row: int, node: int, k: int) -> None:
         """Place one gang on one node: its next ``k`` free slots (``log`` for a single entry, without arrays)."""
@@ -209,7 +217,6 @@ def place_whole_nodes(floor: Floor, t: int, k: int, row: int) -> bool:
     if nodes.size == 0:
         return False
     order = np.argsort(nodes, kind="stable")
-    floor.multi_node = floor.multi_node or nodes.size > 1
     floor.log(np.full(nodes.size, row, dtype=np.int64)[order], nodes[order], take[order])
     return True
 
@@ -303,25 +310,16 @@ def _prefix_free(floor: Floor) -> BOOL:
     return np.asarray(~(free[:, 1:] & ~free[:, :-1]).any(axis=1), dtype=np.bool_)
 
 
-def slots_of_log(floor: Floor, price: I64, row_tenant: I32) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:
-    """Expand the log into (bid row, GPUs, tier, type, price, tenant per entry; node, slot per GPU), in log
-    order; ``price[tier * types + type]`` is what a placement of that tier and type pays, ``row_tenant`` the
-    tenant of each bid row. A node's free slots are handed out in ascending slot order, in the order gangs
-    landed on it: the slot is the offset itself where a node's free slots are 0..free-1 (the usual case), else
-    looked up (``kernels.log_slots``)."""
-    n = floor.entries
-    rows, count, node_e = floor.log_row[:n].copy(), floor.log_count[:n].copy(), floor.log_node[:n]
-    tiers, kinds = floor.log_tier[:n].copy(), floor.log_type[:n].copy()
-    n_types = price.shape[0] // 3
-    node, slot = np.empty(int(count.sum()), dtype=np.int32), np.empty(int(count.sum()), dtype=np.int32)
+def slot_lookup(floor: Floor) -> tuple[BOOL, I64, I32]:
+    """For turning free-slot offsets into slots: which nodes are gappy (their free slots are not 0..free-1,
+    the usual case where the offset is the slot), where each gappy node's free slots start in the list, and
+    the list (``kernels.winner_columns``)."""
     gappy = ~_prefix_free(floor)
     sub = np.flatnonzero(gappy)
     free_slot = np.nonzero(floor.nodes.free[sub])[1].astype(np.int32)
     ptr = np.zeros(gappy.shape[0] + 1, dtype=np.int64)
     ptr[sub + 1] = floor.initial_free[sub]
-    log_slots(node_e, floor.log_offset[:n], count, gappy, np.cumsum(ptr), free_slot, node, slot)
-    paid = price[tiers.astype(np.int64) * n_types + kinds]
-    return rows, count, tiers, kinds, paid, row_tenant[rows], node, slot
+    return gappy, np.cumsum(ptr), free_slot
 
 
 def reserve_for(floor: Floor, t: int, k: int) -> I64:

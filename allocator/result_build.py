@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_G
-from allocator.kernels import demand_at, loser_columns
-from allocator.placement import slots_of_log
+from allocator.kernels import demand_at, loser_columns, winner_columns
+from allocator.placement import slot_lookup
 from allocator.result import (
     RECLAIM,
     Background,
@@ -18,7 +17,6 @@ from allocator.result import (
     table_units,
     unit_digests,
 )
-from allocator.segments import segment_starts
 from allocator.state import RoundState
 from allocator.tiers import next_posted, spot_price
 
@@ -52,43 +50,39 @@ def posted_prices(state: RoundState) -> I64:
     return next_posted(types.posted, types.reserve, types.max_price, demand, supply, step_bp)
 
 
-def _placements(state: RoundState, price: I64) -> tuple[I64, I64, I8, I32, I64, I32, I32, I32]:
-    """(winner bid rows, GPUs, tier, type, price, tenant per winner; node, slot per GPU), winners in placement
-    order."""
-    row, count, tier, gtype, paid, owner, node, slot = slots_of_log(
-        state.floor, price, state.book.bids.tenant
-    )
-    ex = state.floor.explicit
-    if ex:
-        sizes = [e[2].size for e in ex]
-        kinds = np.array([e[3] for e in ex], dtype=np.int32)
-        row = np.concatenate([row, np.array([e[0] for e in ex], dtype=np.int64)])
-        count = np.concatenate([count, np.array(sizes, dtype=np.int64)])
-        tier = np.concatenate([tier, np.full(len(ex), TIER_G, dtype=np.int8)])
-        gtype = np.concatenate([gtype, kinds])
-        paid = np.concatenate([paid, price[TIER_G * (price.shape[0] // 3) + kinds]])
-        owner = np.concatenate([owner, state.book.bids.tenant[row[-len(ex) :]]])
-        node = np.concatenate([node, np.repeat(np.array([e[1] for e in ex], dtype=np.int32), sizes)])
-        slot = np.concatenate([slot, *[e[2].astype(np.int32) for e in ex]])
-    if not state.floor.multi_node:  # one log entry per winner
-        return row, count, tier, gtype, paid, owner, node, slot
-    first = segment_starts(row)
-    per = np.add.reduceat(count, np.flatnonzero(first)) if row.size else count
-    return row[first], per, tier[first], gtype[first], paid[first], owner[first], node, slot
-
-
 def winners(state: RoundState, spot: I64) -> Winners:
-    """The winners table: tier G pays r, tier B pays p, tier S the uniform spot price; hold at that price."""
-    bids, types = state.book.bids, state.book.types
+    """The winners table (``kernels.winner_columns``): tier G pays r, tier B pays p, tier S the uniform spot
+    price; hold at that price."""
+    bids, types, floor = state.book.bids, state.book.types, state.floor
     table = np.stack([types.reserve, types.posted, spot]).ravel()  # tier G, B, S by type
-    rows, per, tier, gtype, price, tenant, node, slot = _placements(state, table)
-    hold = per * price
-    hold *= bids.max_s[rows]
-    hold += 3599
-    hold //= 3600  # hold_of: ceil(gpus * price * max_s / 3600)
-    ptr = np.zeros(per.shape[0] + 1, dtype=np.int64)
-    np.cumsum(per, out=ptr[1:])
-    return Winners(bids.job[rows], rows, tenant, tier, gtype, price, hold, ptr, node, slot)
+    n, ex = floor.entries, floor.explicit
+    explicit = (
+        np.array([e[0] for e in ex], dtype=np.int64),
+        np.array([e[1] for e in ex], dtype=np.int64),
+        np.concatenate([e[2] for e in ex]).astype(np.int32) if ex else np.zeros(0, dtype=np.int32),
+        np.cumsum([0] + [e[2].size for e in ex], dtype=np.int64),
+        np.array([e[3] for e in ex], dtype=np.int32),
+    )
+    m, n_gpus = n + len(ex), int(floor.log_count[:n].sum()) + explicit[2].shape[0]
+    out = (
+        np.empty(m, np.int64),
+        np.empty(m, np.int64),
+        np.empty(m, np.int32),
+        np.empty(m, np.int8),
+        np.empty(m, np.int32),
+        np.empty(m, np.int64),
+        np.empty(m, np.int64),
+        np.empty(m + 1, np.int64),
+        np.empty(n_gpus, np.int32),
+        np.empty(n_gpus, np.int32),
+    )
+    w = winner_columns(
+        floor.logged(), explicit, slot_lookup(floor), table, (bids.job, bids.tenant, bids.max_s), out
+    )
+    job, row, tenant, tier, gtype, price, hold, ptr, node, slot = out
+    return Winners(
+        job[:w], row[:w], tenant[:w], tier[:w], gtype[:w], price[:w], hold[:w], ptr[: w + 1], node, slot
+    )
 
 
 def losers(state: RoundState) -> Losers:

@@ -150,8 +150,8 @@ def test_warm_up_reaches_every_kernel() -> None:
 @settings(max_examples=100, deadline=None)
 @given(SEEDS, st.integers(0, 40), st.integers(1, 3))
 def test_result_columns_match_their_plain_statements(seed: int, n: int, n_types: int) -> None:
-    """The losers table (bid-row order, over budget overriding a later reason), the posted-price demand, the
-    tie-order check and the log's expansion to GPUs."""
+    """The losers table (bid-row order, over budget overriding a later reason), the posted-price demand and the
+    tie-order check."""
     rng = _rng(seed)
     won = rng.random(n) < 0.5
     reason, over = rng.integers(0, 6, n).astype(np.int8), rng.random(n) < 0.2
@@ -178,15 +178,94 @@ def test_result_columns_match_their_plain_statements(seed: int, n: int, n_types:
     pairs = list(zip(submit.tolist(), jobs.tolist(), strict=True))
     assert k.in_tie_order(submit, jobs) == all(a < b for a, b in zip(pairs, pairs[1:], strict=False))
 
-    node_e, count = rng.integers(0, 3, n).astype(np.int64), rng.integers(1, 4, n).astype(np.int64)
-    offset = rng.integers(0, 3, n).astype(np.int64)
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 12), st.integers(0, 3))
+def test_winner_columns_expand_the_log_one_row_per_gang(seed: int, n_gangs: int, n_explicit: int) -> None:
+    """A gang's consecutive log entries (one per node) make one winner; explicit placements follow as tier G;
+    a gappy node's offsets are looked up in its free-slot list; hold = ceil(gpus * price * max_s / 3600)."""
+    rng = _rng(seed)
+    gangs = rng.permutation(20)[:n_gangs]
+    entries = [(int(r), int(j)) for r in gangs for j in rng.choice(3, int(rng.integers(1, 3)), replace=False)]
+    row = np.array([e[0] for e in entries], dtype=np.int64)
+    node = np.array([e[1] for e in entries], dtype=np.int64)
+    count, offset = (
+        rng.integers(1, 3, row.size).astype(np.int64),
+        rng.integers(0, 3, row.size).astype(np.int64),
+    )
+    tier, kind = rng.integers(0, 3, row.size).astype(np.int8), rng.integers(0, 2, row.size).astype(np.int32)
+    x_row = np.arange(20, 20 + n_explicit, dtype=np.int64)
+    x_node, x_kind = (
+        rng.integers(0, 3, n_explicit).astype(np.int64),
+        rng.integers(0, 2, n_explicit).astype(np.int32),
+    )
+    x_slot, x_ptr = (
+        np.arange(2 * n_explicit, dtype=np.int32),
+        np.arange(0, 2 * n_explicit + 1, 2, dtype=np.int64),
+    )
     gappy = np.array([False, True, False])
     free_slot, ptr = np.array([1, 3, 4, 6, 7, 8], dtype=np.int32), np.array([0, 0, 0, 6], dtype=np.int64)
-    node, slot = np.empty(int(count.sum()), np.int32), np.empty(int(count.sum()), np.int32)
-    k.log_slots(node_e, offset, count, gappy, ptr, free_slot, node, slot)
-    want_gpus = [
-        (int(j), int(free_slot[o + c]) if gappy[j] else int(o + c))
-        for j, o, c_n in zip(node_e, offset, count, strict=True)
-        for c in range(c_n)
-    ]
-    assert list(zip(node.tolist(), slot.tolist(), strict=True)) == want_gpus
+    table = rng.integers(1, 10**6, 6).astype(np.int64)  # tier x type
+    job, tenant, max_s = (
+        np.arange(30) + 100,
+        rng.integers(0, 4, 30).astype(np.int32),
+        rng.integers(1, 9, 30) * 3600,
+    )
+    m, n_gpus = row.size + n_explicit, int(count.sum()) + x_slot.size
+    out = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int32), np.empty(m, np.int8))
+    out = (
+        *out,
+        np.empty(m, np.int32),
+        np.empty(m, np.int64),
+        np.empty(m, np.int64),
+        np.empty(m + 1, np.int64),
+    )
+    out = (*out, np.empty(n_gpus, np.int32), np.empty(n_gpus, np.int32))
+    w = k.winner_columns(
+        (row, node, count, offset, tier, kind),
+        (x_row, x_node, x_slot, x_ptr, x_kind),
+        (gappy, ptr, free_slot),
+        table,
+        (job, tenant, max_s),
+        out,
+    )
+    want: list[tuple[int, int, int, list[tuple[int, int]]]] = []  # row, tier, type, GPUs
+    for i in range(row.size):
+        gpus = [
+            (int(node[i]), int(free_slot[offset[i] + c]) if gappy[node[i]] else int(offset[i] + c))
+            for c in range(count[i])
+        ]
+        if i and row[i] == row[i - 1]:
+            want[-1][3].extend(gpus)
+        else:
+            want.append((int(row[i]), int(tier[i]), int(kind[i]), gpus))
+    for x in range(n_explicit):
+        want.append(
+            (
+                int(x_row[x]),
+                0,
+                int(x_kind[x]),
+                [(int(x_node[x]), int(s)) for s in x_slot[x_ptr[x] : x_ptr[x + 1]]],
+            )
+        )
+    o_job, o_row, o_tenant, o_tier, o_type, o_price, o_hold, o_ptr, o_node, o_slot = out
+    assert w == len(want)
+    for v, (r, t, kd, gpus) in enumerate(want):
+        price = int(table[t * 2 + kd])
+        assert (o_row[v], o_job[v], o_tenant[v], o_tier[v], o_type[v], o_price[v]) == (
+            r,
+            job[r],
+            tenant[r],
+            t,
+            kd,
+            price,
+        )
+        assert o_hold[v] == -(-len(gpus) * price * int(max_s[r]) // 3600)
+        got = list(
+            zip(
+                o_node[o_ptr[v] : o_ptr[v + 1]].tolist(),
+                o_slot[o_ptr[v] : o_ptr[v + 1]].tolist(),
+                strict=True,
+            )
+        )
+        assert got == gpus
