@@ -551,3 +551,24 @@ def winner_columns(
         per = o_ptr[v + 1] - o_ptr[v]
         o_hold[v] = (per * o_price[v] * max_s[o_row[v]] + 3599) // 3600
     return w
+
+
+@compiled
+def type_preferences(limit: I64, posted: I64, reserve: I64, out: I32) -> None:
+    """Type preference, ARCHITECTURE.md §Clearing step 1: per bid (row of ``limit``, bid x type, -1 where not
+    accepted), the types where its limit is at least the reserve, by decreasing margin over the posted price
+    (the smallest p - limit first), ties by type index; -1 pads the row of ``out``. An insertion sort: a row
+    holds a handful of types."""
+    for r in range(limit.shape[0]):
+        m = 0
+        for t in range(limit.shape[1]):
+            if limit[r, t] < reserve[t]:
+                continue
+            key, i = posted[t] - limit[r, t], m
+            while i > 0 and posted[out[r, i - 1]] - limit[r, out[r, i - 1]] > key:
+                out[r, i] = out[r, i - 1]
+                i -= 1
+            out[r, i] = t
+            m += 1
+        for i in range(m, limit.shape[1]):
+            out[r, i] = -1

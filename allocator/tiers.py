@@ -22,6 +22,7 @@ from allocator.kernels import (
     pack_keys,
     poor_bids,
     poor_tenants,
+    type_preferences,
     unpack_keys,
 )
 from allocator.segments import water_fill
@@ -36,51 +37,12 @@ def preference_order(bids: Bids, types: GpuTypes) -> I32:
     """Eligibility and type preference, ARCHITECTURE.md §Clearing step 1 (several GPU types).
 
     A bid is eligible for a type when its limit there is at least the reserve r. Column j of the result is the
-    type to try in pass j: eligible types by decreasing margin (limit - posted p), ties by type index; -1 pads.
+    type to try in pass j: eligible types by decreasing margin (limit - posted p), ties by type index; -1 pads
+    (``kernels.type_preferences``).
     """
-    eligible = bids.limit >= types.reserve[None, :]
-    if bids.limit.shape[1] == 1:
-        return eligible.astype(np.int32) - 1
-    n_types = bids.limit.shape[1]
-    limit_t = np.ascontiguousarray(bids.limit.T)  # one row per type
-    floor = int(types.posted.min()) - int(limit_t.max(initial=0))  # the smallest margin key p - limit
-    span = int(types.posted.max()) - int(types.reserve.min()) - floor  # ... and the largest, eligible
-    low = max(1, (n_types - 1).bit_length())
-    if span.bit_length() + low > 61:
-        return _preference_by_rank(limit_t, types)
-    never = (1 << 62) - 1  # sorts after every eligible key
-    cols = []
-    for t in range(n_types):  # key: margin (p - limit, smaller first), then type index
-        key = np.subtract(int(types.posted[t]) - floor, limit_t[t], dtype=np.int64)
-        key <<= low
-        key |= t
-        key[np.flatnonzero(limit_t[t] < types.reserve[t])] = never
-        cols.append(key)
-    for r in range(n_types):  # odd-even transposition sort across the columns
-        for i in range(r % 2, n_types - 1, 2):
-            cols[i], cols[i + 1] = np.minimum(cols[i], cols[i + 1]), np.maximum(cols[i], cols[i + 1])
-    out = np.empty((n_types, bids.limit.shape[0]), dtype=np.int32)
-    for j, key in enumerate(cols):  # the type, or -1 where the key is ``never``
-        np.multiply((key & ((1 << low) - 1)) + 1, key < never, out=out[j], casting="unsafe")
-        out[j] -= 1
-    return np.ascontiguousarray(out.T)
-
-
-def _preference_by_rank(limit_t: I64, types: GpuTypes) -> I32:
-    """``preference_order`` where packed keys would not fit: each type's rank counted pairwise."""
-    n_types, n = limit_t.shape
-    ok_t = limit_t >= types.reserve[:, None]
-    key = np.where(ok_t, types.posted[:, None] - limit_t, np.iinfo(np.int64).max)
-    flat = np.full(n * n_types, -1, dtype=np.int32)
-    base = np.arange(n, dtype=np.int64) * n_types
-    for j in range(n_types):  # rank of type j in each bid's order: how many types come before it (T is small)
-        rank = np.zeros(n, dtype=np.int64)
-        for i in range(n_types):
-            if i != j:
-                rank += (key[i] < key[j]) if i > j else (key[i] <= key[j])
-        flat[base + rank] = np.where(ok_t[j], j, -1)
-    # ineligible types sort last (their key is the maximum), so -1 pads the end of each row
-    return flat.reshape(n, n_types)
+    out = np.empty(bids.limit.shape, dtype=np.int32)
+    type_preferences(np.ascontiguousarray(bids.limit), types.posted, types.reserve, out)
+    return out
 
 
 @dataclass(frozen=True)

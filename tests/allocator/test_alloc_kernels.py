@@ -269,3 +269,19 @@ def test_winner_columns_expand_the_log_one_row_per_gang(seed: int, n_gangs: int,
             )
         )
         assert got == gpus
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 30), st.integers(1, 4))
+def test_type_preferences_sort_eligible_types_by_margin(seed: int, n: int, n_types: int) -> None:
+    rng = _rng(seed)
+    limit = np.where(rng.random((n, n_types)) < 0.8, rng.integers(0, 9, (n, n_types)), -1).astype(np.int64)
+    posted, reserve = (
+        rng.integers(2, 6, n_types).astype(np.int64),
+        rng.integers(0, 3, n_types).astype(np.int64),
+    )
+    out = np.empty((n, n_types), dtype=np.int32)
+    k.type_preferences(limit, posted, reserve, out)
+    for r in range(n):
+        ok = sorted((int(posted[t] - limit[r, t]), t) for t in range(n_types) if limit[r, t] >= reserve[t])
+        assert out[r].tolist() == [t for _, t in ok] + [-1] * (n_types - len(ok))
