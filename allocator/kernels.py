@@ -449,24 +449,19 @@ def place_sizes(
 
 
 @compiled
-def loser_columns(
-    won_bid: BOOL,
-    noted: tuple[I8, BOOL, I32, I64],
-    job: I64,
-    out: tuple[I64, I64, I8, I32, I64],
-) -> None:
-    """The losers table in bid-row order: every bid that did not win (``won_bid``), with its job id, reason,
-    type and figure from the ``noted`` (reason, over budget, type, figure) arrays by bid row; over budget
-    overrides a later reason (the figure stays the hold it needed). ``out``: (row, job, reason, type, figure),
-    as many rows as losers."""
+def loser_columns(won_bid: BOOL, noted: tuple[I8, BOOL, I32, I64], out: tuple[I64, I8, I32, I64]) -> None:
+    """The losers table in bid-row order: every bid that did not win (``won_bid``), with its reason, type and
+    figure from the ``noted`` (reason, over budget, type, figure) arrays by bid row; over budget overrides a
+    later reason (the figure stays the hold it needed). ``out``: (row, reason, type, figure), one more row
+    than losers. Branch-free: every bid is written at the next free row, which only a loser advances (whether
+    a bid won flips too often for a branch on it to predict)."""
     reason, over_budget, reason_type, figure = noted
-    o_row, o_job, o_reason, o_type, o_figure = out
+    o_row, o_reason, o_type, o_figure = out
     j = 0
     for i in range(won_bid.shape[0]):
-        if not won_bid[i]:
-            o_row[j], o_job[j], o_type[j], o_figure[j] = i, job[i], reason_type[i], figure[i]
-            o_reason[j] = OVER_BUDGET if over_budget[i] else reason[i]
-            j += 1
+        o_row[j], o_type[j], o_figure[j] = i, reason_type[i], figure[i]
+        o_reason[j] = OVER_BUDGET if over_budget[i] else reason[i]
+        j += 1 - int(won_bid[i])
 
 
 @compiled
@@ -506,50 +501,48 @@ def winner_columns(
     explicit: tuple[I64, I64, I32, I64, I32],
     lookup: tuple[BOOL, I64, I32],
     table: I64,
-    bids: tuple[I64, I32, I64],
-    out: tuple[I64, I64, I32, I8, I32, I64, I64, I64, I32, I32],
+    out: tuple[I64, I8, I32, I64, I64, I32, I32],
 ) -> int:
     """The winners table, ARCHITECTURE.md §Clearing steps 4-6: one row per placed gang, in placement order, from
     the floor's ``log`` (row, node, count, free-slot offset, tier, type per entry; a gang on several nodes
     has consecutive entries) and then the ``explicit`` placements on GPUs freed by preemption (row, node, slots,
-    where each one's slots start, type; tier G). A gang pays ``table[tier * types + type]`` per GPU-hour and
-    holds ceil(gpus * price * max_s / 3600) (``book.hold_of``). A node's free slots are handed out in ascending
-    order: the slot is the offset itself where they are 0..free-1, else looked up (``lookup``: gappy by node,
-    where each gappy node's free slots start in the list, the list). ``bids``: (job, tenant, max_s) by row.
-    ``out``: (job, row, tenant, tier, type, price, hold, slot_ptr, slot_node, slot_idx), sized for one
-    winner per entry. Returns how many winners."""
+    where each one's slots start, type; tier G). A gang pays ``table[tier * types + type]`` per GPU-hour. A
+    node's free slots are handed out in ascending order: the slot is the offset itself where they are
+    0..free-1, else looked up (``lookup``: gappy by node, where each gappy node's free slots start in the list,
+    the list). ``out``: (row, tier, type, price, slot_ptr, slot_node, slot_idx), sized for one winner per
+    entry. Returns how many winners. (Columns read by bid row, job and hold, are the caller's: a gather loop
+    of its own keeps many loads in flight, this loop's branches would not.)"""
     l_row, l_node, l_count, l_offset, l_tier, l_type = log
     x_row, x_node, x_slot, x_ptr, x_type = explicit
     gappy, ptr, free_slot = lookup
-    job, tenant, max_s = bids
-    o_job, o_row, o_tenant, o_tier, o_type, o_price, o_hold, o_ptr, o_node, o_slot = out
-    n_types = table.shape[0] // 3
+    o_row, o_tier, o_type, o_price, o_ptr, o_node, o_slot = out
+    n_types, n_log = table.shape[0] // 3, l_row.shape[0]
     w = g = 0
     o_ptr[0] = 0
-    for i in range(l_row.shape[0] + x_row.shape[0]):
-        log_entry = i < l_row.shape[0]
-        r = l_row[i] if log_entry else x_row[i - l_row.shape[0]]
-        if not (log_entry and i > 0 and r == l_row[i - 1]):  # a new gang
+    for i in range(n_log):
+        r = l_row[i]
+        if i == 0 or r != l_row[i - 1]:  # a new gang
+            o_row[w], o_tier[w], o_type[w] = r, l_tier[i], l_type[i]
+            o_price[w] = table[l_tier[i] * n_types + l_type[i]]
             w += 1
-            kind = l_type[i] if log_entry else x_type[i - l_row.shape[0]]
-            tier = l_tier[i] if log_entry else TIER_G
-            o_job[w - 1], o_row[w - 1], o_tenant[w - 1] = job[r], r, tenant[r]
-            o_tier[w - 1], o_type[w - 1], o_price[w - 1] = tier, kind, table[tier * n_types + kind]
-        if log_entry:
-            j, at = l_node[i], l_offset[i]
+        j, at = l_node[i], l_offset[i]
+        if gappy[j]:
             for c in range(l_count[i]):
-                o_node[g] = j
-                o_slot[g] = free_slot[ptr[j] + at + c] if gappy[j] else at + c
+                o_node[g], o_slot[g] = j, free_slot[ptr[j] + at + c]
                 g += 1
         else:
-            x = i - l_row.shape[0]
-            for c in range(x_ptr[x], x_ptr[x + 1]):
-                o_node[g], o_slot[g] = x_node[x], x_slot[c]
+            for c in range(l_count[i]):
+                o_node[g], o_slot[g] = j, at + c
                 g += 1
         o_ptr[w] = g
-    for v in range(w):
-        per = o_ptr[v + 1] - o_ptr[v]
-        o_hold[v] = (per * o_price[v] * max_s[o_row[v]] + 3599) // 3600
+    for x in range(x_row.shape[0]):
+        o_row[w], o_tier[w], o_type[w] = x_row[x], TIER_G, x_type[x]
+        o_price[w] = table[TIER_G * n_types + x_type[x]]
+        for c in range(x_ptr[x], x_ptr[x + 1]):
+            o_node[g], o_slot[g] = x_node[x], x_slot[c]
+            g += 1
+        w += 1
+        o_ptr[w] = g
     return w
 
 

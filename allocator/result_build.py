@@ -66,38 +66,36 @@ def winners(state: RoundState, spot: I64) -> Winners:
     m, n_gpus = n + len(ex), int(floor.log_count[:n].sum()) + explicit[2].shape[0]
     out = (
         np.empty(m, np.int64),
-        np.empty(m, np.int64),
-        np.empty(m, np.int32),
         np.empty(m, np.int8),
         np.empty(m, np.int32),
-        np.empty(m, np.int64),
         np.empty(m, np.int64),
         np.empty(m + 1, np.int64),
         np.empty(n_gpus, np.int32),
         np.empty(n_gpus, np.int32),
     )
-    w = winner_columns(
-        floor.logged(), explicit, slot_lookup(floor), table, (bids.job, bids.tenant, bids.max_s), out
-    )
-    job, row, tenant, tier, gtype, price, hold, ptr, node, slot = out
-    return Winners(
-        job[:w], row[:w], tenant[:w], tier[:w], gtype[:w], price[:w], hold[:w], ptr[: w + 1], node, slot
-    )
+    w = winner_columns(floor.logged(), explicit, slot_lookup(floor), table, out)
+    rows, tier, gtype, price, ptr, node, slot = out
+    rows, tier, gtype, price, ptr = rows[:w], tier[:w], gtype[:w], price[:w], ptr[: w + 1]
+    hold = np.diff(ptr)
+    hold *= price
+    hold *= bids.max_s[rows]
+    hold += 3599
+    hold //= 3600  # hold_of: ceil(gpus * price * max_s / 3600)
+    return Winners(bids.job[rows], rows, bids.tenant[rows], tier, gtype, price, hold, ptr, node, slot)
 
 
 def losers(state: RoundState) -> Losers:
     """Every bid that did not win, with its reason code and figure."""
     n = len(state.book.bids) - int(np.count_nonzero(state.won_bid))
     out = (
-        np.empty(n, np.int64),
-        np.empty(n, np.int64),
-        np.empty(n, np.int8),
-        np.empty(n, np.int32),
-        np.empty(n, np.int64),
+        np.empty(n + 1, np.int64),
+        np.empty(n + 1, np.int8),
+        np.empty(n + 1, np.int32),
+        np.empty(n + 1, np.int64),
     )
-    noted = (state.reason, state.over_budget, state.reason_type, state.figure)
-    loser_columns(state.won_bid, noted, state.book.bids.job, out)
-    rows, job, reason, gpu_type, figure = out
+    loser_columns(state.won_bid, (state.reason, state.over_budget, state.reason_type, state.figure), out)
+    rows, reason, gpu_type, figure = out[0][:n], out[1][:n], out[2][:n], out[3][:n]
+    job = state.book.bids.job[rows]
     return Losers(job, rows, reason, gpu_type, figure)
 
 

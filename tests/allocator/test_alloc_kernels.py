@@ -155,19 +155,19 @@ def test_result_columns_match_their_plain_statements(seed: int, n: int, n_types:
     rng = _rng(seed)
     won = rng.random(n) < 0.5
     reason, over = rng.integers(0, 6, n).astype(np.int8), rng.random(n) < 0.2
-    kind, figure, job = (
-        rng.integers(-1, 3, n).astype(np.int32),
-        rng.integers(0, 99, n),
-        rng.permutation(n) + 5,
-    )
+    kind, figure = rng.integers(-1, 3, n).astype(np.int32), rng.integers(0, 99, n)
     m = n - int(won.sum())
-    out = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int8), np.empty(m, np.int32))
-    out = (*out, np.empty(m, np.int64))
-    k.loser_columns(won, (reason, over, kind, figure), job, out)
+    out = (
+        np.empty(m + 1, np.int64),
+        np.empty(m + 1, np.int8),
+        np.empty(m + 1, np.int32),
+        np.empty(m + 1, np.int64),
+    )
+    k.loser_columns(won, (reason, over, kind, figure), out)
     lost = [i for i in range(n) if not won[i]]
-    assert out[0].tolist() == lost and out[1].tolist() == job[lost].tolist()
-    assert out[2].tolist() == [k.OVER_BUDGET if over[i] else int(reason[i]) for i in lost]
-    assert out[3].tolist() == kind[lost].tolist() and out[4].tolist() == figure[lost].tolist()
+    assert out[0][:m].tolist() == lost
+    assert out[1][:m].tolist() == [k.OVER_BUDGET if over[i] else int(reason[i]) for i in lost]
+    assert out[2][:m].tolist() == kind[lost].tolist() and out[3][:m].tolist() == figure[lost].tolist()
 
     limit = np.where(rng.random((n, n_types)) < 0.7, rng.integers(0, 9, (n, n_types)), -1).astype(np.int64)
     gpus, posted = rng.integers(1, 9, n).astype(np.int32), rng.integers(0, 9, n_types).astype(np.int64)
@@ -183,7 +183,7 @@ def test_result_columns_match_their_plain_statements(seed: int, n: int, n_types:
 @given(SEEDS, st.integers(0, 12), st.integers(0, 3))
 def test_winner_columns_expand_the_log_one_row_per_gang(seed: int, n_gangs: int, n_explicit: int) -> None:
     """A gang's consecutive log entries (one per node) make one winner; explicit placements follow as tier G;
-    a gappy node's offsets are looked up in its free-slot list; hold = ceil(gpus * price * max_s / 3600)."""
+    a gappy node's offsets are looked up in its free-slot list."""
     rng = _rng(seed)
     gangs = rng.permutation(20)[:n_gangs]
     entries = [(int(r), int(j)) for r in gangs for j in rng.choice(3, int(rng.integers(1, 3)), replace=False)]
@@ -206,27 +206,14 @@ def test_winner_columns_expand_the_log_one_row_per_gang(seed: int, n_gangs: int,
     gappy = np.array([False, True, False])
     free_slot, ptr = np.array([1, 3, 4, 6, 7, 8], dtype=np.int32), np.array([0, 0, 0, 6], dtype=np.int64)
     table = rng.integers(1, 10**6, 6).astype(np.int64)  # tier x type
-    job, tenant, max_s = (
-        np.arange(30) + 100,
-        rng.integers(0, 4, 30).astype(np.int32),
-        rng.integers(1, 9, 30) * 3600,
-    )
     m, n_gpus = row.size + n_explicit, int(count.sum()) + x_slot.size
-    out = (np.empty(m, np.int64), np.empty(m, np.int64), np.empty(m, np.int32), np.empty(m, np.int8))
-    out = (
-        *out,
-        np.empty(m, np.int32),
-        np.empty(m, np.int64),
-        np.empty(m, np.int64),
-        np.empty(m + 1, np.int64),
-    )
-    out = (*out, np.empty(n_gpus, np.int32), np.empty(n_gpus, np.int32))
+    out = (np.empty(m, np.int64), np.empty(m, np.int8), np.empty(m, np.int32), np.empty(m, np.int64))
+    out = (*out, np.empty(m + 1, np.int64), np.empty(n_gpus, np.int32), np.empty(n_gpus, np.int32))
     w = k.winner_columns(
         (row, node, count, offset, tier, kind),
         (x_row, x_node, x_slot, x_ptr, x_kind),
         (gappy, ptr, free_slot),
         table,
-        (job, tenant, max_s),
         out,
     )
     want: list[tuple[int, int, int, list[tuple[int, int]]]] = []  # row, tier, type, GPUs
@@ -240,35 +227,16 @@ def test_winner_columns_expand_the_log_one_row_per_gang(seed: int, n_gangs: int,
         else:
             want.append((int(row[i]), int(tier[i]), int(kind[i]), gpus))
     for x in range(n_explicit):
-        want.append(
-            (
-                int(x_row[x]),
-                0,
-                int(x_kind[x]),
-                [(int(x_node[x]), int(s)) for s in x_slot[x_ptr[x] : x_ptr[x + 1]]],
-            )
-        )
-    o_job, o_row, o_tenant, o_tier, o_type, o_price, o_hold, o_ptr, o_node, o_slot = out
+        slots = x_slot[x_ptr[x] : x_ptr[x + 1]].tolist()
+        want.append((int(x_row[x]), 0, int(x_kind[x]), [(int(x_node[x]), s) for s in slots]))
+    o_row, o_tier, o_type, o_price, o_ptr, o_node, o_slot = out
     assert w == len(want)
     for v, (r, t, kd, gpus) in enumerate(want):
-        price = int(table[t * 2 + kd])
-        assert (o_row[v], o_job[v], o_tenant[v], o_tier[v], o_type[v], o_price[v]) == (
-            r,
-            job[r],
-            tenant[r],
-            t,
-            kd,
-            price,
+        assert (o_row[v], o_tier[v], o_type[v], o_price[v]) == (r, t, kd, table[t * 2 + kd])
+        got = zip(
+            o_node[o_ptr[v] : o_ptr[v + 1]].tolist(), o_slot[o_ptr[v] : o_ptr[v + 1]].tolist(), strict=True
         )
-        assert o_hold[v] == -(-len(gpus) * price * int(max_s[r]) // 3600)
-        got = list(
-            zip(
-                o_node[o_ptr[v] : o_ptr[v + 1]].tolist(),
-                o_slot[o_ptr[v] : o_ptr[v + 1]].tolist(),
-                strict=True,
-            )
-        )
-        assert got == gpus
+        assert list(got) == gpus
 
 
 @settings(max_examples=100, deadline=None)
