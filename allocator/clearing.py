@@ -281,17 +281,15 @@ def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[],
     if not pl.place_groups(floor, t, (order, start, stride), s.rows, placed, sizes):
         return None
     tier[np.flatnonzero((tier == -1) & placed)] = TIER_S
-    state.victim_cache.clear()  # entitlements of this type may have changed
     floor.context = (TIER_G, t)  # reclaimed gangs are placed as tier G of this type
     g_left = np.sort(order[start[0] : start[stride]])
     g_left = g_left[~placed[g_left]]
     g_left = g_left[np.argsort(s.tenant[g_left], kind="stable")]  # tenant, then market order
-    for at in g_left.tolist():
-        if reclaim_for(state, t, int(s.rows[at])):
-            placed[at] = True
-            state.count("reclaimed_gangs")
-        else:
-            state.count("guarantee_unrestored")
+    if g_left.size:
+        restored = reclaim_for(state, t, s.rows[g_left])
+        placed[g_left[restored]] = True
+        state.count("reclaimed_gangs", int(restored.sum()))
+        state.count("guarantee_unrestored", int((~restored).sum()))
     return placed
 
 

@@ -114,16 +114,10 @@ class Floor:
         self.entries = mark.entries
         del self.explicit[mark.explicit :]
 
-    def free_slots(self, node: int) -> I64:
-        """The slots of ``node`` still free now (a node's free slots are handed out in ascending order)."""
-        used = int(self.initial_free[node] - self.free[node])
-        return np.flatnonzero(self.nodes.free[node])[used:].astype(np.int64)
-
-    def take_explicit(self, row: int, node: int, from_free: int, extra: I64) -> None:
-        """Place ``row`` on ``node``: its first ``from_free`` free slots plus the freed slots ``extra``."""
-        slots = np.concatenate([self.free_slots(node)[:from_free], extra]).astype(np.int64)
+    def record_explicit(self, row: int, node: int, slots: I64) -> None:
+        """Append the placement of ``row`` on named ``slots`` of ``node`` (step 6: free slots and slots freed
+        by preemption), whose GPUs the caller has already taken."""
         self.touched[node] = True
-        self.free[node] -= from_free
         self.explicit.append((row, node, slots, self.context[1]))
 
     def record(self, rows: I64, node: I64, count: int | I64, offset: I64) -> None:

@@ -41,14 +41,10 @@ class RoundState:
     share: I64
     s_low: I64
     s_lose: I64
+    reclaim_failed: I64  # by (tenant, type): the smallest gang reclaim could not place this round (max: none)
     counters: dict[str, int] = field(default_factory=dict)
     reserved_jobs: list[tuple[int, int]] = field(default_factory=list)
     retiered: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    reclaim_failed: dict[tuple[int, int], int] = field(
-        default_factory=dict
-    )  # (tenant, type) -> smallest gang
-    victim_cache: dict[int, I64] = field(default_factory=dict)  # type -> victim order (reclaim)
-    lease_index: tuple[I64, I64] | None = None  # (bounds by node, lease rows by slot): ``leases_on``
 
     @classmethod
     def start(cls, book: Book) -> RoundState:
@@ -74,6 +70,7 @@ class RoundState:
             share=np.zeros((len(book.tenants), n_types), dtype=np.int64),
             s_low=np.full(n_types, -1, dtype=np.int64),
             s_lose=np.full(n_types, -1, dtype=np.int64),
+            reclaim_failed=np.full((len(book.tenants), n_types), np.iinfo(np.int64).max, dtype=np.int64),
             counters={
                 "guarantee_unrestored": 0,
                 "reclaimed_gangs": 0,
@@ -85,16 +82,6 @@ class RoundState:
     def held_total(self, t: int) -> I64:
         """GPUs of type ``t`` each tenant holds now, all tiers, including this round's wins."""
         return np.asarray(self.held[:, :, t].sum(axis=1) + self.won[:, t], dtype=np.int64)
-
-    def leases_on(self, node: int) -> I64:
-        """Rows of the running leases with a GPU on ``node`` (an index by node, built on first use)."""
-        if self.lease_index is None:
-            ls = self.book.leases
-            order = np.argsort(ls.slot_node, kind="stable")
-            bounds = np.searchsorted(ls.slot_node[order], np.arange(len(self.book.nodes) + 1))
-            self.lease_index = (bounds, ls.slot_owner[order])
-        bounds, owner = self.lease_index
-        return np.unique(owner[bounds[node] : bounds[node + 1]])
 
     def count(self, name: str, by: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + by

@@ -11,56 +11,64 @@ from allocator.result import Result
 
 def warm_up() -> Result:
     """Clear a synthetic book large enough for the slate (``PRUNE_MIN`` bids in a type) and varied enough to
-    reach every kernel: two GPU types, a guarantee, a tenant short of budget, gangs of several sizes, a
-    starving gang and a running lease. Takes under a second with the kernels cached, a few seconds without.
+    reach every kernel: three GPU types, guarantees, a tenant short of budget, gangs of several sizes, a
+    starving gang, running leases, and in the third type (one node, mostly leased) a guarantee restored by
+    preemption and one that cannot be. Takes under a second with the kernels cached, a few seconds without.
 
     Why: numba compiles each kernel on its first call. A Celery worker calls this when it starts
     (``config/celery.py``), so no round pays for it; the round benchmark does the same."""
     rng = np.random.default_rng(0)
     n_bids, n_nodes, now = 2 * PRUNE_MIN, 512, 1_700_000_000  # a third are the poor tenant's
-    free = np.ones((n_nodes, 8), dtype=np.bool_)
+    free = np.ones((n_nodes + 1, 8), dtype=np.bool_)
     free[0, :2] = False
+    free[n_nodes, 2:] = False  # the third type's one node: six GPUs leased by "poor" (tier S)
     i64, i32 = np.int64, np.int32
     leases = Leases(
-        lease=np.array([1], dtype=i64),
-        tenant=np.array([1], dtype=i32),
-        gpu_type=np.array([0], dtype=i32),
-        tier=np.array([2], dtype=np.int8),
-        start=np.array([now - 7200], dtype=i64),
-        preemptible=np.array([True]),
-        slot_ptr=np.array([0, 2], dtype=i64),
-        slot_node=np.array([0, 0], dtype=i32),
-        slot_idx=np.array([0, 1], dtype=i32),
+        lease=np.array([1, 2], dtype=i64),
+        tenant=np.array([1, 2], dtype=i32),
+        gpu_type=np.array([0, 2], dtype=i32),
+        tier=np.array([2, 2], dtype=np.int8),
+        start=np.array([now - 7200, now - 7200], dtype=i64),
+        preemptible=np.array([True, True]),
+        slot_ptr=np.array([0, 2, 8], dtype=i64),
+        slot_node=np.array([0, 0] + [n_nodes] * 6, dtype=i32),
+        slot_idx=np.array([0, 1, 2, 3, 4, 5, 6, 7], dtype=i32),
     )
-    held = np.zeros((3, 3, 2), dtype=i32)
+    held = np.zeros((3, 3, 3), dtype=i32)
     held[1, 2, 0] = 2
-    limit = rng.integers(MICRO, 4 * MICRO, (n_bids, 2))
+    held[2, 2, 2] = 6
+    limit = np.hstack([rng.integers(MICRO, 4 * MICRO, (n_bids, 2)), np.full((n_bids, 1), -1)])  # "c": none
     limit[:, 1] = np.where(
         np.arange(n_bids) % 3 == 0, -1, limit[:, 0] - 1
     )  # "a" first: one type gets a slate
+    tenant = rng.integers(0, 3, n_bids).astype(i32)
+    gpus = np.where(rng.random(n_bids) < 0.8, 1, rng.integers(2, 17, n_bids)).astype(i32)
+    # but two gangs of "rich", a node each, within its guarantee: the first preempts, the second finds nothing
+    tenant[1:3], gpus[1:3] = 0, 8
+    limit[1:3] = [-1, -1, 2 * MICRO]
     book = Book(
         now=now,
         round=1,
-        types=GpuTypes(("a", "b"), np.full(2, MICRO), np.full(2, 2 * MICRO), np.full(2, 50 * MICRO)),
+        types=GpuTypes(("a", "b", "c"), np.full(3, MICRO), np.full(3, 2 * MICRO), np.full(3, 50 * MICRO)),
         nodes=Nodes(
-            tuple(f"n{i}" for i in range(n_nodes)),
-            (np.arange(n_nodes) % 2).astype(i32),
-            (np.arange(n_nodes) // 64).astype(i32),
-            np.full(n_nodes, 8, dtype=i32),
+            tuple(f"n{i}" for i in range(n_nodes + 1)),
+            np.append(np.arange(n_nodes) % 2, 2).astype(i32),
+            (np.arange(n_nodes + 1) // 64).astype(i32),
+            np.full(n_nodes + 1, 8, dtype=i32),
             free,
         ),
         tenants=Tenants(
             ("rich", "lender", "poor"),
             np.array([1.0, 2.0, 1.0]),
-            np.array([[16, 0], [4, 4], [0, 0]]),
+            np.array([[16, 0, 16], [4, 4, 0], [0, 0, 0]]),
             held,
             np.array([10**9 * MICRO, 10**9 * MICRO, 100 * MICRO]),
             np.array([-1, -1, -1]),
         ),
         bids=Bids(
             job=np.arange(n_bids) + 1,
-            tenant=rng.integers(0, 3, n_bids).astype(i32),
-            gpus=np.where(rng.random(n_bids) < 0.8, 1, rng.integers(2, 17, n_bids)).astype(i32),
+            tenant=tenant,
+            gpus=gpus,
             limit=limit,
             max_s=np.full(n_bids, 3600),
             submit=now - n_bids + np.arange(n_bids),
