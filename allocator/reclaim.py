@@ -44,6 +44,10 @@ def reclaim_for(state: RoundState, t: int, rows: I64) -> BOOL:
     max_cap = int(floor.max_cap[t])
     node = np.empty(rows.shape[0], dtype=np.int64)
     slots = np.empty((rows.shape[0], max_cap), dtype=np.int64)
+    # a starving gang may reclaim on the nodes reserved for it (it reserved them when it did not fit)
+    reserved_for = np.where(floor.reserved, np.iinfo(np.int64).min, -1)
+    for reserved_node, reserved_job in state.reserved_jobs:
+        reserved_for[reserved_node] = reserved_job
     reclaim_run(
         t,
         max_cap,
@@ -59,7 +63,7 @@ def reclaim_for(state: RoundState, t: int, rows: I64) -> BOOL:
             book.tenants.guarantee,
             state.reclaim_failed,
         ),
-        (floor.free, floor.reserved, floor.initial_free, book.nodes.free),
+        (floor.free, reserved_for, floor.initial_free, book.nodes.free),
         node,
         slots,
     )

@@ -88,17 +88,19 @@ def _on_node(leases: LeaseColumns, v: int, node: int) -> int:
 def _candidate_nodes(
     k: int,
     claimant: int,
+    claimant_job: int,
     order: I64,
     leases: LeaseColumns,
     preempted: BOOL,
     free: I64,
-    reserved: BOOL,
+    reserved_for: I64,
     count: I64,
 ) -> I64:
     """A screen for ``_plan_node``: the nodes where preempting victims (``order``, less the claimant's own
     leases and those preempted already) could make room for a gang of k, cheapest first: by the victims' GPUs
-    there that must go, in order, until it fits (max(1, k - free)), then node index. Reserved nodes take no
-    new work. ``count``: zeros by node, left zero."""
+    there that must go, in order, until it fits (max(1, k - free)), then node index. A node reserved for a
+    starving gang (``reserved_for``: its job id, -1 where none) takes no other new work, but that gang's own
+    tier-G reclaim may use it. ``count``: zeros by node, left zero."""
     tenant, slot_ptr, slot_node = leases[0], leases[5], leases[6]
     seen = np.empty(slot_node.shape[0], dtype=np.int64)
     n_seen = 0
@@ -116,7 +118,7 @@ def _candidate_nodes(
     n = 0
     for node in seen[:n_seen]:
         need = max(1, k - free[node])
-        if count[node] >= need and not reserved[node]:
+        if count[node] >= need and (reserved_for[node] == -1 or reserved_for[node] == claimant_job):
             key[n] = need * n_nodes + node
             n += 1
         count[node] = 0
@@ -175,7 +177,7 @@ def reclaim_run(
     leases: LeaseColumns,
     policy: tuple[int, int],
     state: tuple[I8, BOOL, I64, I64, I64, I32, I64],
-    floor: tuple[I64, BOOL, I64, BOOL],
+    floor: tuple[I64, I64, I64, BOOL],
     node_out: I64,
     slots_out: I64,
 ) -> None:
@@ -187,7 +189,8 @@ def reclaim_run(
 
     ``state``: lease tier, preempted and preempted for (job id) by lease; held by (tenant, tier, type); share,
     guarantee and ``failed``, the smallest gang reclaim could not place this round, by (tenant, type).
-    ``floor``: free GPUs, reserved, free GPUs at the start of the round, and free slots then, by node.
+    ``floor``: free GPUs, the job each is reserved for (-1: none), free GPUs at the start of the round, and free
+    slots then, by node.
     ``policy``: (now, min_runtime_s). Preemptions, holdings, failures and free GPUs are written in place.
 
     Writes each gang's node to ``node_out`` (-1: not placed) and its k slots to ``slots_out[i, :k]``: the
@@ -196,7 +199,7 @@ def reclaim_run(
     rows, gpus, bid_tenant, job = gangs
     now, min_runtime = policy
     lease_tier, preempted, preempted_for, held, share, guarantee, failed = state
-    free, reserved, initial_free, slot_free = floor
+    free, reserved_for, initial_free, slot_free = floor
     tenant, slot_ptr, slot_node, slot_idx = leases[0], leases[5], leases[6], leases[7]
     order = _victim_order(t, now, min_runtime, leases, lease_tier, preempted, held, share)
     count = np.zeros(free.shape[0], dtype=np.int64)
@@ -210,7 +213,7 @@ def reclaim_run(
         if k > max_cap or failed[m, t] <= k:
             continue
         node, n = -1, -1
-        for c in _candidate_nodes(k, m, order, leases, preempted, free, reserved, count):
+        for c in _candidate_nodes(k, m, job[r], order, leases, preempted, free, reserved_for, count):
             n = _plan_node(t, c, k, m, order, leases, preempted, held, guarantee, free[c], chosen, taken)
             if n >= 0:
                 node = c

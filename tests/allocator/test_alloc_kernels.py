@@ -177,7 +177,11 @@ def _reclaim_reference(
             for s in slots[v]:
                 node = int(ls["slot_node"][s])
                 running[node] = running.get(node, 0) + 1
-                if node not in freed and running[node] + free[node] >= size and not w["reserved"][node]:
+                if (
+                    node not in freed
+                    and running[node] + free[node] >= size
+                    and w["reserved_for"][node] in (-1, job)
+                ):
                     freed[node] = running[node]
         plan = None
         for node in sorted(freed, key=lambda j: (freed[j], j)):
@@ -251,7 +255,7 @@ def test_reclaim_run_is_gang_by_gang_reclaim(seed: int, n_nodes: int, n_gangs: i
         "guarantee": rng.integers(0, 7, (n_tenants, 2)).astype(np.int32),
         "failed": np.where(rng.random((n_tenants, 2)) < 0.2, 3, np.iinfo(np.int64).max).astype(np.int64),
         "free": initial_free - rng.integers(0, initial_free + 1),
-        "reserved": rng.random(n_nodes) < 0.1,
+        "reserved_for": np.where(rng.random(n_nodes) < 0.1, rng.integers(100, 101 + n_gangs, n_nodes), -1),
         "initial_free": initial_free,
         "slot_free": slot_free,
     }
@@ -267,7 +271,7 @@ def test_reclaim_run_is_gang_by_gang_reclaim(seed: int, n_nodes: int, n_gangs: i
         tuple(ls[c] for c in LEASE_COLUMNS),
         (10_000, 600),
         tuple(got[c] for c in STATE_COLUMNS),
-        (got["free"], got["reserved"], got["initial_free"], got["slot_free"]),
+        (got["free"], got["reserved_for"], got["initial_free"], got["slot_free"]),
         node,
         slots,
     )
