@@ -1,4 +1,4 @@
-"""Placement, ARCHITECTURE.md §Clearing step 5: gangs onto nodes, vectorised per gang size.
+"""Placement, ARCHITECTURE.md §Clearing step 5: gangs onto nodes, compiled per placement group.
 
 A gang that fits a node (k <= the largest node of its type) lands on one node, best fit by free count
 (the node with the fewest free GPUs that still holds it, ties by node index); a larger gang takes whole free nodes
@@ -6,8 +6,8 @@ in one topology domain (the domain with the least whole-free capacity that suffi
 first. Running leases never move. Nodes reserved for a starving gang take no other work.
 
 Gangs of one size k placed in sequence by best fit fill a node completely (floor(f / k) gangs) before the next
-node, because a node left with f - k >= k free becomes the best fit. So one size class is a cumsum and a
-searchsorted over nodes sorted by (free, index), not a loop over gangs.
+node, because a node left with f - k >= k free becomes the best fit. So one size class visits each node once
+(``kernels.best_fit_run``, over one bitmap of nodes per free count), not once per gang.
 """
 
 from __future__ import annotations
