@@ -16,7 +16,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_G, TIER_S
+from allocator.book import TIER_B, TIER_G, TIER_S
 from allocator.jit import compiled
 from allocator.result import GUARANTEE_FULL, NO_FIT, OUTBID, OVER_BUDGET
 
@@ -25,6 +25,7 @@ I32 = NDArray[np.int32]
 I8 = NDArray[np.int8]
 BOOL = NDArray[np.bool_]
 U64 = NDArray[np.uint64]
+F64 = NDArray[np.float64]
 
 
 @compiled
@@ -32,15 +33,16 @@ def first_fit(tier: I8, value: int, hi: int, seg: I32, size: I32, cap: I64) -> i
     """Sequential first-fit, the rule of tier G (ARCHITECTURE.md §Clearing step 2), tier B's fill of floor(e_t)
     (step 3) and re-tiering: each position below ``hi`` still open (``tier`` -1), in order, takes ``value`` when
     its ``size`` fits what is left of ``cap[seg]``; a position that does not fit is skipped and later smaller
-    ones may still fit. ``cap`` is spent in place. Returns the units taken."""
+    ones may still fit. ``cap`` is spent in place. Returns the units taken. Branch-free: whether a bid fits
+    its tenant's rest is too irregular for a branch on it to predict."""
     taken = 0
     for i in range(hi):
-        if tier[i] == -1:
-            s, k = seg[i], size[i]
-            if k <= cap[s]:
-                tier[i] = value
-                cap[s] -= k
-                taken += k
+        s, k = seg[i], size[i]
+        fit = (tier[i] == -1) & (k <= cap[s])
+        tier[i] = value if fit else tier[i]
+        k = k if fit else 0
+        cap[s] -= k
+        taken += k
     return taken
 
 
@@ -59,14 +61,65 @@ def first_fit_pool(tier: I8, value: int, size: I32, cap: int) -> int:
 
 
 @compiled
-def demand_by_seg(tier: I8, hi: int, seg: I32, size: I32, n_seg: int) -> I64:
-    """Tier B demand, ARCHITECTURE.md §Clearing step 3: the GPUs each tenant asks at positions below ``hi``
-    (those priced at or above p) still open (``tier`` -1)."""
-    out = np.zeros(n_seg, dtype=np.int64)
-    for i in range(hi):
+def water_fill(demand: I64, weight: F64, supply: int, share: I64) -> None:
+    """Weighted water-filling, ARCHITECTURE.md §Clearing step 3, into ``share``: e_t = floor(min(d_t, w_t * L))
+    where the level L solves sum min(d_t, w_t * L) = supply (every d_t when the demands fit).
+
+    L is found by saturating tenants in rounds instead of sorting them by d_t / w_t: with S the tenants known
+    to be satisfied, L' = (supply - demand of S) / weight of the rest never exceeds L, and every tenant whose
+    ratio is at most L' is satisfied too; when a round adds none, L' is L. Each round is a pass over the
+    tenants without a branch to mispredict (a sort of the ratios mispredicts about half its comparisons, which
+    made it the costliest part of tier B), and a few rounds suffice. Sums run in tenant order, so the result
+    is a function of the inputs alone. Floors lose at most one GPU per tenant; float error that would make the
+    shares exceed the supply is taken back from the largest shares."""
+    n, total = demand.shape[0], 0
+    for t in range(n):
+        total += demand[t]
+    if total <= supply or supply <= 0:
+        for t in range(n):
+            share[t] = demand[t] if total <= supply else 0
+        return
+    ratio = np.empty(n, dtype=np.float64)
+    open_ = np.empty(n, dtype=np.bool_)  # not (yet) known to be satisfied
+    for t in range(n):
+        ratio[t] = demand[t] / weight[t]
+        open_[t] = demand[t] > 0  # tenants asking nothing are satisfied at any level
+    done, level = 0, 0.0
+    for _ in range(n):
+        w_rest = 0.0
+        for t in range(n):
+            w_rest += weight[t] if open_[t] else 0.0
+        if w_rest <= 0.0:  # float error only: everyone satisfied below the supply; keep the last level
+            break
+        level = (supply - done) / w_rest
+        added = 0
+        for t in range(n):
+            now = open_[t] & (ratio[t] <= level)
+            done += demand[t] if now else 0
+            added += now
+            open_[t] = open_[t] & (not now)
+        if added == 0:
+            break
+    given = 0
+    for t in range(n):
+        share[t] = min(demand[t], int(math.floor(weight[t] * level + 1e-9)))
+        given += share[t]
+    if given > supply:
+        for t in np.argsort(-share, kind="mergesort")[: given - supply]:
+            share[t] -= 1
+
+
+@compiled
+def tier_b_fill(tier: I8, at_p: int, seg: I32, size: I32, weight: F64, supply: int, share: I64) -> int:
+    """Tier B, ARCHITECTURE.md §Clearing step 3: each tenant's demand is its open positions below ``at_p``
+    (priced at or above p); the ``supply`` is water-filled over the demands into ``share`` (e_t); then each
+    tenant first-fits its positions, in market order, into floor(e_t). Returns the GPUs taken."""
+    demand = np.zeros(share.shape[0], dtype=np.int64)
+    for i in range(at_p):
         if tier[i] == -1:
-            out[seg[i]] += size[i]
-    return out
+            demand[seg[i]] += size[i]
+    water_fill(demand, weight, max(supply, 0), share)
+    return first_fit(tier, TIER_B, at_p, seg, size, share.copy())
 
 
 @compiled

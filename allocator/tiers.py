@@ -11,21 +11,20 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_B, TIER_G, TIER_S, Bids, GpuTypes
+from allocator.book import TIER_G, TIER_S, Bids, GpuTypes
 from allocator.kernels import (
     budget_prefix,
     column_span,
-    demand_by_seg,
     first_fit,
     first_fit_pool,
     in_tie_order,
     pack_keys,
     poor_bids,
     poor_tenants,
+    tier_b_fill,
     type_preferences,
     unpack_keys,
 )
-from allocator.segments import water_fill
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
@@ -189,10 +188,9 @@ def tier_b(
     """Tier B, ARCHITECTURE.md §Clearing step 3: weighted water-filling of the excess ``supply`` over each
     tenant's demand (its open bids at or above p: the positions below ``at_p``, in market order), then each
     tenant first-fits its bids, in its own order, into floor(e_t) (a tenant whose share covers its demand takes
-    them all). Returns the GPUs taken and the e_t."""
-    demand = demand_by_seg(tier, at_p, tenant, gpus, weight.shape[0])
-    share = water_fill(demand, weight, supply)
-    return int(first_fit(tier, TIER_B, at_p, tenant, gpus, share.copy())), share
+    them all); ``kernels.tier_b_fill``. Returns the GPUs taken and the e_t."""
+    share = np.empty(weight.shape[0], dtype=np.int64)
+    return int(tier_b_fill(tier, at_p, tenant, gpus, weight, supply, share)), share
 
 
 def tier_s(tier: I8, gpus: I32, supply: int) -> int:

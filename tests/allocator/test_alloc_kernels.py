@@ -42,6 +42,45 @@ def test_first_fit_is_sequential_first_fit(seed: int, n: int, n_seg: int) -> Non
     assert got == taken and (tier == want_tier).all() and (cap == want_cap).all()
 
 
+def _sorted_water_fill(demand: np.ndarray, weight: np.ndarray, supply: int) -> np.ndarray:
+    """Water-filling as first written: tenants by d/w ascending; the first whose ratio overshoots sets L."""
+    if demand.sum() <= supply:
+        return demand.copy()
+    if supply <= 0:
+        return np.zeros_like(demand)
+    d, w = demand.astype(np.float64), weight
+    order = np.argsort(d / w, kind="stable")
+    r, ws, ds = (d / w)[order], w[order], d[order]
+    filled = np.cumsum(ds) - ds + r * (ws.sum() - np.cumsum(ws) + ws)
+    i = int(np.searchsorted(filled, supply, side="right"))
+    level = (supply - ds[:i].sum()) / ws[i:].sum()
+    share = np.minimum(demand, np.floor(w * level + 1e-9)).astype(np.int64)
+    for t in np.argsort(-share, kind="stable")[: max(0, int(share.sum()) - supply)]:
+        share[t] -= 1
+    return share
+
+
+@settings(max_examples=300, deadline=None)
+@given(SEEDS, st.integers(1, 40), st.integers(-3, 400), st.booleans())
+def test_water_fill_matches_the_sorted_fill(seed: int, n: int, supply: int, whole: bool) -> None:
+    """Saturating in rounds finds the level the sort finds: the same shares where the sums are exact (whole
+    weights); with any weights, no share above its demand, nothing beyond the supply, and nobody short of
+    its floor(w * L) by more than the one GPU float error may take back."""
+    rng = _rng(seed)
+    demand = np.where(rng.random(n) < 0.2, 0, rng.integers(1, 40, n)).astype(np.int64)
+    weight = rng.integers(1, 5, n).astype(np.float64) if whole else rng.uniform(0.1, 4.0, n)
+    share = np.empty(n, dtype=np.int64)
+    k.water_fill(demand, weight, supply, share)
+    want = _sorted_water_fill(demand, weight, supply)
+    if whole:
+        assert (share == want).all()
+    assert (share >= 0).all() and (share <= demand).all()
+    assert int(share.sum()) <= max(supply, 0)
+    assert (np.abs(share - want) <= 1).all()
+    if demand.sum() > supply > 0:  # the supply is used up to the floors: at most one GPU per tenant unused
+        assert int(share.sum()) >= supply - n
+
+
 @settings(max_examples=200, deadline=None)
 @given(SEEDS, st.integers(0, 40))
 def test_budget_prefix_stops_each_tenant_at_its_first_miss(seed: int, n: int) -> None:
