@@ -226,8 +226,23 @@ def unit_digest(name: str, arr: NDArray[Any]) -> bytes:
 def trailer(result: Result) -> bytes:
     """The rest of the canonical serialisation: the round, the counters (sorted) and the name tables."""
     parts = [f"round={result.round}", "\x1e".join(f"{k}={v}" for k, v in result.counters.items())]
-    parts += ["\x00".join(names) for names in (result.type_names, result.node_names, result.tenant_names)]
-    return "\x1d".join(parts).encode()
+    return "\x1d".join(parts).encode() + b"\x1d" + _names_bytes(result)
+
+
+_names_cache: list[tuple[tuple[tuple[str, ...], ...], bytes]] = []
+
+
+def _names_bytes(result: Result) -> bytes:
+    """The name tables of ``trailer``, encoded. A round's tables are the book's tuples, the same objects every
+    round of a book (and a market keeps them while its cluster does not change), and encoding thousands of
+    names cost more than the rest of the trailer: the last few are kept, by identity."""
+    tables = (result.type_names, result.node_names, result.tenant_names)
+    for key, value in _names_cache:
+        if all(a is b for a, b in zip(key, tables, strict=True)):
+            return value
+    value = "\x1d".join("\x00".join(names) for names in tables).encode()
+    _names_cache[:] = [(tables, value), *_names_cache[:3]]
+    return value
 
 
 class Background(Generic[T]):

@@ -73,15 +73,12 @@ def winners(state: RoundState, spot: I64) -> Winners:
         np.empty(n_gpus, np.int32),
         np.empty(n_gpus, np.int32),
     )
-    w = winner_columns(floor.logged(), explicit, slot_lookup(floor), table, out)
+    by_winner = (np.empty(m, np.int64), np.empty(m, np.int32), np.empty(m, np.int64))
+    by_row = (bids.job, bids.tenant, bids.max_s)
+    w = winner_columns(floor.logged(), explicit, slot_lookup(floor), table, by_row, out, by_winner)
     rows, tier, gtype, price, ptr, node, slot = out
-    rows, tier, gtype, price, ptr = rows[:w], tier[:w], gtype[:w], price[:w], ptr[: w + 1]
-    hold = np.diff(ptr)
-    hold *= price
-    hold *= bids.max_s[rows]
-    hold += 3599
-    hold //= 3600  # hold_of: ceil(gpus * price * max_s / 3600)
-    return Winners(bids.job[rows], rows, bids.tenant[rows], tier, gtype, price, hold, ptr, node, slot)
+    job, tenant, hold = (col[:w] for col in by_winner)
+    return Winners(job, rows[:w], tenant, tier[:w], gtype[:w], price[:w], hold, ptr[: w + 1], node, slot)
 
 
 def losers(state: RoundState) -> Losers:

@@ -408,12 +408,17 @@ def test_winner_columns_expand_the_log_one_row_per_gang(seed: int, n_gangs: int,
     m, n_gpus = row.size + n_explicit, int(count.sum()) + x_slot.size
     out = (np.empty(m, np.int64), np.empty(m, np.int8), np.empty(m, np.int32), np.empty(m, np.int64))
     out = (*out, np.empty(m + 1, np.int64), np.empty(n_gpus, np.int32), np.empty(n_gpus, np.int32))
+    job, tenant = rng.integers(1, 10**9, 30).astype(np.int64), rng.integers(0, 5, 30).astype(np.int32)
+    max_s = rng.integers(1, 10**6, 30).astype(np.int64)
+    by_winner = (np.empty(m, np.int64), np.empty(m, np.int32), np.empty(m, np.int64))
     w = k.winner_columns(
         (row, node, count, offset, tier, kind),
         (x_row, x_node, x_slot, x_ptr, x_kind),
         (gappy, ptr, free_slot),
         table,
+        (job, tenant, max_s),
         out,
+        by_winner,
     )
     want: list[tuple[int, int, int, list[tuple[int, int]]]] = []  # row, tier, type, GPUs
     for i in range(row.size):
@@ -436,6 +441,8 @@ def test_winner_columns_expand_the_log_one_row_per_gang(seed: int, n_gangs: int,
             o_node[o_ptr[v] : o_ptr[v + 1]].tolist(), o_slot[o_ptr[v] : o_ptr[v + 1]].tolist(), strict=True
         )
         assert list(got) == gpus
+        hold = (len(gpus) * int(table[t * 2 + kd]) * int(max_s[r]) + 3599) // 3600
+        assert (by_winner[0][v], by_winner[1][v], by_winner[2][v]) == (job[r], tenant[r], hold)
 
 
 @settings(max_examples=100, deadline=None)
