@@ -77,8 +77,10 @@ def winners(state: RoundState, spot: I64) -> Winners:
     by_row = (bids.job, bids.tenant, bids.max_s)
     w = winner_columns(floor.logged(), explicit, slot_lookup(floor), table, by_row, out, by_winner)
     rows, tier, gtype, price, ptr, node, slot = out
-    job, tenant, hold = (col[:w] for col in by_winner)
-    return Winners(job, rows[:w], tenant, tier[:w], gtype[:w], price[:w], hold, ptr[: w + 1], node, slot)
+    job, tenant, hold = by_winner
+    return Winners(
+        job[:w], rows[:w], tenant[:w], tier[:w], gtype[:w], price[:w], hold[:w], ptr[: w + 1], node, slot
+    )
 
 
 def losers(state: RoundState) -> Losers:
