@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from allocator import placement as pl
 from allocator.book import TIER_G, TIER_S, Bids, Book
 from allocator.jit import keep_freed_memory
-from allocator.kernels import count_at_least, counting_order, note_outcomes, split_rows
+from allocator.kernels import choice_prices, count_at_least, counting_order, note_outcomes, split_rows
 from allocator.reclaim import reclaim_for, retier
 from allocator.result import BELOW_RESERVE, Result
 from allocator.result_build import build_result
@@ -102,7 +102,7 @@ def row_prices(bids: Bids, rows: I64, choice: I32) -> I64:
     if bids.limit.shape[1] == 1:
         return np.ascontiguousarray(bids.limit[:, 0])  # outside ``rows`` the price is never read
     price = np.zeros(len(bids), dtype=np.int64)
-    price[rows] = bids.limit[rows, choice[rows]]
+    choice_prices(bids.limit, rows, choice, price)
     return price
 
 

@@ -562,7 +562,7 @@ def demand_at(limit: I64, gpus: I32, posted: I64) -> I64:
     for t in range(posted.shape[0]):
         p, total = posted[t], 0
         for r in range(limit.shape[0]):  # no branch: a bid is above p about as often as not
-            total += gpus[r] if limit[r, t] >= p else 0
+            total += gpus[r] * (limit[r, t] >= p)
         out[t] = total
     return out
 
@@ -651,8 +651,53 @@ def winner_columns(
 def type_preferences(limit: I64, posted: I64, reserve: I64, out: I32) -> None:
     """Type preference, ARCHITECTURE.md §Clearing step 1: per bid (row of ``limit``, bid x type, -1 where not
     accepted), the types where its limit is at least the reserve, by decreasing margin over the posted price
-    (the smallest p - limit first), ties by type index; -1 pads the row of ``out``. An insertion sort: a row
-    holds a handful of types."""
+    (the smallest p - limit first), ties by type index; -1 pads the row of ``out``. Up to three types, a
+    sorting network of branch-free compare-exchanges (which order a bid's types take is close to random, so
+    an insertion sort's branches mispredicted about half the time: 175 us of a 3.4 ms round at 10^4 bids);
+    more types, an insertion sort."""
+    n_types = limit.shape[1]
+    if n_types > 3:
+        _preferences_by_insertion(limit, posted, reserve, out)
+        return
+    for r in range(limit.shape[0]):
+        k0, k1, k2 = _pref_key(limit, posted, reserve, r, 0), _NEVER, _NEVER
+        t0, t1, t2 = 0, 1, 2
+        if n_types > 1:
+            k1 = _pref_key(limit, posted, reserve, r, 1)
+            k0, t0, k1, t1 = _exchange(k0, t0, k1, t1)
+        if n_types > 2:
+            k2 = _pref_key(limit, posted, reserve, r, 2)
+            k1, t1, k2, t2 = _exchange(k1, t1, k2, t2)
+            k0, t0, k1, t1 = _exchange(k0, t0, k1, t1)
+        out[r, 0] = t0 - (t0 + 1) * (k0 == _NEVER)  # -1 where below the reserve
+        if n_types > 1:
+            out[r, 1] = t1 - (t1 + 1) * (k1 == _NEVER)
+        if n_types > 2:
+            out[r, 2] = t2 - (t2 + 1) * (k2 == _NEVER)
+
+
+_NEVER = np.iinfo(np.int64).max  # the preference key of a type below its reserve: sorts last, then becomes -1
+
+
+@compiled
+def _pref_key(limit: I64, posted: I64, reserve: I64, r: int, t: int) -> int:
+    """Bid ``r``'s key for type ``t``: p - limit, or ``_NEVER`` below the reserve (arithmetic, not a branch)."""
+    ok = int(limit[r, t] >= reserve[t])
+    return ok * int(posted[t] - limit[r, t]) + (1 - ok) * _NEVER
+
+
+@compiled
+def _exchange(ka: int, ta: int, kb: int, tb: int) -> tuple[int, int, int, int]:
+    """One compare-exchange of (key, type) pairs, smaller first (key, then type), by masks: numba's
+    conditional expressions compiled to branches here, which mispredicted as often as the sort they replaced."""
+    swap = -int((ka > kb) | ((ka == kb) & (ta > tb)))  # all ones to swap, else zero
+    dk, dt = (ka ^ kb) & swap, (ta ^ tb) & swap
+    return ka ^ dk, ta ^ dt, kb ^ dk, tb ^ dt
+
+
+@compiled
+def _preferences_by_insertion(limit: I64, posted: I64, reserve: I64, out: I32) -> None:
+    """``type_preferences`` for any number of types: an insertion sort per bid."""
     for r in range(limit.shape[0]):
         m = 0
         for t in range(limit.shape[1]):
@@ -666,3 +711,11 @@ def type_preferences(limit: I64, posted: I64, reserve: I64, out: I32) -> None:
             m += 1
         for i in range(m, limit.shape[1]):
             out[r, i] = -1
+
+
+@compiled
+def choice_prices(limit: I64, rows: I64, choice: I32, price: I64) -> None:
+    """The limit price of each bid of ``rows`` in the type it tries this pass (``choice``), into ``price``
+    (by bid row)."""
+    for r in rows:
+        price[r] = limit[r, choice[r]]
