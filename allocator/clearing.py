@@ -25,7 +25,14 @@ from numpy.typing import NDArray
 from allocator import placement as pl
 from allocator.book import TIER_G, TIER_S, Bids, Book
 from allocator.jit import keep_freed_memory
-from allocator.kernels import choice_prices, count_at_least, counting_order, note_outcomes, split_rows
+from allocator.kernels import (
+    choice_prices,
+    count_at_least,
+    counting_order,
+    note_outcomes,
+    split_rows,
+    unused_guarantee,
+)
 from allocator.reclaim import reclaim_for, retier
 from allocator.result import BELOW_RESERVE, Result
 from allocator.result_build import build_result
@@ -155,9 +162,10 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     """Tiers G, B, S by count, then placement and reclaim, for the bids of one type (``rows``, ascending: those
     the budget filter let through); returns the bid rows that won."""
     book, floor = state.book, state.floor
-    unused = np.maximum(book.tenants.guarantee[:, t] - state.held_total(t), 0)
+    unused = np.empty(len(book.tenants), dtype=np.int64)
+    n_unused = unused_guarantee(book.tenants.guarantee, state.held, state.won, t, unused)
     free = int(floor.free[pl.open_nodes(floor, t)].sum())
-    theta = slate_price(state, t, rows, price, free - int(unused.sum()), first=first)
+    theta = slate_price(state, t, rows, price, free - n_unused, first=first)
     if theta is not None:
         won = clear_slate(state, t, rows, price, unused, free, theta, first=first)
         if won is not None:

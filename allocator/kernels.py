@@ -719,3 +719,36 @@ def choice_prices(limit: I64, rows: I64, choice: I32, price: I64) -> None:
     (by bid row)."""
     for r in rows:
         price[r] = limit[r, choice[r]]
+
+
+@compiled
+def unused_guarantee(guarantee: I32, held: I64, won: I64, t: int, out: I64) -> int:
+    """Each tenant's guarantee of type ``t`` not yet used (ARCHITECTURE.md §Clearing step 2): q minus every GPU
+    it holds there, in any tier, and has won this round, at least 0, into ``out``. Returns the sum."""
+    total = 0
+    for m in range(out.shape[0]):
+        have = won[m, t]
+        for tier in range(held.shape[1]):
+            have += held[m, tier, t]
+        out[m] = max(guarantee[m, t] - have, 0)
+        total += out[m]
+    return total
+
+
+@compiled
+def largest_fit(ix: I64, free: I64, reserved: BOOL, capacity: I32, domain: I32) -> int:
+    """The largest gang that could still be placed on the nodes ``ix`` now (reserved ones left out): the most
+    free GPUs on one node, or the capacity of a domain's wholly free nodes together (docs/allocator.md,
+    reason ``no_node_fits``)."""
+    n_domains = 0
+    for j in ix:
+        n_domains = max(n_domains, domain[j] + 1)
+    whole = np.zeros(n_domains, dtype=np.int64)
+    best = 0
+    for j in ix:
+        if not reserved[j]:
+            best = max(best, free[j])
+            whole[domain[j]] += capacity[j] if free[j] == capacity[j] else 0
+    for d in range(n_domains):
+        best = max(best, whole[d])
+    return best

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from allocator import kernels
 from allocator.book import TIER_B, TIER_G, TIER_S, Nodes
 from allocator.kernels import best_node, place_sizes
 from allocator.segments import segment_starts
@@ -280,15 +281,10 @@ def _place_whole(
 
 def largest_fit(floor: Floor, t: int) -> int:
     """The largest gang that could still be placed in type ``t`` now (reserved nodes excluded)."""
-    ix = open_nodes(floor, t)
-    if ix.size == 0:
-        return 0
-    single = int(floor.free[ix].max())
-    whole = ix[floor.free[ix] == floor.nodes.capacity[ix]]
-    if whole.size == 0:
-        return single
-    per = np.bincount(floor.nodes.domain[whole], weights=floor.nodes.capacity[whole].astype(np.float64))
-    return max(single, int(per.max()))
+    nodes = floor.nodes
+    return int(
+        kernels.largest_fit(floor.type_nodes[t], floor.free, floor.reserved, nodes.capacity, nodes.domain)
+    )
 
 
 def _prefix_free(floor: Floor) -> BOOL:

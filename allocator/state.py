@@ -79,9 +79,5 @@ class RoundState:
             },
         )
 
-    def held_total(self, t: int) -> I64:
-        """GPUs of type ``t`` each tenant holds now, all tiers, including this round's wins."""
-        return np.asarray(self.held[:, :, t].sum(axis=1) + self.won[:, t], dtype=np.int64)
-
     def count(self, name: str, by: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + by

@@ -476,3 +476,26 @@ def test_radix_sort_is_a_stable_sort_by_its_bits(seed: int, n: int, lo_bit: int,
     want = key[np.argsort(key >> lo_bit, kind="stable")]
     k.radix_sort(key, lo_bit, hi_bit, np.empty_like(key))
     assert (key == want).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(1, 20), st.integers(1, 3))
+def test_unused_guarantee_and_largest_fit_match_numpy(seed: int, n: int, n_types: int) -> None:
+    """The guarantee left per tenant (q minus all tiers held and won, at least 0), and the largest gang that
+    could land: the most free on an open node, or a domain's wholly free open nodes together."""
+    rng = _rng(seed)
+    guarantee = rng.integers(0, 9, (n, n_types)).astype(np.int32)
+    held, won = rng.integers(0, 4, (n, 3, n_types)).astype(np.int64), rng.integers(0, 4, (n, n_types))
+    t, out = int(rng.integers(0, n_types)), np.empty(n, dtype=np.int64)
+    total = k.unused_guarantee(guarantee, held, won.astype(np.int64), t, out)
+    want = np.maximum(guarantee[:, t] - held[:, :, t].sum(axis=1) - won[:, t], 0)
+    assert (out == want).all() and total == want.sum()
+    capacity = rng.choice([4, 8], n).astype(np.int32)
+    free = np.minimum(rng.integers(0, 9, n), capacity).astype(np.int64)
+    reserved, domain = rng.random(n) < 0.2, rng.integers(0, 3, n).astype(np.int32)
+    ix = np.flatnonzero(rng.random(n) < 0.7).astype(np.int64)
+    open_ = ix[~reserved[ix]]
+    whole = open_[free[open_] == capacity[open_]]
+    per = np.bincount(domain[whole], weights=capacity[whole], minlength=1)
+    want_fit = max(int(free[open_].max(initial=0)), int(per.max()))
+    assert k.largest_fit(ix, free, reserved, capacity, domain) == want_fit
