@@ -12,7 +12,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
-from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result, compute_digest
+from allocator.digest import compute_digest
+from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
 from allocator.tiers import preference_order
 
 I64 = NDArray[np.int64]

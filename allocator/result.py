@@ -2,27 +2,27 @@
 
 Winners, losers and preemptions are tables of numpy arrays; the GPUs of winner i are
 ``(slot_node[j], slot_idx[j])`` for j in ``slot_ptr[i]:slot_ptr[i+1]``. Every bid of the book is either a winner
-or a loser (exactly once). ``digest`` is a sha256 over the canonical serialisation (see ``compute_digest``):
+or a loser (exactly once). ``digest`` is a BLAKE3 hash of the canonical serialisation (``allocator.digest``):
 the same book always gives the same bytes, so the same digest.
 
 Compatibility: this module is a contract read by allocator/sim and the market rounds. Changes are additive,
-with one exception: the digest's definition changed (a sha256 over one sha256 per array, each array narrowed to
-the smallest integer type; ``canonical_parts``/``canonical_bytes`` gave way to ``digest_units``/``unit_digest``,
-which nothing outside this module read), so digests of the same result differ from those of earlier versions.
+with one exception: the digest's definition changed twice (to a sha256 over one sha256 per array, then to
+BLAKE3 over all arrays at once, ``allocator.digest``; nothing outside the allocator read the parts), so digests
+of the same result differ from those of earlier versions.
 """
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import InitVar, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_NAMES
+from allocator.digest import compute_digest
 
 # Why a bid lost (Losers.reason); docs/allocator.md lists them with the meaning of ``figure``.
 BELOW_RESERVE = 1  # figure: the reserve price of its best type
@@ -144,13 +144,12 @@ class Result:
     node_names: tuple[str, ...]
     tenant_names: tuple[str, ...]
     digest: str = ""
-    known: InitVar[Mapping[str, bytes] | None] = None  # unit digests already computed (``result_build``)
 
-    def __post_init__(self, known: Mapping[str, bytes] | None) -> None:
+    def __post_init__(self) -> None:
         _frozen_arrays(self)
         object.__setattr__(self, "counters", dict(sorted(self.counters.items())))
         if not self.digest:
-            object.__setattr__(self, "digest", compute_digest(self, known))
+            object.__setattr__(self, "digest", compute_digest(self))
 
     def winner_records(self) -> Iterator[WinnerRecord]:
         """Iterate winners as small records (fine for a few thousand; use the arrays beyond)."""
@@ -175,76 +174,6 @@ class Result:
         return result_to_json(self)
 
 
-_DIGEST_FIELDS = {
-    "winners": ("job", "tier", "gpu_type", "price", "hold", "gpus", "slot_node", "slot_idx"),
-    "losers": ("job", "reason", "gpu_type", "figure"),
-    "preemptions": ("lease", "reason", "for_job"),
-    "": ("retiered", "posted", "spot_price", "reserved_node", "reserved_job"),
-}
-_WIDTHS = tuple((np.dtype(f"<i{n}"), -(1 << (8 * n - 1)), (1 << (8 * n - 1)) - 1) for n in (1, 2, 4))
-
-
-def narrowest(arr: NDArray[Any]) -> NDArray[Any]:
-    """``arr`` as the narrowest little-endian signed integer type that holds all its values (int8 when empty),
-    so that the bytes depend on the values only, not on the dtype the result happens to use."""
-    if arr.size == 0:
-        return np.zeros(arr.shape, dtype=_WIDTHS[0][0])
-    lo, hi = int(arr.min()), int(arr.max())
-    for dt, least, most in _WIDTHS:
-        if least <= lo and hi <= most:
-            return np.ascontiguousarray(arr, dtype=dt)
-    return np.ascontiguousarray(arr, dtype=np.dtype("<i8"))
-
-
-def digest_units(result: Result) -> list[tuple[str, NDArray[Any]]]:
-    """The arrays hashed into ``digest``, named ``table.field``, in their fixed order (rows in result order;
-    bid rows and tenant indices are left out, they follow from job ids and the book; ``winners.gpus`` is the
-    GPU count of each winner, the differences of ``slot_ptr``)."""
-    return [
-        u for table in _DIGEST_FIELDS for u in table_units(table, getattr(result, table) if table else result)
-    ]
-
-
-def table_units(table: str, obj: Any) -> list[tuple[str, NDArray[Any]]]:
-    """``digest_units`` of one table (``obj``: the Winners, Losers or Preemptions; the Result for "")."""
-    out = []
-    for name in _DIGEST_FIELDS[table]:
-        arr = np.diff(obj.slot_ptr) if table == "winners" and name == "gpus" else getattr(obj, name)
-        out.append((f"{table}.{name}", arr))
-    return out
-
-
-def unit_digest(name: str, arr: NDArray[Any]) -> bytes:
-    """sha256 of one array: ``name|dtype|shape|`` then its values in the narrowest little-endian signed
-    integer type that holds them (``narrowest``)."""
-    le = narrowest(arr)
-    h = hashlib.sha256(f"{name}|{le.dtype.str}|{arr.shape}|".encode())
-    h.update(le.view(np.uint8).data if le.size else b"")
-    return h.digest()
-
-
-def trailer(result: Result) -> bytes:
-    """The rest of the canonical serialisation: the round, the counters (sorted) and the name tables."""
-    parts = [f"round={result.round}", "\x1e".join(f"{k}={v}" for k, v in result.counters.items())]
-    return "\x1d".join(parts).encode() + b"\x1d" + _names_bytes(result)
-
-
-_names_cache: list[tuple[tuple[tuple[str, ...], ...], bytes]] = []
-
-
-def _names_bytes(result: Result) -> bytes:
-    """The name tables of ``trailer``, encoded. A round's tables are the book's tuples, the same objects every
-    round of a book (and a market keeps them while its cluster does not change), and encoding thousands of
-    names cost more than the rest of the trailer: the last few are kept, by identity."""
-    tables = (result.type_names, result.node_names, result.tenant_names)
-    for key, value in _names_cache:
-        if all(a is b for a, b in zip(key, tables, strict=True)):
-            return value
-    value = "\x1d".join("\x00".join(names) for names in tables).encode()
-    _names_cache[:] = [(tables, value), *_names_cache[:3]]
-    return value
-
-
 class Background(Generic[T]):
     """``fn(*args)`` on a second thread while the caller goes on; ``get`` waits and returns its value (or raises
     its exception). Numpy and hashlib release the GIL on large arrays, so the two threads use two cores."""
@@ -266,31 +195,3 @@ class Background(Generic[T]):
         if self.error is not None:
             raise self.error
         return self.value  # type: ignore[return-value]
-
-
-def unit_digests(units: list[tuple[str, NDArray[Any]]]) -> dict[str, bytes]:
-    """``unit_digest`` of each unit, by name."""
-    return {name: unit_digest(name, arr) for name, arr in units}
-
-
-def compute_digest(result: Result, known: Mapping[str, bytes] | None = None) -> str:
-    """The canonical digest: sha256 over the unit digests (``unit_digest`` of every array of
-    ``digest_units``, in order) followed by the sha256 of ``trailer``. ``known``: unit digests already
-    computed (``result_build`` hashes the losers while it builds the winners); the rest are hashed on two
-    threads where there is enough to hash."""
-    units = digest_units(result)
-    done = dict(known or {})
-    todo = [u for u in units if u[0] not in done]
-    side = None
-    if sum(a.nbytes for _, a in todo) > 1 << 21:  # split by size: the larger units alternate between threads
-        todo.sort(key=lambda u: -u[1].nbytes)
-        side = Background(unit_digests, todo[1::2])
-        todo = todo[0::2]
-    done.update(unit_digests(todo))
-    if side is not None:
-        done.update(side.get())
-    h = hashlib.sha256()
-    for name, _ in units:
-        h.update(done[name])
-    h.update(hashlib.sha256(trailer(result)).digest())
-    return h.hexdigest()

@@ -14,8 +14,6 @@ from allocator.result import (
     Preemptions,
     Result,
     Winners,
-    table_units,
-    unit_digests,
 )
 from allocator.state import RoundState
 from allocator.tiers import next_posted, spot_price
@@ -98,11 +96,10 @@ def losers(state: RoundState) -> Losers:
     return Losers(job, rows, reason, gpu_type, figure)
 
 
-def _losers_side(state: RoundState) -> tuple[Losers, I64, dict[str, bytes]]:
-    """The losers table, its unit digests and the next posted prices: what ``build_result`` builds on a second
-    thread while the winners table is built (both only read the state)."""
-    lost = losers(state)
-    return lost, posted_prices(state), unit_digests(table_units("losers", lost))
+def _losers_side(state: RoundState) -> tuple[Losers, I64]:
+    """The losers table and the next posted prices: what ``build_result`` builds on a second thread while the
+    winners table is built (both only read the state)."""
+    return losers(state), posted_prices(state)
 
 
 def build_result(state: RoundState) -> Result:
@@ -113,7 +110,7 @@ def build_result(state: RoundState) -> Result:
     reserved = sorted(state.reserved_jobs)
     side = Background(_losers_side, state) if len(book.bids) > 1 << 16 else None
     won = winners(state, spot)
-    lost, posted, known = side.get() if side is not None else _losers_side(state)
+    lost, posted = side.get() if side is not None else _losers_side(state)
     return Result(
         round=int(book.round),
         winners=won,
@@ -130,5 +127,4 @@ def build_result(state: RoundState) -> Result:
         type_names=book.types.names,
         node_names=book.nodes.names,
         tenant_names=book.tenants.names,
-        known=known,
     )

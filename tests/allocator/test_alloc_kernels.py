@@ -10,6 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from allocator import digest as dg
 from allocator import kernels as k
 from allocator import reclaim_kernels as rk
 from allocator.book import TIER_B, TIER_G, TIER_S
@@ -332,7 +333,7 @@ def test_warm_up_reaches_every_kernel() -> None:
     assert result.counters["reclaimed_gangs"] and result.counters["guarantee_unrestored"]
     kernels = {
         n: getattr(mod, n)
-        for mod in (k, rk)
+        for mod in (k, rk, dg)
         for n in dir(mod)
         if isinstance(getattr(mod, n), numba.core.registry.CPUDispatcher)
     }
@@ -499,3 +500,33 @@ def test_unused_guarantee_and_largest_fit_match_numpy(seed: int, n: int, n_types
     per = np.bincount(domain[whole], weights=capacity[whole], minlength=1)
     want_fit = max(int(free[open_].max(initial=0)), int(per.max()))
     assert k.largest_fit(ix, free, reserved, capacity, domain) == want_fit
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    SEEDS,
+    st.integers(0, 40),
+    st.sampled_from([1, 7, 8, 15, 16, 31, 32, 62]),
+    st.sampled_from(["i1", "i4", "i8"]),
+)
+def test_narrow_into_writes_the_narrowest_little_endian_form(
+    seed: int, n: int, bits: int, dtype: str
+) -> None:
+    """``digest.narrow_into``: the values read back, the narrowest width of 1, 2, 4, 8 bytes, zero padding to 8."""
+    rng = _rng(seed)
+    info = np.iinfo(dtype)
+    lo, hi = max(-(1 << bits), int(info.min)), min((1 << bits) - 1, int(info.max))
+    arr = rng.integers(lo, hi, n, endpoint=True).astype(dtype)
+    body = np.full(8 + 8 * n + 8, 0xAB, dtype=np.uint8)
+    width, end = dg.narrow_into(arr, body, 8)
+    least = min(
+        (
+            w
+            for w in (1, 2, 4, 8)
+            if arr.size == 0 or np.iinfo(f"i{w}").min <= arr.min() and arr.max() <= np.iinfo(f"i{w}").max
+        ),
+        default=1,
+    )
+    assert width == least and end == 8 + (width * n + 7) // 8 * 8
+    assert (body[8 : 8 + width * n].view(f"<i{width}") == arr).all()
+    assert (body[8 + width * n : end] == 0).all() and (body[:8] == 0xAB).all() and (body[end:] == 0xAB).all()

@@ -6,6 +6,7 @@ The invariants themselves live in allocator/invariants.py (shared with `python -
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -78,8 +79,6 @@ def Bids_with(book: Book, limit: np.ndarray) -> object:
 
 def test_checks_catch_a_broken_result() -> None:
     """The checker is not vacuous: a result with a GPU bound twice and a price above the bid is rejected."""
-    from dataclasses import replace
-
     book = make_book(Shape(1, 3, 2, 30, 7, True))
     result = clear(book)
     w = result.winners
@@ -160,3 +159,20 @@ def test_market_order_packed_keys_match_lexsort(span: int, in_order: bool) -> No
     got, p, g, m = market_columns(rows, price, ranks, gpus, tenant)
     assert (got == want).all() and (p == price[want]).all()
     assert (g == gpus[want]).all() and (m == tenant[want]).all()
+
+
+def test_the_digest_depends_on_the_values_not_the_dtypes() -> None:
+    """The same values in wider or narrower integer columns hash alike (a result read back from JSON); one value
+    changed, or a row moved, changes the digest."""
+    from allocator.digest import compute_digest
+
+    result = clear(make_book(Shape(2, 6, 8, 60, 7, True)))
+    w = result.winners
+    assert len(w) > 2
+    wide = replace(w, tier=w.tier.astype(np.int64), gpu_type=w.gpu_type.astype(np.int16))
+    assert compute_digest(replace(result, winners=wide, digest="x")) == result.digest
+    price = w.price.copy()
+    price[1] += 1
+    assert compute_digest(replace(result, winners=replace(w, price=price), digest="x")) != result.digest
+    swapped = replace(w, job=w.job[[1, 0, *range(2, len(w))]])
+    assert compute_digest(replace(result, winners=swapped, digest="x")) != result.digest
