@@ -176,3 +176,16 @@ def test_the_digest_depends_on_the_values_not_the_dtypes() -> None:
     assert compute_digest(replace(result, winners=replace(w, price=price), digest="x")) != result.digest
     swapped = replace(w, job=w.job[[1, 0, *range(2, len(w))]])
     assert compute_digest(replace(result, winners=swapped, digest="x")) != result.digest
+
+
+def test_either_sort_gives_the_same_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Market order sorts with numpy or the radix sort, whichever is faster on the machine (timed once,
+    ``tiers.numpy_sorts_faster``); both give the same bytes."""
+    from allocator import tiers
+
+    book = make_book(Shape(1, 40, 60, 5000, 11, True))  # sorts of over 2,048 keys
+    digests = set()
+    for numpy_faster in (True, False):
+        monkeypatch.setattr(tiers, "_SORTER", [numpy_faster])
+        digests.add(clear(book).digest)
+    assert len(digests) == 1
