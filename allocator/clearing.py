@@ -30,6 +30,7 @@ from allocator.kernels import (
     count_at_least,
     counting_order,
     note_outcomes,
+    placement_keys,
     split_rows,
     unused_guarantee,
 )
@@ -306,12 +307,8 @@ def placement_order(tier: I8, gpus: I32, done: I64) -> tuple[I64, I64, int]:
     first, each size in market order, leaving out ``done`` (placed already); one counting sort of the keys
     group * stride + stride - 1 - size. Returns the order, where each key starts in it, and the stride."""
     stride = int(gpus.max(initial=0)) + 1
-    key = (tier.view(np.uint8) & 3).astype(np.int64)  # G, B, S, -1 (0xff): 0, 1, 2, 3
-    key *= stride
-    key += stride - 1
-    key -= gpus
-    key[done] = 5 * stride - 1  # after every group
-    order = np.empty(key.shape[0], dtype=np.int64)
+    key, order = np.empty(tier.shape[0], dtype=np.int64), np.empty(tier.shape[0], dtype=np.int64)
+    placement_keys(tier, gpus, done, stride, key)
     start = counting_order(key, 5 * stride, order)
     return order, start, stride
 

@@ -384,19 +384,52 @@ def radix_sort(key: I64, lo_bit: int, hi_bit: int, tmp: I64) -> None:
 
 
 @compiled
+def placement_keys(tier: I8, gpus: I32, done: I64, stride: int, key: I64) -> None:
+    """The keys of ``clearing.placement_order``: group * stride + stride - 1 - gang size, where the group is
+    G, B, S or none (tier 0, 1, 2, -1: the low two bits of the tier give 0, 1, 2, 3), and the positions
+    ``done`` (placed already) get 5 * stride - 1, after every group."""
+    for i in range(tier.shape[0]):
+        key[i] = (tier[i] & 3) * stride + stride - 1 - gpus[i]
+    for d in done:
+        key[d] = 5 * stride - 1
+
+
+_LANES = 4  # counting_order's independent streams
+
+
+@compiled
 def counting_order(key: I64, n_keys: int, order: I64) -> I64:
     """Positions of ``key`` (small ints below ``n_keys``) sorted by key, stable, into ``order``; returns where
-    each key starts (a counting sort: two passes, where numpy's stable argsort makes several)."""
-    start = np.zeros(n_keys + 1, dtype=np.int64)
-    for k in key:
-        start[k + 1] += 1
+    each key starts (a counting sort: two passes, where numpy's stable argsort makes several).
+
+    The keys are split into ``_LANES`` consecutive parts walked side by side, each with its own counters: most
+    keys repeat the one before (most gangs are one GPU), and with one set of counters each count or write
+    waited on the one before it through memory (32 us at 10^4 keys, now 11). Part c's keys go after those of
+    parts before it, so the order stays stable."""
+    n = key.shape[0]
+    q = (n + _LANES - 1) // _LANES
+    count = np.zeros((_LANES, n_keys), dtype=np.int64)
+    for j in range(q):
+        for c in range(_LANES):
+            i = c * q + j
+            if i < n:
+                count[c, key[i]] += 1
+    start = np.empty(n_keys + 1, dtype=np.int64)
+    at = np.empty((_LANES, n_keys), dtype=np.int64)
+    total = 0
     for k in range(n_keys):
-        start[k + 1] += start[k]
-    at = start[:-1].copy()
-    for i in range(key.shape[0]):
-        k = key[i]
-        order[at[k]] = i
-        at[k] += 1
+        start[k] = total
+        for c in range(_LANES):
+            at[c, k] = total
+            total += count[c, k]
+    start[n_keys] = total
+    for j in range(q):
+        for c in range(_LANES):
+            i = c * q + j
+            if i < n:
+                k = key[i]
+                order[at[c, k]] = i
+                at[c, k] += 1
     return start
 
 

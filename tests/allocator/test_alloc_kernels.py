@@ -153,6 +153,22 @@ def test_counting_order_is_a_stable_sort(seed: int, n: int, n_keys: int) -> None
 
 
 @settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 100))
+def test_placement_keys_order_groups_then_larger_gangs(seed: int, n: int) -> None:
+    rng = _rng(seed)
+    tier = rng.integers(-1, 3, n).astype(np.int8)
+    gpus = rng.integers(1, 17, n).astype(np.int32)
+    done = np.flatnonzero(rng.random(n) < 0.1)
+    stride = int(gpus.max(initial=0)) + 1
+    key = np.empty(n, dtype=np.int64)
+    k.placement_keys(tier, gpus, done, stride, key)
+    group = np.where(tier < 0, 3, tier)
+    want = group * stride + stride - 1 - gpus
+    want[done] = 5 * stride - 1
+    assert (key == want).all()
+
+
+@settings(max_examples=100, deadline=None)
 @given(SEEDS, st.integers(0, 200), st.booleans())
 def test_split_rows_and_market_positions(seed: int, n: int, in_order: bool) -> None:
     rng = _rng(seed)
