@@ -620,6 +620,29 @@ def move_held(held: I64, lease: I64, tenant: I32, tier: I8, gpu_type: I32, gpus:
 
 
 @compiled
+def free_slot_lookup(free: NDArray[np.bool_], gappy: BOOL, ptr: I64, free_slot: I32) -> int:
+    """``placement.slot_lookup``: per node (row of ``free``, node x slot) whether it is gappy (its free slots
+    are not 0..f-1, so a free-slot offset is not the slot itself), into ``gappy``; the free slots of the gappy
+    nodes, node by node, into ``free_slot``, with where each node's start in ``ptr`` (one more than nodes).
+    Returns how many slots were listed."""
+    at = 0
+    for j in range(free.shape[0]):
+        ptr[j] = at
+        rank, gap = 0, False
+        for s in range(free.shape[1]):
+            gap |= free[j, s] & (s != rank)
+            rank += free[j, s]
+        gappy[j] = gap
+        if gap:
+            for s in range(free.shape[1]):
+                if free[j, s]:
+                    free_slot[at] = s
+                    at += 1
+    ptr[free.shape[0]] = at
+    return at
+
+
+@compiled
 def winner_columns(
     log: tuple[I64, I64, I64, I64, I8, I32],
     explicit: tuple[I64, I64, I32, I64, I32],

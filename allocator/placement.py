@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from allocator import kernels
 from allocator.book import TIER_B, TIER_G, TIER_S, Nodes
-from allocator.kernels import best_node, place_sizes
+from allocator.kernels import best_node, free_slot_lookup, place_sizes
 from allocator.segments import segment_starts
 
 I64 = NDArray[np.int64]
@@ -287,29 +287,15 @@ def largest_fit(floor: Floor, t: int) -> int:
     )
 
 
-def _prefix_free(floor: Floor) -> BOOL:
-    """True for nodes whose free slots are exactly 0 .. free-1."""
-    free = floor.nodes.free
-    if free.shape[1] < 2:
-        return np.ones(free.shape[0], dtype=np.bool_)
-    if free.shape[1] <= 8:  # each row as one little-endian 64-bit word of 0/1 bytes
-        row = free if free.shape[1] == 8 else np.pad(free, ((0, 0), (0, 8 - free.shape[1])))
-        word = np.ascontiguousarray(row).view(np.dtype("<u8"))[:, 0]
-        prefix = np.array([(256**c - 1) // 255 for c in range(9)], dtype=np.uint64)
-        return np.asarray(word == prefix[floor.initial_free], dtype=np.bool_)
-    return np.asarray(~(free[:, 1:] & ~free[:, :-1]).any(axis=1), dtype=np.bool_)
-
-
 def slot_lookup(floor: Floor) -> tuple[BOOL, I64, I32]:
     """For turning free-slot offsets into slots: which nodes are gappy (their free slots are not 0..free-1,
     the usual case where the offset is the slot), where each gappy node's free slots start in the list, and
-    the list (``kernels.winner_columns``)."""
-    gappy = ~_prefix_free(floor)
-    sub = np.flatnonzero(gappy)
-    free_slot = np.nonzero(floor.nodes.free[sub])[1].astype(np.int32)
-    ptr = np.zeros(gappy.shape[0] + 1, dtype=np.int64)
-    ptr[sub + 1] = floor.initial_free[sub]
-    return gappy, np.cumsum(ptr), free_slot
+    the list (``kernels.winner_columns``; built by ``kernels.free_slot_lookup``)."""
+    free = np.ascontiguousarray(floor.nodes.free)
+    n = free.shape[0]
+    gappy, ptr = np.empty(n, dtype=np.bool_), np.empty(n + 1, dtype=np.int64)
+    free_slot = np.empty(int(floor.initial_free.sum()), dtype=np.int32)
+    return gappy, ptr, free_slot[: free_slot_lookup(free, gappy, ptr, free_slot)]
 
 
 def reserve_for(floor: Floor, t: int, k: int) -> I64:

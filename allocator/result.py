@@ -47,13 +47,21 @@ I8 = NDArray[np.int8]
 T = TypeVar("T")
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _frozen_arrays(obj: object) -> None:
-    for f in fields(obj):  # type: ignore[arg-type]
-        value = getattr(obj, f.name)
+    """Make every array field of the dataclass ``obj`` contiguous and read-only (field names are looked up
+    once per class: ``dataclasses.fields`` cost a round more than the rest of this)."""
+    names = _FIELD_NAMES.get(type(obj))
+    if names is None:
+        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in fields(obj))  # type: ignore[arg-type]
+    for name in names:
+        value = getattr(obj, name)
         if isinstance(value, np.ndarray):
             value = np.ascontiguousarray(value)
             value.setflags(write=False)
-            object.__setattr__(obj, f.name, value)
+            object.__setattr__(obj, name, value)
 
 
 @dataclass(frozen=True)

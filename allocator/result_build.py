@@ -48,19 +48,30 @@ def posted_prices(state: RoundState) -> I64:
     return next_posted(types.posted, types.reserve, types.max_price, demand, supply, step_bp)
 
 
+_NO_EXPLICIT = (
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=np.int64),
+    np.zeros(0, dtype=np.int32),
+    np.zeros(1, dtype=np.int64),
+    np.zeros(0, dtype=np.int32),
+)  # no placement on GPUs freed by preemption (read only)
+
+
 def winners(state: RoundState, spot: I64) -> Winners:
     """The winners table (``kernels.winner_columns``): tier G pays r, tier B pays p, tier S the uniform spot
     price; hold at that price."""
     bids, types, floor = state.book.bids, state.book.types, state.floor
-    table = np.stack([types.reserve, types.posted, spot]).ravel()  # tier G, B, S by type
+    table = np.concatenate((types.reserve, types.posted, spot))  # tier G, B, S by type
     n, ex = floor.entries, floor.explicit
-    explicit = (
-        np.array([e[0] for e in ex], dtype=np.int64),
-        np.array([e[1] for e in ex], dtype=np.int64),
-        np.concatenate([e[2] for e in ex]).astype(np.int32) if ex else np.zeros(0, dtype=np.int32),
-        np.cumsum([0] + [e[2].size for e in ex], dtype=np.int64),
-        np.array([e[3] for e in ex], dtype=np.int32),
-    )
+    explicit = _NO_EXPLICIT
+    if ex:
+        explicit = (
+            np.array([e[0] for e in ex], dtype=np.int64),
+            np.array([e[1] for e in ex], dtype=np.int64),
+            np.concatenate([e[2] for e in ex]).astype(np.int32),
+            np.cumsum([0] + [e[2].size for e in ex], dtype=np.int64),
+            np.array([e[3] for e in ex], dtype=np.int32),
+        )
     m, n_gpus = n + len(ex), int(floor.log_count[:n].sum()) + explicit[2].shape[0]
     out = (
         np.empty(m, np.int64),

@@ -251,9 +251,13 @@ def next_posted(posted: I64, reserve: I64, cap: I64, demand: I64, supply: I64, s
     supply, down when it falls short, clamped to [r, max]; integer arithmetic, moving by at least one unit.
 
     Known flaw (docs/allocator.md, step 7): when every bid is at r, p flips between r and one step above."""
-    up = posted + np.maximum(1, posted * step_bp // 10_000)
-    down = posted - np.maximum(1, posted * step_bp // (10_000 + step_bp))
-    moved = np.where(demand > supply, up, np.where(demand < supply, down, posted))
-    if step_bp == 0:
-        moved = posted
-    return np.clip(moved, reserve, cap).astype(np.int64)
+    out = np.empty(posted.shape[0], dtype=np.int64)  # a few types: Python ints beat numpy's per-call cost
+    for t, (p, r, top, d, s) in enumerate(
+        zip(posted.tolist(), reserve.tolist(), cap.tolist(), demand.tolist(), supply.tolist(), strict=True)
+    ):
+        if step_bp and d > s:
+            p += max(1, p * step_bp // 10_000)
+        elif step_bp and d < s:
+            p -= max(1, p * step_bp // (10_000 + step_bp))
+        out[t] = min(max(p, r), top)
+    return out

@@ -549,3 +549,19 @@ def test_narrow_into_writes_the_narrowest_little_endian_form(
     assert width == least and end == 8 + (width * n + 7) // 8 * 8
     assert (body[8 : 8 + width * n].view(f"<i{width}") == arr).all()
     assert (body[8 + width * n : end] == 0).all() and (body[:8] == 0xAB).all() and (body[end:] == 0xAB).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 30), st.integers(1, 10))
+def test_free_slot_lookup_lists_the_slots_of_gappy_nodes(seed: int, n: int, width: int) -> None:
+    rng = _rng(seed)
+    free = rng.random((n, width)) < rng.choice([0.3, 0.9, 1.0], (n, 1))
+    gappy, ptr = np.empty(n, dtype=np.bool_), np.empty(n + 1, dtype=np.int64)
+    slots = np.empty(int(free.sum()), dtype=np.int32)
+    m = k.free_slot_lookup(free, gappy, ptr, slots)
+    want_gappy = [
+        row.tolist() != [True] * int(row.sum()) + [False] * (width - int(row.sum())) for row in free
+    ]
+    assert gappy.tolist() == want_gappy
+    want = [np.flatnonzero(row).tolist() if g else [] for row, g in zip(free, want_gappy, strict=True)]
+    assert [slots[ptr[j] : ptr[j + 1]].tolist() for j in range(n)] == want and m == ptr[n]
