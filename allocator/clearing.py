@@ -27,8 +27,8 @@ from allocator.book import TIER_G, TIER_S, Bids, Book
 from allocator.jit import keep_freed_memory
 from allocator.kernels import (
     choice_prices,
-    count_at_least,
     counting_order,
+    keep_rows,
     note_outcomes,
     placement_keys,
     split_rows,
@@ -45,6 +45,7 @@ from allocator.tiers import (
     market_columns,
     market_order,
     preference_order,
+    sort_keys,
     tier_b,
     tier_g,
     tier_s,
@@ -120,7 +121,8 @@ def drop(rows: I64, gone: I64, n: int) -> I64:
         return rows
     keep = np.ones(n, dtype=np.bool_)
     keep[gone] = False
-    return np.compress(keep[rows], rows)
+    out = np.empty(rows.shape[0], dtype=np.int64)
+    return out[: keep_rows(rows, keep, out)]
 
 
 def by_type(rows: I64, choice: I32, n_types: int) -> list[I64]:
@@ -185,9 +187,8 @@ def slate_price(state: RoundState, t: int, rows: I64, price: I64, supply: int, *
     bids = state.book.bids
     step = max(1, rows.size // 8192)
     sample = rows[::step]
-    order = np.argsort(-price[sample], kind="stable")
-    p_s = price[sample][order]
-    reach = cumsum64(bids.gpus[sample][order]) * step
+    p_s, g_s = by_price_desc(price[sample], bids.gpus[sample])
+    reach = cumsum64(g_s) * step
     at = int(np.searchsorted(reach, PRUNE_DEPTH * max(supply, 0) + PRUNE_SLACK))
     if at >= p_s.shape[0]:
         return None
@@ -196,6 +197,24 @@ def slate_price(state: RoundState, t: int, rows: I64, price: I64, supply: int, *
     if theta > p and (first or (state.any_starving and (state.starving[rows] & (price[rows] >= p)).any())):
         theta = p
     return theta
+
+
+def by_price_desc(p: I64, gpus: I32) -> tuple[I64, I64]:
+    """Prices ``p`` sorted descending, with the gang sizes in the same order (among equal prices in any order:
+    θ is the price where the GPUs asked reach a mark, the same whichever order ties take). One sort of packed
+    (price, size) values where they fit 62 bits: a stable argsort of 8,192 prices took 370 us, this 40."""
+    top, low, g_max = int(p.max()), int(p.min()), int(gpus.max())
+    g_bits = max(1, g_max.bit_length())
+    if (top - low).bit_length() + g_bits > 62 or int(gpus.min()) < 0:
+        order = np.argsort(-p)
+        return p[order], gpus[order].astype(np.int64)
+    key = np.subtract(top, p, dtype=np.int64)
+    key <<= g_bits
+    key |= gpus
+    sort_keys(key, 0, (top - low).bit_length() + g_bits)
+    g_s = key & ((1 << g_bits) - 1)
+    key >>= g_bits
+    return np.subtract(top, key, dtype=np.int64), g_s
 
 
 def tier_g_below(state: RoundState, below: I64, price: I64, left: I64) -> I64:
@@ -229,9 +248,9 @@ def clear_slate(
     book, floor, bids = state.book, state.floor, state.book.bids
     slate, below = rows, None
     if theta is not None:
-        n_high = count_at_least(rows, price, theta)
-        slate, below = np.empty(n_high, dtype=np.int64), np.empty(rows.shape[0] - n_high, dtype=np.int64)
-        split_rows(rows, price, theta, slate, below)
+        high, low = np.empty(rows.shape[0], dtype=np.int64), np.empty(rows.shape[0], dtype=np.int64)
+        n_high = split_rows(rows, price, theta, high, low)
+        slate, below = high[:n_high], low[: rows.shape[0] - n_high]
         if below.size == 0:
             slate, below = rows, None
     s = Slate(*market_columns(slate, price, state.ranks, bids.gpus, bids.tenant))

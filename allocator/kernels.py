@@ -266,26 +266,30 @@ def note_outcomes(
 
 
 @compiled
-def count_at_least(rows: I64, price: I64, theta: int) -> int:
-    """How many of ``rows`` are priced at or above ``theta``."""
-    n = 0
+def keep_rows(rows: I64, keep: BOOL, out: I64) -> int:
+    """The rows of ``rows`` whose ``keep`` (by bid row) holds, in order, into ``out``; returns how many.
+    Branch-free (every row is written, only a kept one advances): one pass where numpy's gather of the
+    flags and compress took two (188 us at 10^5 bids)."""
+    j = 0
     for r in rows:
-        n += price[r] >= theta
-    return n
+        out[j] = r
+        j += keep[r]
+    return j
 
 
 @compiled
-def split_rows(rows: I64, price: I64, theta: int, high: I64, low: I64) -> None:
+def split_rows(rows: I64, price: I64, theta: int, high: I64, low: I64) -> int:
     """``rows`` (ascending) split into ``high``, those priced at or above ``theta``, and ``low``, the rest,
-    each still ascending (the slate and the bids below it, ``clearing.clear_slate``)."""
+    each still ascending (the slate and the bids below it, ``clearing.clear_slate``); both outputs as long as
+    ``rows``. Returns how many are high. Branch-free: each row is written to both at their next free place
+    and only one advances, as whether a bid is above θ is close to random in row order."""
     i = j = 0
     for r in rows:
-        if price[r] >= theta:
-            high[i] = r
-            i += 1
-        else:
-            low[j] = r
-            j += 1
+        up = int(price[r] >= theta)
+        high[i], low[j] = r, r
+        i += up
+        j += 1 - up
+    return i
 
 
 @compiled

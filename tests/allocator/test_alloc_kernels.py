@@ -176,9 +176,9 @@ def test_split_rows_and_market_positions(seed: int, n: int, in_order: bool) -> N
     rows = np.sort(rng.choice(total, n, replace=False)).astype(np.int64)
     price = rng.integers(0, 10, total).astype(np.int64)
     theta = int(rng.integers(0, 11))
-    high = np.empty(k.count_at_least(rows, price, theta), dtype=np.int64)
-    low = np.empty(n - high.size, dtype=np.int64)
-    k.split_rows(rows, price, theta, high, low)
+    high, low = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    n_high = k.split_rows(rows, price, theta, high, low)
+    high, low = high[:n_high], low[: n - n_high]
     assert high.tolist() == [r for r in rows.tolist() if price[r] >= theta]
     assert low.tolist() == [r for r in rows.tolist() if price[r] < theta]
     if in_order:
@@ -565,3 +565,14 @@ def test_free_slot_lookup_lists_the_slots_of_gappy_nodes(seed: int, n: int, widt
     assert gappy.tolist() == want_gappy
     want = [np.flatnonzero(row).tolist() if g else [] for row, g in zip(free, want_gappy, strict=True)]
     assert [slots[ptr[j] : ptr[j + 1]].tolist() for j in range(n)] == want and m == ptr[n]
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 60))
+def test_keep_rows_keeps_the_flagged_rows_in_order(seed: int, n: int) -> None:
+    rng = _rng(seed)
+    rows = np.sort(rng.choice(2 * n + 1, n, replace=False)).astype(np.int64)
+    keep = rng.random(2 * n + 1) < 0.6
+    out = np.empty(n, dtype=np.int64)
+    m = k.keep_rows(rows, keep, out)
+    assert out[:m].tolist() == [r for r in rows.tolist() if keep[r]]
