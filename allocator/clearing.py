@@ -129,10 +129,10 @@ def by_type(rows: I64, choice: I32, n_types: int) -> list[I64]:
     """``rows`` (ascending) split by the type each tries this pass, each part still ascending."""
     if n_types == 1:
         return [rows]
-    kind = choice[rows]
-    order = np.argsort(kind.astype(np.int8) if n_types < 128 else kind, kind="stable")
-    bounds = np.searchsorted(kind[order], np.arange(n_types + 1)).tolist()
-    return [rows[order[a:b]] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    order = np.empty(rows.shape[0], dtype=np.int64)
+    bounds = counting_order(choice[rows].astype(np.int64), n_types, order).tolist()  # stable: ascending stays
+    by_kind = rows[order]
+    return [by_kind[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def run_pass(state: RoundState, rows: I64, choice: I32, *, first: bool) -> None:
