@@ -744,13 +744,6 @@ _NEVER = np.iinfo(np.int64).max  # the preference key of a type below its reserv
 
 
 @compiled
-def _pref_key(limit: I64, posted: I64, reserve: I64, r: int, t: int) -> int:
-    """Bid ``r``'s key for type ``t``: p - limit, or ``_NEVER`` below the reserve (arithmetic, not a branch)."""
-    ok = int(limit[r, t] >= reserve[t])
-    return ok * int(posted[t] - limit[r, t]) + (1 - ok) * _NEVER
-
-
-@compiled
 def _preferences_by_insertion(limit: I64, posted: I64, reserve: I64, out: I32) -> None:
     """``type_preferences`` for any number of types: an insertion sort per bid."""
     for r in range(limit.shape[0]):

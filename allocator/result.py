@@ -184,7 +184,8 @@ class Result:
 
 class Background(Generic[T]):
     """``fn(*args)`` on a second thread while the caller goes on; ``get`` waits and returns its value (or raises
-    its exception). Numpy and hashlib release the GIL on large arrays, so the two threads use two cores."""
+    its exception). Numpy (on large arrays) and the compiled kernels release the GIL, so the two threads use two
+    cores."""
 
     def __init__(self, fn: Callable[..., T], *args: Any) -> None:
         self.value: T | None = None

@@ -359,7 +359,6 @@ def test_warm_up_reaches_every_kernel() -> None:
         "_candidate_nodes",
         "_plan_node",
         "_on_node",
-        "_pref_key",
         "_preferences_by_insertion",
         "best_fit_run",
         "fewest_free",
