@@ -31,7 +31,9 @@ from allocator.kernels import (
     keep_rows,
     note_outcomes,
     placement_keys,
+    sold_out_split,
     split_rows,
+    starving_order,
     unused_guarantee,
 )
 from allocator.reclaim import reclaim_for, retier
@@ -168,6 +170,10 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     unused = np.empty(len(book.tenants), dtype=np.int64)
     n_unused = unused_guarantee(book.tenants.guarantee, state.held, state.won, t, unused)
     free = int(floor.free[pl.open_nodes(floor, t)].sum())
+    if free == 0 and not first:
+        rows = sold_out(state, t, rows, price, unused)
+        if rows.size == 0:
+            return rows
     theta = slate_price(state, t, rows, price, free - n_unused, first=first)
     if theta is not None:
         won = clear_slate(state, t, rows, price, unused, free, theta, first=first)
@@ -176,6 +182,25 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     won = clear_slate(state, t, rows, price, unused, free, None, first=first)
     assert won is not None
     return won
+
+
+def sold_out(state: RoundState, t: int, rows: I64, price: I64, unused: I64) -> I64:
+    """A later pass (no tier B) in a type with no GPU free on its open nodes: only tier G (by reclaim) and a
+    starving gang (by reservation) can still do anything, so only the bids that could be either go on, the
+    bids of the tenants whose unused guarantee holds them (tier G fits no larger gang: what is unused only
+    shrinks) and starving ones. The others lose here; ``kernels.sold_out_split`` notes them as
+    ``note_outcomes`` would have (tier S has no supply, nothing is placed but by reclaim). The same outcome
+    as clearing every bid: in the benchmark's later passes, a tenth of the bids went on."""
+    bids = state.book.bids
+    rest = np.empty(rows.shape[0], dtype=np.int64)
+    notes = (state.over_budget, state.reason, state.reason_type, state.figure)
+    posted = int(state.book.types.posted[t])
+    n, lose = sold_out_split(
+        rows, (price, bids.tenant, bids.gpus), unused, state.starving, notes, t, posted, rest
+    )
+    if lose >= 0:
+        state.s_lose[t] = max(int(state.s_lose[t]), lose)
+    return rest[:n]
 
 
 def slate_price(state: RoundState, t: int, rows: I64, price: I64, supply: int, *, first: bool) -> int | None:
@@ -278,7 +303,7 @@ def clear_slate(
         return None
     mark = floor.mark() if below is not None else None
     counters, n_reserved = dict(state.counters), len(state.reserved_jobs)
-    placed = place_all(state, t, s, tier, None if below is None else _sizes_in(bids, below))
+    placed = place_all(state, t, s, tier, None if below is None else _sizes_in(bids, below), room=free > 0)
     if placed is None:
         assert mark is not None
         floor.rewind(mark)
@@ -297,21 +322,27 @@ def _sizes_in(bids: Bids, below: I64) -> Callable[[], BOOL]:
     return spill
 
 
-def place_all(state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[], BOOL] | None) -> BOOL | None:
+def place_all(
+    state: RoundState, t: int, s: Slate, tier: I8, spill: Callable[[], BOOL] | None, *, room: bool
+) -> BOOL | None:
     """Placement, ARCHITECTURE.md §Clearing step 5: starving gangs first, then G, B, S, then every other admitted
     bid that still fits (as spot, so no GPU stays idle while a bid fits); then reclaim for unplaced G gangs.
-    None when the final fill would have reached bids off the slate (``spill``)."""
+    None when the final fill would have reached bids off the slate (``spill``). Without ``room`` (no GPU of
+    the type free on an open node) nothing can land but by reclaim, and the groups are not walked."""
     floor = state.floor
     placed = np.zeros(s.rows.shape[0], dtype=np.bool_)
     done = serve_starving(state, t, s, tier, placed)
-    order, start, stride = placement_order(tier, s.gpus, done)
-    sizes = np.zeros(0, dtype=np.bool_) if spill is None else spill()
-    if not pl.place_groups(floor, t, (order, start, stride), s.rows, placed, sizes):
-        return None
-    tier[np.flatnonzero((tier == -1) & placed)] = TIER_S
+    if room:
+        order, start, stride = placement_order(tier, s.gpus, done)
+        sizes = np.zeros(0, dtype=np.bool_) if spill is None else spill()
+        if not pl.place_groups(floor, t, (order, start, stride), s.rows, placed, sizes):
+            return None
+        tier[np.flatnonzero((tier == -1) & placed)] = TIER_S
+        g_left = np.sort(order[start[0] : start[stride]])
+        g_left = g_left[~placed[g_left]]
+    else:
+        g_left = np.flatnonzero(tier == TIER_G)  # nothing was placed (serve_starving had no room either)
     floor.context = (TIER_G, t)  # reclaimed gangs are placed as tier G of this type
-    g_left = np.sort(order[start[0] : start[stride]])
-    g_left = g_left[~placed[g_left]]
     g_left = g_left[np.argsort(s.tenant[g_left], kind="stable")]  # tenant, then market order
     if g_left.size:
         restored = reclaim_for(state, t, s.rows[g_left])
@@ -341,14 +372,10 @@ def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) 
     done: list[int] = []
     if not state.any_starving:
         return np.zeros(0, dtype=np.int64)
-    starving = np.flatnonzero(state.starving[s.rows])
-    competitive = (tier[starving] >= 0) | (
-        (tier[starving] == -1) & (s.price[starving] >= book.types.posted[t])
-    )
-    starving = starving[competitive]
-    waited = book.bids.waited[s.rows[starving]]
-    starving = starving[np.argsort(-waited, kind="stable")][: book.policy.max_reservations]
-    for at in starving.tolist():
+    starving = np.empty(s.rows.shape[0], dtype=np.int64)
+    posted = int(book.types.posted[t])
+    n = starving_order(s.rows, state.starving, tier, s.price, posted, book.bids.waited, starving)
+    for at in starving[: min(n, book.policy.max_reservations)].tolist():
         row, k = int(s.rows[at]), int(s.gpus[at])
         floor.context = (TIER_S if tier[at] < 0 else int(tier[at]), t)
         if pl.place_one(floor, t, k, row):

@@ -266,6 +266,64 @@ def note_outcomes(
 
 
 @compiled
+def sold_out_split(
+    rows: I64,
+    bids: tuple[I64, I32, I32],
+    unused: I64,
+    starving: BOOL,
+    notes: tuple[BOOL, I8, I32, I64],
+    t: int,
+    posted: int,
+    rest: I64,
+) -> tuple[int, int]:
+    """A later pass in type ``t`` with no GPU free on its open nodes (``clearing.sold_out``): of ``rows``
+    (with ``bids``: price, tenant, gpus by bid row), the bids that may still win, in order, into ``rest``: a
+    gang its tenant's ``unused`` guarantee holds (tier G, restored by reclaim) or a ``starving`` one (it may
+    reserve nodes). Every other bid loses as ``note_outcomes`` would note it (never chosen, no spot supply,
+    short of guarantee): guarantee full below p (figure p), else outbid with no price that would have won,
+    unless refused by the budget filter earlier (``notes``: skip, reason, type tried, figure by bid row).
+    Returns how many may win and the highest losing price (-1: none)."""
+    price, tenant, gpus = bids
+    skip, reason, reason_type, figure = notes
+    n, lose = 0, -1
+    for r in rows:
+        may = (gpus[r] <= unused[tenant[r]]) | starving[r]
+        rest[n] = r
+        n += may
+        if not may:
+            p = price[r]
+            lose = max(lose, p)
+            if not skip[r]:
+                under = p < posted
+                reason[r] = GUARANTEE_FULL if under else OUTBID
+                figure[r] = posted if under else -1
+                reason_type[r] = t
+    return n, lose
+
+
+@compiled
+def starving_order(
+    rows: I64, starving: BOOL, tier: I8, price: I64, posted: int, waited: I32, out: I64
+) -> int:
+    """No starvation, ARCHITECTURE.md §Clearing step 5: the slate positions (``rows``, ``tier`` and ``price``
+    by position) of the starving gangs (``starving``, by bid row) that compete, chosen by a tier or bidding
+    at least ``posted``, longest wait first (``waited``, by bid row), ties in market order; into ``out``,
+    returns how many. One scan of the slate: starving gangs are few, and numpy took five calls for it."""
+    n = 0
+    for i in range(rows.shape[0]):
+        if starving[rows[i]] and (tier[i] >= 0 or price[i] >= posted):
+            out[n] = i
+            n += 1
+    if n > 1:
+        at = out[:n].copy()
+        wait = np.empty(n, dtype=np.int64)
+        for j in range(n):
+            wait[j] = -waited[rows[at[j]]]
+        out[:n] = at[np.argsort(wait, kind="mergesort")]  # stable: market order among equal waits
+    return n
+
+
+@compiled
 def keep_rows(rows: I64, keep: BOOL, out: I64) -> int:
     """The rows of ``rows`` whose ``keep`` (by bid row) holds, in order, into ``out``; returns how many.
     Branch-free (every row is written, only a kept one advances): one pass where numpy's gather of the

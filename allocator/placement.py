@@ -44,7 +44,7 @@ class Floor:
     """Mutable placement state of one round. Placements are logged in one flat log (``log_*``, the first
     ``entries`` used): per entry the bid row, its node, how many GPUs and from which free-slot offset on, and the
     tier and type of the placement; a gang on several nodes has one entry per node. ``explicit`` holds
-    placements on GPUs freed by preemption (step 6).
+    placements on GPUs freed by preemption (step 6), one batch per call of ``reclaim.reclaim_for``.
 
     Why flat arrays: a round places gangs in a few dozen runs (per group and gang size), and the result needs
     them as columns; appending each run to preallocated columns (a kernel may write straight into them) costs
@@ -63,9 +63,10 @@ class Floor:
     log_type: I32
     entries: int = 0
     context: tuple[int, int] = (0, 0)  # (tier, GPU type) of the placements being made, logged with them
-    explicit: list[tuple[int, int, I64, int]] = field(default_factory=list)
+    explicit: list[tuple[I64, I64, I64, I64, int]] = field(default_factory=list)
     initial_free: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     touched: BOOL = field(default_factory=lambda: np.zeros(0, dtype=np.bool_))
+    unreserved: I64 = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @classmethod
     def of(cls, nodes: Nodes, n_types: int, n_bids: int) -> Floor:
@@ -98,6 +99,7 @@ class Floor:
 
     def __post_init__(self) -> None:
         self.initial_free = self.nodes.free_count.astype(np.int64)
+        self.unreserved = np.full(len(self.nodes), -1, dtype=np.int64)  # reserved for no job (read only)
         self.touched = np.zeros(len(self.nodes), dtype=np.bool_)  # took new work this round
 
     def mark(self) -> FloorMark:
@@ -115,11 +117,12 @@ class Floor:
         self.entries = mark.entries
         del self.explicit[mark.explicit :]
 
-    def record_explicit(self, row: int, node: int, slots: I64) -> None:
-        """Append the placement of ``row`` on named ``slots`` of ``node`` (step 6: free slots and slots freed
-        by preemption), whose GPUs the caller has already taken."""
+    def record_explicit(self, rows: I64, node: I64, slots: I64, gpus: I64) -> None:
+        """Append the placements of gangs ``rows`` (of ``gpus`` GPUs each) on named slots of one node each,
+        ``slots[i, :gpus[i]]`` of ``node[i]`` (step 6: free slots and slots freed by preemption), whose GPUs
+        the caller has already taken: one batch, of the type being placed."""
         self.touched[node] = True
-        self.explicit.append((row, node, slots, self.context[1]))
+        self.explicit.append((rows, node, slots, gpus, self.context[1]))
 
     def record(self, rows: I64, node: I64, count: int | I64, offset: I64) -> None:
         """Append placements whose GPUs the caller has already taken (``offset``: first free slot used)."""

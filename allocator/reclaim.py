@@ -45,9 +45,11 @@ def reclaim_for(state: RoundState, t: int, rows: I64) -> BOOL:
     node = np.empty(rows.shape[0], dtype=np.int64)
     slots = np.empty((rows.shape[0], max_cap), dtype=np.int64)
     # a starving gang may reclaim on the nodes reserved for it (it reserved them when it did not fit)
-    reserved_for = np.where(floor.reserved, np.iinfo(np.int64).min, -1)
-    for reserved_node, reserved_job in state.reserved_jobs:
-        reserved_for[reserved_node] = reserved_job
+    reserved_for = floor.unreserved  # every reserved node is in reserved_jobs (clearing.serve_starving)
+    if state.reserved_jobs:
+        reserved_for = np.where(floor.reserved, np.iinfo(np.int64).min, -1)
+        for reserved_node, reserved_job in state.reserved_jobs:
+            reserved_for[reserved_node] = reserved_job
     reclaim_run(
         t,
         max_cap,
@@ -68,6 +70,7 @@ def reclaim_for(state: RoundState, t: int, rows: I64) -> BOOL:
         slots,
     )
     placed = node >= 0
-    for i in np.flatnonzero(placed).tolist():
-        floor.record_explicit(int(rows[i]), int(node[i]), slots[i, : bids.gpus[rows[i]]])
+    if placed.any():
+        won = np.compress(placed, rows)
+        floor.record_explicit(won, np.compress(placed, node), slots[placed], bids.gpus[won].astype(np.int64))
     return placed

@@ -65,14 +65,16 @@ def winners(state: RoundState, spot: I64) -> Winners:
     n, ex = floor.entries, floor.explicit
     explicit = _NO_EXPLICIT
     if ex:
+        gpus = np.concatenate([e[3] for e in ex])
+        slots = [e[2][np.arange(e[2].shape[1]) < e[3][:, None]] for e in ex]  # row by row, the first gpus
         explicit = (
-            np.array([e[0] for e in ex], dtype=np.int64),
-            np.array([e[1] for e in ex], dtype=np.int64),
-            np.concatenate([e[2] for e in ex]).astype(np.int32),
-            np.cumsum([0] + [e[2].size for e in ex], dtype=np.int64),
-            np.array([e[3] for e in ex], dtype=np.int32),
+            np.concatenate([e[0] for e in ex]),
+            np.concatenate([e[1] for e in ex]),
+            np.concatenate(slots).astype(np.int32),
+            np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(gpus)]),
+            np.concatenate([np.full(e[0].shape[0], e[4], dtype=np.int32) for e in ex]),
         )
-    m, n_gpus = n + len(ex), int(floor.log_count[:n].sum()) + explicit[2].shape[0]
+    m, n_gpus = n + explicit[0].shape[0], int(floor.log_count[:n].sum()) + explicit[2].shape[0]
     out = (
         np.empty(m, np.int64),
         np.empty(m, np.int8),

@@ -38,9 +38,9 @@ def warm_up() -> Result:
     held[1, 2, 0] = 2
     held[2, 2, 2] = 6
     limit = np.hstack([rng.integers(MICRO, 4 * MICRO, (n_bids, 2)), np.full((n_bids, 1), -1)])  # "c": none
-    limit[:, 1] = np.where(
-        np.arange(n_bids) % 3 == 0, -1, limit[:, 0] - 1
-    )  # "a" first: one type gets a slate
+    # "a" first for two thirds (one type gets a slate), "b" first for the rest; both sell out in the first
+    # pass, so the second finds them sold out
+    limit[:, 1] = np.choose(np.arange(n_bids) % 3, [np.full(n_bids, -1), limit[:, 0] + 1, limit[:, 0] - 1])
     tenant = rng.integers(0, 3, n_bids).astype(i32)
     gpus = np.where(rng.random(n_bids) < 0.8, 1, rng.integers(2, 17, n_bids)).astype(i32)
     # but two gangs of "rich", a node each, within its guarantee: the first preempts, the second finds nothing

@@ -575,3 +575,47 @@ def test_keep_rows_keeps_the_flagged_rows_in_order(seed: int, n: int) -> None:
     out = np.empty(n, dtype=np.int64)
     m = k.keep_rows(rows, keep, out)
     assert out[:m].tolist() == [r for r in rows.tolist() if keep[r]]
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 60))
+def test_sold_out_split_keeps_who_may_win_and_notes_the_rest(seed: int, n: int) -> None:
+    rng = _rng(seed)
+    total, n_tenants, t, posted = 2 * n + 1, 4, 1, 5
+    rows = np.sort(rng.choice(total, n, replace=False)).astype(np.int64)
+    price = rng.integers(0, 10, total).astype(np.int64)
+    tenant = rng.integers(0, n_tenants, total).astype(np.int32)
+    gpus = rng.integers(1, 5, total).astype(np.int32)
+    unused = rng.integers(0, 4, n_tenants).astype(np.int64)
+    starving, skip = rng.random(total) < 0.1, rng.random(total) < 0.2
+    reason, kind, figure = np.zeros(total, np.int8), np.full(total, -1, np.int32), np.zeros(total, np.int64)
+    rest = np.empty(n, dtype=np.int64)
+    m, lose = k.sold_out_split(
+        rows, (price, tenant, gpus), unused, starving, (skip, reason, kind, figure), t, posted, rest
+    )
+    may = [r for r in rows.tolist() if gpus[r] <= unused[tenant[r]] or starving[r]]
+    assert rest[:m].tolist() == may
+    others = [r for r in rows.tolist() if r not in may]
+    assert lose == max((int(price[r]) for r in others), default=-1)
+    for r in range(total):
+        noted = r in others and not skip[r]
+        want = (k.GUARANTEE_FULL, posted) if price[r] < posted else (k.OUTBID, -1)
+        assert (int(reason[r]), int(kind[r]), int(figure[r])) == (
+            (*want[:1], t, want[1]) if noted else (0, -1, 0)
+        )
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 60))
+def test_starving_order_is_competing_starving_gangs_longest_wait_first(seed: int, n: int) -> None:
+    rng = _rng(seed)
+    total, posted = 2 * n + 1, 5
+    rows = rng.choice(total, n, replace=False).astype(np.int64)  # a slate: any order
+    starving = rng.random(total) < 0.4
+    waited = rng.integers(0, 4, total).astype(np.int32)
+    tier = rng.integers(-1, 3, n).astype(np.int8)
+    price = rng.integers(0, 10, n).astype(np.int64)
+    out = np.empty(n, dtype=np.int64)
+    m = k.starving_order(rows, starving, tier, price, posted, waited, out)
+    competing = [i for i in range(n) if starving[rows[i]] and (tier[i] >= 0 or price[i] >= posted)]
+    assert out[:m].tolist() == sorted(competing, key=lambda i: -int(waited[rows[i]]))
