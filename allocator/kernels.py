@@ -30,8 +30,8 @@ F64 = NDArray[np.float64]
 
 @compiled
 def first_fit(tier: I8, value: int, hi: int, seg: I32, size: I32, cap: I64) -> int:
-    """Sequential first-fit, the rule of tier G (ARCHITECTURE.md §Clearing step 2), tier B's fill of floor(e_t)
-    (step 3) and re-tiering: each position below ``hi`` still open (``tier`` -1), in order, takes ``value`` when
+    """Sequential first-fit, the rule of tier G (ARCHITECTURE.md §Clearing step 2) and tier B's fill of
+    floor(e_t) (step 3): each position below ``hi`` still open (``tier`` -1), in order, takes ``value`` when
     its ``size`` fits what is left of ``cap[seg]``; a position that does not fit is skipped and later smaller
     ones may still fit. ``cap`` is spent in place. Returns the units taken. Branch-free: whether a bid fits
     its tenant's rest is too irregular for a branch on it to predict."""
@@ -127,11 +127,19 @@ def poor_tenants(rows: I64, tenant: I32, gpus: I32, price: I64, max_s: I64, budg
     """The tenants who might not pay for all their bids of ``rows`` at their limit prices, and how many bids
     they have there: the budget filter (step 1) need only walk these, every other tenant's bids all pass. A
     float bound of each tenant's holds decides, one unit per bid over (each hold is rounded up) and a relative
-    margin for float error, so a tenant left out surely pays for everything."""
+    margin for float error, so a tenant left out surely pays for everything.
+
+    The products first, then the sums by tenant, in loops of their own (58 us at 10^4 bids in one loop, 33 in
+    two), into an array of the kernel's own: one passed in might alias the inputs, and the product loop then
+    ran half as fast."""
+    ask = np.empty(rows.shape[0], dtype=np.float64)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        ask[i] = float(gpus[r]) * float(price[r]) * float(max_s[r]) + 3600.0  # the hold's seconds, +1 unit
     bound = np.zeros(budget.shape[0], dtype=np.float64)
-    for r in rows:
-        bound[tenant[r]] += gpus[r] * (price[r] * (max_s[r] / 3600.0)) + 1.0
-    poor = bound * (1 + 1e-9) + 1 >= budget
+    for i in range(rows.shape[0]):
+        bound[tenant[rows[i]]] += ask[i]
+    poor = bound * ((1 + 1e-9) / 3600.0) + 1 >= budget
     n = 0
     for r in rows:
         n += poor[tenant[r]]
@@ -670,15 +678,6 @@ def in_tie_order(submit: I64, job: I64) -> bool:
         if submit[i] < submit[i - 1] or (submit[i] == submit[i - 1] and job[i] <= job[i - 1]):
             return False
     return True
-
-
-@compiled
-def move_held(held: I64, lease: I64, tenant: I32, tier: I8, gpu_type: I32, gpus: I64, to_tier: int) -> None:
-    """Re-tiering's bookkeeping (ARCHITECTURE.md §Clearing step 2): the GPUs of each lease of ``lease`` move in
-    ``held`` (tenant x tier x type) from its tier to ``to_tier``."""
-    for v in lease:
-        held[tenant[v], tier[v], gpu_type[v]] -= gpus[v]
-        held[tenant[v], to_tier, gpu_type[v]] += gpus[v]
 
 
 @compiled

@@ -5,9 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_G
-from allocator.kernels import first_fit, move_held
-from allocator.reclaim_kernels import reclaim_run
+from allocator.reclaim_kernels import reclaim_run, retier_leases
 from allocator.state import RoundState
 
 I64 = NDArray[np.int64]
@@ -17,22 +15,22 @@ BOOL = NDArray[np.bool_]
 def retier(state: RoundState) -> None:
     """Re-tiering, ARCHITECTURE.md §Clearing step 2: while a tenant holds fewer tier-G GPUs than its guarantee,
     its borrowed and spot leases (oldest first, whole leases, first-fit) become tier G and stop being
-    preemptible, so a tenant's leases within its guarantee are always tier G."""
-    ls, tenants = state.book.leases, state.book.tenants
-    cand = np.flatnonzero(ls.tier != TIER_G)
-    if cand.size == 0:
-        return
-    n_types = len(state.book.types)
-    seg = ls.tenant[cand].astype(np.int64) * n_types + ls.gpu_type[cand]
-    cand = cand[np.lexsort((ls.lease[cand], ls.start[cand], seg))]
-    seg = (ls.tenant[cand].astype(np.int64) * n_types + ls.gpu_type[cand]).astype(np.int32)
-    gap = np.maximum(tenants.guarantee - state.held[:, TIER_G, :], 0).reshape(-1)
-    tier = np.full(cand.shape[0], -1, dtype=np.int8)
-    first_fit(tier, TIER_G, cand.shape[0], seg, ls.gpus[cand].astype(np.int32), gap)
-    take = np.compress(tier == TIER_G, cand)
-    move_held(state.held, take, ls.tenant, ls.tier, ls.gpu_type, ls.gpus, TIER_G)
-    state.lease_tier[take] = TIER_G
-    state.retiered = np.sort(ls.lease[take])
+    preemptible, so a tenant's leases within its guarantee are always tier G (``reclaim_kernels.retier_leases``).
+    """
+    ls = state.book.leases
+    columns = (
+        ls.tenant,
+        ls.gpu_type,
+        ls.start,
+        ls.lease,
+        ls.preemptible,
+        ls.slot_ptr,
+        ls.slot_node,
+        ls.slot_idx,
+    )
+    take = retier_leases(columns, state.book.tenants.guarantee, state.held, state.lease_tier)
+    if take.size:
+        state.retiered = np.sort(ls.lease[take])
 
 
 def reclaim_for(state: RoundState, t: int, rows: I64) -> BOOL:

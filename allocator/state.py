@@ -56,7 +56,7 @@ class RoundState:
             ranks=tie_rank(book.bids),
             held=book.tenants.held.astype(np.int64),
             won=np.zeros((len(book.tenants), n_types), dtype=np.int64),
-            budget_left=book.tenants.budget.copy(),
+            budget_left=book.tenants.budget,  # a fresh array (Tenants.budget)
             lease_tier=book.leases.tier.copy(),
             preempted=np.zeros(n_leases, dtype=np.bool_),
             preempted_for=np.full(n_leases, -1, dtype=np.int64),

@@ -619,3 +619,43 @@ def test_starving_order_is_competing_starving_gangs_longest_wait_first(seed: int
     m = k.starving_order(rows, starving, tier, price, posted, waited, out)
     competing = [i for i in range(n) if starving[rows[i]] and (tier[i] >= 0 or price[i] >= posted)]
     assert out[:m].tolist() == sorted(competing, key=lambda i: -int(waited[rows[i]]))
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 30), st.integers(1, 3))
+def test_retier_leases_first_fits_the_oldest_leases_into_the_missing_guarantee(
+    seed: int, n: int, n_types: int
+) -> None:
+    rng = _rng(seed)
+    n_tenants = 3
+    tenant = rng.integers(0, n_tenants, n).astype(np.int32)
+    gpu_type = rng.integers(0, n_types, n).astype(np.int32)
+    start = rng.integers(0, 4, n).astype(np.int64)
+    lease = rng.permutation(n).astype(np.int64) + 1
+    tier = rng.integers(0, 3, n).astype(np.int8)
+    slot_ptr = np.concatenate([[0], np.cumsum(rng.integers(1, 4, n))]).astype(np.int64)
+    gpus = np.diff(slot_ptr)
+    guarantee = rng.integers(0, 6, (n_tenants, n_types)).astype(np.int32)
+    held = np.zeros((n_tenants, 3, n_types), dtype=np.int64)
+    np.add.at(held, (tenant, tier, gpu_type), gpus)
+    want_held, want_tier = held.copy(), tier.copy()
+    gap = {
+        (m, t): max(int(guarantee[m, t]) - int(held[m, TIER_G, t]), 0)
+        for m in range(3)
+        for t in range(n_types)
+    }
+    want = []
+    for v in sorted(range(n), key=lambda v: (tenant[v], gpu_type[v], start[v], lease[v])):
+        key = (int(tenant[v]), int(gpu_type[v]))
+        if tier[v] != TIER_G and gpus[v] <= gap[key]:
+            gap[key] -= int(gpus[v])
+            want.append(v)
+            want_held[key[0], tier[v], key[1]] -= gpus[v]
+            want_held[key[0], TIER_G, key[1]] += gpus[v]
+            want_tier[v] = TIER_G
+    z32 = np.zeros(0, np.int32)
+    columns = (tenant, gpu_type, start, lease, np.ones(n, dtype=np.bool_), slot_ptr, z32, z32)
+    got = rk.retier_leases(columns, guarantee, held, tier)
+    assert (
+        got.tolist() == want and held.tolist() == want_held.tolist() and tier.tolist() == want_tier.tolist()
+    )
