@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -26,24 +25,26 @@ from allocator import placement as pl
 from allocator.book import TIER_G, TIER_S, Bids, Book
 from allocator.jit import keep_freed_memory
 from allocator.kernels import (
+    below_reserve,
     choice_prices,
     counting_order,
     keep_rows,
     note_outcomes,
     placement_keys,
     sold_out_split,
+    spend_holds,
+    split_by_type,
     split_rows,
     starving_order,
     unused_guarantee,
 )
 from allocator.reclaim import reclaim_for, retier
-from allocator.result import BELOW_RESERVE, Result
+from allocator.result import Result
 from allocator.result_build import build_result
 from allocator.segments import cumsum64
 from allocator.state import RoundState
 from allocator.tiers import (
     budget_filter,
-    limit_holds,
     market_columns,
     market_order,
     preference_order,
@@ -69,7 +70,7 @@ def clear(book: Book) -> Result:
     state = RoundState.start(book)
     retier(state)
     prefs = preference_order(book.bids, book.types)
-    mark_below_reserve(state, prefs[:, 0] < 0)
+    mark_below_reserve(state, np.ascontiguousarray(prefs[:, 0]))
     pending = prefs[:, 0] >= 0
     for j in range(prefs.shape[1]):
         rows = np.flatnonzero(pending & (prefs[:, j] >= 0))
@@ -80,22 +81,12 @@ def clear(book: Book) -> Result:
     return build_result(state)
 
 
-def mark_below_reserve(state: RoundState, below: BOOL) -> None:
+def mark_below_reserve(state: RoundState, first: I32) -> None:
     """Eligibility, ARCHITECTURE.md §Clearing step 1: a bid below the reserve price of every type it accepts
-    never wins; its figure is the lowest reserve among those types."""
-    rows = np.flatnonzero(below)
-    if rows.size == 0:
-        return
-    reserve = state.book.types.reserve
-    state.reason[rows] = BELOW_RESERVE
-    if reserve.shape[0] == 1:
-        state.reason_type[rows] = 0
-        state.figure[rows] = reserve[0]
-        return
-    limit = state.book.bids.limit[rows]
-    accepted = np.where(limit >= 0, reserve[None, :], np.iinfo(np.int64).max)
-    state.reason_type[rows] = np.argmin(accepted, axis=1)
-    state.figure[rows] = accepted.min(axis=1)
+    (no type to try first) never wins; its figure is the lowest reserve among those types
+    (``kernels.below_reserve``)."""
+    notes = (state.reason, state.reason_type, state.figure)
+    below_reserve(first, state.book.bids.limit, state.book.types.reserve, notes)
 
 
 @dataclass(frozen=True)
@@ -131,16 +122,15 @@ def by_type(rows: I64, choice: I32, n_types: int) -> list[I64]:
     """``rows`` (ascending) split by the type each tries this pass, each part still ascending."""
     if n_types == 1:
         return [rows]
-    order = np.empty(rows.shape[0], dtype=np.int64)
-    bounds = counting_order(choice[rows].astype(np.int64), n_types, order).tolist()  # stable: ascending stays
-    by_kind = rows[order]
-    return [by_kind[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    grouped = np.empty(rows.shape[0], dtype=np.int64)
+    bounds = split_by_type(rows, choice, n_types, grouped).tolist()
+    return [grouped[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
 def run_pass(state: RoundState, rows: I64, choice: I32, *, first: bool) -> None:
     """One pass over the bid rows ``rows`` (ascending): budget filter over every type at once, then each type's
     tiers and placement."""
-    bids, n_tenants, n_types = state.book.bids, len(state.book.tenants), len(state.book.types)
+    bids, n_types = state.book.bids, len(state.book.types)
     price = row_prices(bids, rows, choice)
     noted = (state.over_budget, state.reason_type, state.figure)
     refused = budget_filter(rows, price, state.ranks, bids, state.budget_left, choice, noted)
@@ -150,17 +140,7 @@ def run_pass(state: RoundState, rows: I64, choice: I32, *, first: bool) -> None:
             continue
         won = clear_type(state, t, part, price, first=first)
         if n_types > 1 and won.size:  # a later pass may spend again
-            spent = limit_holds(bids.gpus[won], price[won], bids.max_s[won])
-            state.budget_left -= sum_by(bids.tenant[won], spent, n_tenants)
-
-
-def sum_by(keys: NDArray[np.integer[Any]], values: NDArray[np.integer[Any]], n: int) -> I64:
-    """Exact integer sums of ``values`` per key (float bincount while it is exact, else ufunc.at)."""
-    if values.size == 0 or int(values.sum()) < (1 << 53):
-        return np.bincount(keys, weights=values.astype(np.float64), minlength=n).astype(np.int64)
-    out = np.zeros(n, dtype=np.int64)
-    np.add.at(out, keys, values)
-    return out
+            spend_holds(won, (bids.tenant, bids.gpus, bids.max_s), price, state.budget_left)
 
 
 def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool) -> I64:

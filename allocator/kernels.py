@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S
 from allocator.jit import compiled
-from allocator.result import GUARANTEE_FULL, NO_FIT, OUTBID, OVER_BUDGET
+from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, OVER_BUDGET
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
@@ -329,6 +329,52 @@ def starving_order(
             wait[j] = -waited[rows[at[j]]]
         out[:n] = at[np.argsort(wait, kind="mergesort")]  # stable: market order among equal waits
     return n
+
+
+@compiled
+def below_reserve(first: I32, limit: I64, reserve: I64, notes: tuple[I8, I32, I64]) -> None:
+    """Eligibility, ARCHITECTURE.md §Clearing step 1: every bid without a type to try (``first``, its first
+    preference, is -1) is below the reserve of every type it accepts (``limit``: bid x type, -1 where not
+    accepted); ``notes`` (reason, type, figure by bid row) get below reserve, with the type of the lowest of
+    those reserves (the first of equals) and that reserve (the largest integer where it accepts none)."""
+    reason, reason_type, figure = notes
+    for i in range(first.shape[0]):
+        if first[i] >= 0:
+            continue
+        best, low = 0, np.iinfo(np.int64).max
+        for t in range(limit.shape[1]):
+            if limit[i, t] >= 0 and reserve[t] < low:
+                best, low = t, reserve[t]
+        reason[i], reason_type[i], figure[i] = BELOW_RESERVE, best, low
+
+
+@compiled
+def split_by_type(rows: I64, choice: I32, n_types: int, out: I64) -> I64:
+    """``rows`` (ascending) grouped by the type each tries this pass (``choice``, by bid row, at least 0 on
+    ``rows``) into ``out``, each group still ascending; returns where each type's group starts (one more than
+    types). A counting sort in two passes over the rows, where numpy took a gather, a cast, a sort and a
+    gather."""
+    start = np.zeros(n_types + 1, dtype=np.int64)
+    for r in rows:
+        start[choice[r] + 1] += 1
+    for t in range(n_types):
+        start[t + 1] += start[t]
+    at = start[:n_types].copy()
+    for r in rows:
+        t = choice[r]
+        out[at[t]] = r
+        at[t] += 1
+    return start
+
+
+@compiled
+def spend_holds(won: I64, bids: tuple[I32, I32, I64], price: I64, budget: I64) -> None:
+    """What a type's winners (``won``, bid rows; ``bids``: tenant, gang size, max_s by bid row) may spend comes
+    off their tenants' ``budget`` before a later pass: each one's hold at its limit ``price`` (``hold_of``),
+    the most it can be charged, so a later pass never admits what the budget cannot pay."""
+    tenant, gpus, max_s = bids
+    for r in won:
+        budget[tenant[r]] -= (price[r] * max_s[r] * gpus[r] + 3599) // 3600
 
 
 @compiled

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -202,15 +201,6 @@ def budget_filter(
     order = market_positions(row, p, ranks)  # market order keeps each tenant's bids in its own order
     refused = np.empty(n, dtype=np.int64)
     return refused[: budget_prefix(order, row, tenant, need, budget_left, choice, *noted, refused)]
-
-
-def limit_holds(gpus: NDArray[Any], price: I64, max_s: I64) -> I64:
-    """The holds of bids if they paid their limit ``price`` (the budget filter's worst case): ``hold_of``."""
-    hold = np.multiply(price, max_s, dtype=np.int64)
-    hold *= gpus
-    hold += 3599
-    hold //= 3600
-    return hold
 
 
 def tier_g(tier: I8, tenant: I32, gpus: I32, left: I64) -> int:

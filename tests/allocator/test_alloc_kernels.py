@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from allocator import digest as dg
 from allocator import kernels as k
 from allocator import reclaim_kernels as rk
-from allocator.book import TIER_B, TIER_G, TIER_S
+from allocator.book import TIER_B, TIER_G, TIER_S, hold_of
+from allocator.result import BELOW_RESERVE
 from allocator.tiers import Ranks, market_positions
 
 SEEDS = st.integers(0, 2**32 - 1)
@@ -659,3 +660,52 @@ def test_retier_leases_first_fits_the_oldest_leases_into_the_missing_guarantee(
     assert (
         got.tolist() == want and held.tolist() == want_held.tolist() and tier.tolist() == want_tier.tolist()
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 40), st.integers(1, 3))
+def test_below_reserve_notes_the_lowest_reserve_of_the_accepted_types(
+    seed: int, n: int, n_types: int
+) -> None:
+    rng = _rng(seed)
+    limit = np.where(rng.random((n, n_types)) < 0.7, rng.integers(0, 5, (n, n_types)), -1).astype(np.int64)
+    reserve = rng.integers(1, 4, n_types).astype(np.int64)
+    first = np.where(rng.random(n) < 0.5, -1, 0).astype(np.int32)
+    reason, kind, figure = np.zeros(n, np.int8), np.full(n, -1, np.int32), np.zeros(n, np.int64)
+    k.below_reserve(first, limit, reserve, (reason, kind, figure))
+    for i in range(n):
+        accepted = [t for t in range(n_types) if limit[i, t] >= 0]
+        low = min((int(reserve[t]) for t in accepted), default=np.iinfo(np.int64).max)
+        best = next((t for t in accepted if reserve[t] == low), 0)
+        want = (BELOW_RESERVE, best, low) if first[i] < 0 else (0, -1, 0)
+        assert (int(reason[i]), int(kind[i]), int(figure[i])) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 60), st.integers(1, 4))
+def test_split_by_type_groups_rows_by_type_in_order(seed: int, n: int, n_types: int) -> None:
+    rng = _rng(seed)
+    rows = np.sort(rng.choice(2 * n + 1, n, replace=False)).astype(np.int64)
+    choice = rng.integers(0, n_types, 2 * n + 1).astype(np.int32)
+    out = np.empty(n, dtype=np.int64)
+    start = k.split_by_type(rows, choice, n_types, out)
+    for t in range(n_types):
+        assert out[start[t] : start[t + 1]].tolist() == [r for r in rows.tolist() if choice[r] == t]
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 40))
+def test_spend_holds_takes_each_winners_limit_hold_off_its_tenant(seed: int, n: int) -> None:
+    rng = _rng(seed)
+    total, n_tenants = 2 * n + 1, 3
+    won = rng.choice(total, n, replace=False).astype(np.int64)
+    tenant = rng.integers(0, n_tenants, total).astype(np.int32)
+    gpus = rng.integers(1, 9, total).astype(np.int32)
+    max_s = rng.integers(1, 10**5, total).astype(np.int64)
+    price = rng.integers(0, 10**7, total).astype(np.int64)
+    budget = np.full(n_tenants, 10**15, dtype=np.int64)
+    want = budget.copy()
+    for r in won.tolist():
+        want[tenant[r]] -= int(hold_of(int(gpus[r]), int(price[r]), int(max_s[r])))
+    k.spend_holds(won, (tenant, gpus, max_s), price, budget)
+    assert budget.tolist() == want.tolist()
