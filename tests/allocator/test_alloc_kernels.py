@@ -364,6 +364,7 @@ def test_warm_up_reaches_every_kernel() -> None:
         "best_fit_run",
         "fewest_free",
         "free_bitmaps",
+        "narrow_into",
         "water_fill",
     }  # called by kernels only: compiled into their callers, so none of their own when those come from the cache
     assert [n for n, f in kernels.items() if not f.signatures and n not in inlined] == []
