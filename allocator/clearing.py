@@ -62,6 +62,7 @@ BOOL = NDArray[np.bool_]
 PRUNE_MIN = 1 << 15  # a type with fewer bids in a pass is cleared whole, without a slate
 PRUNE_DEPTH = 1.25  # the slate reaches down to where the GPUs asked are this many times the GPUs left to sell
 PRUNE_SLACK = 4096  # ... plus this many GPUs, so that the final fill rarely runs short of small gangs
+SOLD_OUT = True  # take the sold-out shortcuts (``sold_out``, ``place_all``'s ``room``); off only in tests
 
 
 def clear(book: Book) -> Result:
@@ -150,7 +151,7 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     unused = np.empty(len(book.tenants), dtype=np.int64)
     n_unused = unused_guarantee(book.tenants.guarantee, state.held, state.won, t, unused)
     free = int(floor.free[pl.open_nodes(floor, t)].sum())
-    if free == 0 and not first:
+    if free == 0 and not first and SOLD_OUT:
         rows = sold_out(state, t, rows, price, unused)
         if rows.size == 0:
             return rows
@@ -283,7 +284,9 @@ def clear_slate(
         return None
     mark = floor.mark() if below is not None else None
     counters, n_reserved = dict(state.counters), len(state.reserved_jobs)
-    placed = place_all(state, t, s, tier, None if below is None else _sizes_in(bids, below), room=free > 0)
+    placed = place_all(
+        state, t, s, tier, None if below is None else _sizes_in(bids, below), room=free > 0 or not SOLD_OUT
+    )
     if placed is None:
         assert mark is not None
         floor.rewind(mark)

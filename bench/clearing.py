@@ -115,11 +115,15 @@ def build_book(n_bids: int, n_types: int, n_tenants: int, seed: int = 1) -> Book
     )
 
 
-def best_of_pair(fn: object, base: object, repeats: int) -> tuple[float, float]:
-    """Best wall times of ``repeats`` calls of ``fn`` and of ``base``, alternating, after one untimed call of
-    each (first-use costs: fresh memory pages, compiled kernels loaded). Alternating lets a noisy machine slow
-    both alike, so their ratio is steadier than that of two separate series."""
+def best_of_pair(fn: object, base: object, budget_s: float = 0.5) -> tuple[float, float]:
+    """Best wall times of calls of ``fn`` and of ``base``, alternating, after one untimed call of each
+    (first-use costs: fresh memory pages, compiled kernels loaded). Alternating lets a noisy machine slow both
+    alike, so their ratio is steadier than that of two separate series. As many pairs as fit ``budget_s`` of
+    ``fn`` (5 to 200): seven, as before, left a 1 ms round 10 to 20% above its best here, where 200 settle
+    it; both get the same number of tries."""
+    t0 = time.perf_counter()
     fn()  # type: ignore[operator]
+    repeats = min(200, max(5, int(budget_s / (time.perf_counter() - t0))))
     base()  # type: ignore[operator]
     best = [float("inf"), float("inf")]
     for _ in range(repeats):
@@ -132,9 +136,8 @@ def best_of_pair(fn: object, base: object, repeats: int) -> tuple[float, float]:
 
 def run_case(n_bids: int, n_types: int, check_dir: Path | None) -> dict[str, float | int]:
     book = build_book(n_bids, n_types, 5000 if n_bids >= 1_000_000 else 1000)
-    repeats = 7 if n_bids < 1_000_000 else 5
     prices = np.random.default_rng(2).random(n_bids)
-    clear_s, argsort_s = best_of_pair(lambda: clear(book), lambda: np.argsort(prices), repeats)
+    clear_s, argsort_s = best_of_pair(lambda: clear(book), lambda: np.argsort(prices))
     if check_dir is not None:
         check_dir.mkdir(parents=True, exist_ok=True)
         (check_dir / f"book-{n_bids}-{n_types}.json").write_text(

@@ -116,6 +116,26 @@ def test_the_slate_shortcut_changes_nothing(shape: Shape, depth: float, slack: i
     assert cleared(book, slate_from=0, depth=depth, slack=slack) == cleared(book, slate_from=1 << 40)
 
 
+def cleared_without_sold_out(book: Book) -> str:
+    """The digest of ``clear(book)`` clearing every bid of a later pass even in a sold-out type."""
+    clearing.SOLD_OUT = False
+    try:
+        result = clear(book)
+    finally:
+        clearing.SOLD_OUT = True
+    assert check(book, result) == []
+    return result.digest
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes())
+def test_the_sold_out_shortcut_changes_nothing(shape: Shape) -> None:
+    """A later pass in a type with no GPU free on its open nodes keeps only the bids that could still win
+    (``clearing.sold_out``) and placement walks no group there: the same bytes as clearing every bid."""
+    book = make_book(shape)
+    assert clear(book).digest == cleared_without_sold_out(book)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_slate_shortcut_changes_nothing_on_larger_books(seed: int) -> None:
     rng = np.random.default_rng(seed)
