@@ -150,7 +150,7 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     book, floor = state.book, state.floor
     unused = np.empty(len(book.tenants), dtype=np.int64)
     n_unused = unused_guarantee(book.tenants.guarantee, state.held, state.won, t, unused)
-    free = int(floor.free[pl.open_nodes(floor, t)].sum())
+    free = pl.free_open(floor, t)
     if free == 0 and not first and SOLD_OUT:
         rows = sold_out(state, t, rows, price, unused)
         if rows.size == 0:
@@ -284,16 +284,15 @@ def clear_slate(
         return None
     mark = floor.mark() if below is not None else None
     counters, n_reserved = dict(state.counters), len(state.reserved_jobs)
-    placed = place_all(
-        state, t, s, tier, None if below is None else _sizes_in(bids, below), room=free > 0 or not SOLD_OUT
-    )
+    room = free > 0 or not SOLD_OUT
+    placed = place_all(state, t, s, tier, None if below is None else _sizes_in(bids, below), room=room)
     if placed is None:
         assert mark is not None
         floor.rewind(mark)
         state.counters = counters
         del state.reserved_jobs[n_reserved:]
         return None
-    return record(state, t, s, tier, placed, below, price, left, spot_supply=supply)
+    return record(state, t, s, tier, placed, below, price, left, spot_supply=supply, room=room)
 
 
 def _sizes_in(bids: Bids, below: I64) -> Callable[[], BOOL]:
@@ -314,7 +313,7 @@ def place_all(
     the type free on an open node) nothing can land but by reclaim, and the groups are not walked."""
     floor = state.floor
     placed = np.zeros(s.rows.shape[0], dtype=np.bool_)
-    done = serve_starving(state, t, s, tier, placed)
+    done = serve_starving(state, t, s, tier, placed, room=room)
     if room:
         order, start, stride = placement_order(tier, s.gpus, done)
         sizes = np.zeros(0, dtype=np.bool_) if spill is None else spill()
@@ -346,11 +345,12 @@ def placement_order(tier: I8, gpus: I32, done: I64) -> tuple[I64, I64, int]:
     return order, start, stride
 
 
-def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) -> I64:
+def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL, *, room: bool) -> I64:
     """No starvation, ARCHITECTURE.md §Clearing step 5: a gang that has waited at least ``starve_rounds`` and
     competes (selected by a tier, or bidding at least the posted price) is placed before everything else; if it
     does not fit, nodes are reserved for it (longest wait first, at most ``max_reservations`` per type).
-    Returns the positions placed."""
+    Without ``room`` (no GPU of the type free on an open node) none fits, and none is tried. Returns the
+    positions placed."""
     book, floor = state.book, state.floor
     done: list[int] = []
     if not state.any_starving:
@@ -361,7 +361,7 @@ def serve_starving(state: RoundState, t: int, s: Slate, tier: I8, placed: BOOL) 
     for at in starving[: min(n, book.policy.max_reservations)].tolist():
         row, k = int(s.rows[at]), int(s.gpus[at])
         floor.context = (TIER_S if tier[at] < 0 else int(tier[at]), t)
-        if pl.place_one(floor, t, k, row):
+        if room and pl.place_one(floor, t, k, row):
             placed[at] = True
             done.append(at)
             state.count("starving_placed")
@@ -383,10 +383,12 @@ def record(
     left: I64,
     *,
     spot_supply: int,
+    room: bool,
 ) -> I64:
     """Note the winners of this type and, for every other bid of it (the slate's and ``below`` it), the reason
-    it lost here (``kernels.note_outcomes``). ``left``: each tenant's guarantee still unused after tier G.
-    Returns the winning rows."""
+    it lost here (``kernels.note_outcomes``). ``left``: each tenant's guarantee still unused after tier G;
+    without ``room`` (no GPU of the type was free on an open node, and free GPUs only become fewer in a
+    round) the largest gang that could still land is none. Returns the winning rows."""
     book, bids = state.book, state.book.bids
     won = np.zeros(len(book.tenants), dtype=np.int64)
     low, lose = note_outcomes(
@@ -401,7 +403,7 @@ def record(
         t,
         int(book.types.posted[t]),
         spot_supply,
-        pl.largest_fit(state.floor, t),
+        pl.largest_fit(state.floor, t) if room else 0,
     )
     state.won[:, t] += won
     if low >= 0:

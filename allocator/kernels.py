@@ -887,6 +887,27 @@ def unused_guarantee(guarantee: I32, held: I64, won: I64, t: int, out: I64) -> i
 
 
 @compiled
+def open_free(ix: I64, free: I64, reserved: BOOL) -> int:
+    """The free GPUs on the nodes ``ix`` that may take new work (not ``reserved``)."""
+    total = 0
+    for j in ix:
+        total += 0 if reserved[j] else free[j]
+    return total
+
+
+@compiled
+def roomiest_node(ix: I64, free: I64, reserved: BOOL, touched: BOOL, capacity: I32, k: int) -> int:
+    """No starvation, ARCHITECTURE.md §Clearing step 5 (``placement.reserve_for``): of the nodes ``ix``
+    (ascending) neither reserved nor ``touched`` (took new work this round), one with room for k at all
+    (``capacity``) and the most free GPUs, the first of equals; -1: none."""
+    best, most = -1, -1
+    for j in ix:
+        if not reserved[j] and not touched[j] and capacity[j] >= k and free[j] > most:
+            best, most = j, free[j]
+    return best
+
+
+@compiled
 def largest_fit(ix: I64, free: I64, reserved: BOOL, capacity: I32, domain: I32) -> int:
     """The largest gang that could still be placed on the nodes ``ix`` now (reserved ones left out): the most
     free GPUs on one node, or the capacity of a domain's wholly free nodes together (docs/allocator.md,

@@ -19,7 +19,7 @@ from numpy.typing import NDArray
 
 from allocator import kernels
 from allocator.book import TIER_B, TIER_G, TIER_S, Nodes
-from allocator.kernels import best_node, free_slot_lookup, place_sizes
+from allocator.kernels import best_node, free_slot_lookup, open_free, place_sizes, roomiest_node
 from allocator.segments import segment_starts
 
 I64 = NDArray[np.int64]
@@ -176,6 +176,11 @@ def open_nodes(floor: Floor, t: int) -> I64:
     return ix[~floor.reserved[ix]]
 
 
+def free_open(floor: Floor, t: int) -> int:
+    """Free GPUs of type ``t`` on the nodes that may take new work."""
+    return int(open_free(floor.type_nodes[t], floor.free, floor.reserved))
+
+
 def whole_node_choice(floor: Floor, t: int, k: int) -> tuple[I64, I64]:
     """Whole free nodes in one domain for a gang larger than any node: (nodes, GPUs taken on each)."""
     ix = open_nodes(floor, t)
@@ -306,14 +311,15 @@ def reserve_for(floor: Floor, t: int, k: int) -> I64:
     does not fit now (like Slurm's backfill reservations): the node of its type with the most free GPUs that is
     large enough, or for a gang larger than any node the nodes of the domain with the most free GPUs. Reserved
     nodes take no new work this round, so they drain towards the gang as leases end."""
-    ix = open_nodes(floor, t)
-    ix = ix[~floor.touched[ix]]  # a node that already took new work this round cannot be held idle
-    cap = floor.nodes.capacity[ix].astype(np.int64)
-    if k <= floor.max_cap[t]:
-        big = ix[cap >= k]
-        chosen = big[[int(np.argmax(floor.free[big]))]] if big.size else big
+    nodes = floor.nodes
+    if k <= floor.max_cap[t]:  # a node that already took new work this round cannot be held idle
+        j = roomiest_node(floor.type_nodes[t], floor.free, floor.reserved, floor.touched, nodes.capacity, k)
+        chosen = np.array([j] if j >= 0 else [], dtype=np.int64)
     else:
-        dom = floor.nodes.domain[ix]
+        ix = open_nodes(floor, t)
+        ix = ix[~floor.touched[ix]]
+        cap = nodes.capacity[ix].astype(np.int64)
+        dom = nodes.domain[ix]
         per_cap = np.bincount(dom, weights=cap)
         good = np.flatnonzero(per_cap >= k)
         if good.size == 0:
@@ -322,7 +328,7 @@ def reserve_for(floor: Floor, t: int, k: int) -> I64:
         d = good[int(np.argmax(per_free[good]))]
         members = ix[dom == d]
         members = members[np.lexsort((members, -floor.free[members]))]
-        mcap = floor.nodes.capacity[members].astype(np.int64)
+        mcap = nodes.capacity[members].astype(np.int64)
         chosen = members[np.cumsum(mcap) - mcap < k]
     floor.reserved[chosen] = True
     return chosen

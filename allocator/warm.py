@@ -77,4 +77,42 @@ def warm_up() -> Result:
         leases=leases,
         policy=Policy(min_runtime_s=600),
     )
+    clear(_reservation_book())
     return clear(book)
+
+
+def _reservation_book() -> Book:
+    """One node of eight GPUs, six of them free, and a starving gang of eight: it does not fit, so a node is
+    reserved for it (``kernels.roomiest_node``), which the large book never needs."""
+    now = 1_700_000_000
+    return Book(
+        now=now,
+        round=1,
+        types=GpuTypes(("a",), np.array([MICRO]), np.array([MICRO]), np.array([50 * MICRO])),
+        nodes=Nodes(
+            ("n0",),
+            np.zeros(1, np.int32),
+            np.zeros(1, np.int32),
+            np.full(1, 8, np.int32),
+            np.arange(8)[None, :] >= 2,
+        ),
+        tenants=Tenants(
+            ("t",),
+            np.ones(1),
+            np.zeros((1, 1), np.int64),
+            np.zeros((1, 3, 1), np.int64),
+            np.array([10**9 * MICRO]),
+            np.array([-1]),
+        ),
+        bids=Bids(
+            job=np.array([1]),
+            tenant=np.zeros(1, np.int32),
+            gpus=np.array([8], np.int32),
+            limit=np.array([[2 * MICRO]]),
+            max_s=np.array([3600]),
+            submit=np.array([now - 60]),
+            waited=np.array([10], np.int32),
+        ),
+        leases=Leases.empty(),
+        policy=Policy(),
+    )

@@ -710,3 +710,18 @@ def test_spend_holds_takes_each_winners_limit_hold_off_its_tenant(seed: int, n: 
         want[tenant[r]] -= int(hold_of(int(gpus[r]), int(price[r]), int(max_s[r])))
     k.spend_holds(won, (tenant, gpus, max_s), price, budget)
     assert budget.tolist() == want.tolist()
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 30), st.integers(1, 9))
+def test_open_free_and_roomiest_node(seed: int, n: int, k_: int) -> None:
+    rng = _rng(seed)
+    total = n + 3
+    ix = np.sort(rng.choice(total, n, replace=False)).astype(np.int64)
+    free = rng.integers(0, 9, total).astype(np.int64)
+    reserved, touched = rng.random(total) < 0.3, rng.random(total) < 0.3
+    capacity = rng.choice([4, 8], total).astype(np.int32)
+    assert k.open_free(ix, free, reserved) == sum(int(free[j]) for j in ix.tolist() if not reserved[j])
+    ok = [j for j in ix.tolist() if not reserved[j] and not touched[j] and capacity[j] >= k_]
+    want = max(ok, key=lambda j: (int(free[j]), -j)) if ok else -1
+    assert k.roomiest_node(ix, free, reserved, touched, capacity, k_) == want
