@@ -171,7 +171,7 @@ def sold_out(state: RoundState, t: int, rows: I64, price: I64, unused: I64) -> I
     bids of the tenants whose unused guarantee holds them (tier G fits no larger gang: what is unused only
     shrinks) and starving ones. The others lose here; ``kernels.sold_out_split`` notes them as
     ``note_outcomes`` would have (tier S has no supply, nothing is placed but by reclaim). The same outcome
-    as clearing every bid: in the benchmark's later passes, a tenth of the bids went on."""
+    as clearing every bid: in the benchmark's later passes, 5% of the bids went on at 10^4 bids, 0.1% at 10^6."""
     bids = state.book.bids
     rest = np.empty(rows.shape[0], dtype=np.int64)
     notes = (state.over_budget, state.reason, state.reason_type, state.figure)
