@@ -42,6 +42,7 @@ from allocator.reclaim import reclaim_for, retier
 from allocator.result import Result
 from allocator.result_build import build_result
 from allocator.segments import cumsum64
+from allocator.settle import NOT_TAKEN, settle_type
 from allocator.state import RoundState
 from allocator.tiers import (
     budget_filter,
@@ -63,6 +64,7 @@ PRUNE_MIN = 1 << 15  # a type with fewer bids in a pass is cleared whole, withou
 PRUNE_DEPTH = 1.25  # the slate reaches down to where the GPUs asked are this many times the GPUs left to sell
 PRUNE_SLACK = 4096  # ... plus this many GPUs, so that the final fill rarely runs short of small gangs
 SOLD_OUT = True  # take the sold-out shortcuts (``sold_out``, ``place_all``'s ``room``); off only in tests
+SETTLE = True  # clear a type wholly on its slate in one compiled call (``settle``); off only in tests
 
 
 def clear(book: Book) -> Result:
@@ -260,6 +262,10 @@ def clear_slate(
         if below.size == 0:
             slate, below = rows, None
     s = Slate(*market_columns(slate, price, state.ranks, bids.gpus, bids.tenant))
+    if below is None and SETTLE:
+        won = settle(state, t, s, price, unused, free, first=first)
+        if won is not None:
+            return won
     tier = np.full(s.rows.shape[0], -1, dtype=np.int8)
     left = unused.copy()  # each tenant's guarantee still unused, spent by tier G
     supply = free - tier_g(tier, s.tenant, s.gpus, left)
@@ -293,6 +299,83 @@ def clear_slate(
         del state.reserved_jobs[n_reserved:]
         return None
     return record(state, t, s, tier, placed, below, price, left, spot_supply=supply, room=room)
+
+
+def settle(
+    state: RoundState, t: int, s: Slate, price: I64, unused: I64, free: int, *, first: bool
+) -> I64 | None:
+    """The whole type on the slate: the tiers, placement, reclaim and outcomes in one compiled call
+    (``settle.settle_type``, the same steps as below). None (nothing changed) when a gang is larger than every
+    node of the type: whole-node placement is done step by step."""
+    book, floor, bids, ls = state.book, state.floor, state.book.bids, state.book.leases
+    n = s.rows.shape[0]
+    tier, placed, won = (
+        np.full(n, -1, dtype=np.int8),
+        np.zeros(n, dtype=np.bool_),
+        np.empty(n, dtype=np.int64),
+    )
+    reserved = state.reserved_jobs
+    status, floor.entries, counts, new_reserved, gone = settle_type(
+        (s.rows, s.price, s.gpus, s.tenant),
+        (tier, placed, won),
+        (
+            t,
+            first,
+            int(book.types.posted[t]),
+            free,
+            free > 0 or not SOLD_OUT,
+            book.policy.max_reservations,
+            state.any_starving,
+        ),
+        (unused, book.tenants.weight, state.share, state.won),
+        (price, bids.tenant, bids.gpus, bids.job, state.starving, bids.waited),
+        (
+            floor.type_nodes[t],
+            floor.free,
+            floor.reserved,
+            floor.touched,
+            floor.initial_free,
+            book.nodes.capacity,
+            book.nodes.domain,
+            int(floor.max_cap[t]),
+        ),
+        (floor.log_row, floor.log_node, floor.log_count, floor.log_offset, floor.log_tier, floor.log_type),
+        floor.entries,
+        (np.array([r[0] for r in reserved], np.int64), np.array([r[1] for r in reserved], np.int64))
+        if reserved
+        else _NO_RESERVED,
+        (ls.tenant, ls.gpu_type, ls.start, ls.lease, ls.preemptible, ls.slot_ptr, ls.slot_node, ls.slot_idx),
+        (book.now, book.policy.min_runtime_s),
+        (
+            state.lease_tier,
+            state.preempted,
+            state.preempted_for,
+            state.held,
+            book.tenants.guarantee,
+            state.reclaim_failed,
+        ),
+        book.nodes.free,
+        (state.won_bid, state.over_budget, state.reason, state.reason_type, state.figure),
+        (state.s_low, state.s_lose),
+    )
+    if status == NOT_TAKEN:
+        return None
+    floor.context = (TIER_G, t)  # as the step-by-step path leaves it
+    if new_reserved.shape[0]:
+        state.reserved_jobs.extend((int(node), int(job)) for node, job in new_reserved.tolist())
+    for name, by in zip(_SETTLE_COUNTS, counts, strict=True):
+        if by:
+            state.count(name, by)
+    g_rows, node, slots = gone
+    if counts[2]:  # gangs placed by reclaim, on GPUs freed by preemption: one batch, as reclaim.reclaim_for
+        ok = node >= 0
+        rows = np.compress(ok, g_rows)
+        floor.record_explicit(rows, np.compress(ok, node), slots[ok], bids.gpus[rows].astype(np.int64))
+    return won[:status]
+
+
+_NO_RESERVED = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+_SETTLE_COUNTS = ("starving_placed", "starving_reserved", "reclaimed_gangs", "guarantee_unrestored")
 
 
 def _sizes_in(bids: Bids, below: I64) -> Callable[[], BOOL]:

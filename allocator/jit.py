@@ -11,7 +11,9 @@ change compiles (a few seconds); ``nogil=True`` lets the result builder's second
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import numba
@@ -22,6 +24,31 @@ F = TypeVar("F", bound=Callable[..., Any])
 def compiled(fn: F) -> F:
     """``fn`` compiled to machine code on first call (numba nopython mode), typed as ``fn`` for mypy."""
     return cast(F, numba.njit(cache=True, nogil=True)(fn))
+
+
+def forget_when_changed(module_file: str, *callees: str) -> None:
+    """Drop the cached machine code of the kernels in ``module_file`` when a source file whose kernels they
+    call (``callees``) changed since it was cached.
+
+    Why: numba checks a cached kernel against its own source file only, so a kernel that calls kernels of
+    another file would go on running their old code after an edit there. A stamp beside the cache holds a
+    hash of the callees' sources; a different hash drops the module's cache, and the next call compiles."""
+    source = Path(module_file)
+    cache = source.parent / "__pycache__"
+    digest = hashlib.sha256(b"".join(Path(f).read_bytes() for f in callees)).hexdigest()
+    stamp = cache / f"{source.stem}.callees"
+    try:
+        if stamp.read_text() == digest:
+            return
+    except OSError:
+        pass  # no stamp yet: whatever is cached may predate it
+    try:
+        for old in cache.glob(f"{source.stem}.*.nb[ic]"):
+            old.unlink(missing_ok=True)
+        cache.mkdir(exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:  # a read-only tree: numba caches elsewhere (its user-wide directory), where no one edits
+        pass
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)

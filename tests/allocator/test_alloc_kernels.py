@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from allocator import digest as dg
 from allocator import kernels as k
 from allocator import reclaim_kernels as rk
+from allocator import settle as sk
 from allocator.book import TIER_B, TIER_G, TIER_S, hold_of
 from allocator.result import BELOW_RESERVE
 from allocator.tiers import Ranks, market_positions
@@ -350,7 +351,7 @@ def test_warm_up_reaches_every_kernel() -> None:
     assert result.counters["reclaimed_gangs"] and result.counters["guarantee_unrestored"]
     kernels = {
         n: getattr(mod, n)
-        for mod in (k, rk, dg)
+        for mod in (k, rk, dg, sk)
         for n in dir(mod)
         if isinstance(getattr(mod, n), numba.core.registry.CPUDispatcher)
     }

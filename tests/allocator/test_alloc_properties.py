@@ -136,6 +136,26 @@ def test_the_sold_out_shortcut_changes_nothing(shape: Shape) -> None:
     assert clear(book).digest == cleared_without_sold_out(book)
 
 
+def cleared_step_by_step(book: Book) -> str:
+    """The digest of ``clear(book)`` with each type cleared rule by rule, never in one compiled call."""
+    clearing.SETTLE = False
+    try:
+        result = clear(book)
+    finally:
+        clearing.SETTLE = True
+    assert check(book, result) == []
+    return result.digest
+
+
+@settings(max_examples=300, deadline=None)
+@given(shapes())
+def test_one_compiled_call_per_type_changes_nothing(shape: Shape) -> None:
+    """``settle.settle_type`` runs the tiers, starving gangs, placement, reclaim and outcomes of a type in one
+    call: the same bytes as the step-by-step path (which it leaves gangs larger than a node to)."""
+    book = make_book(shape)
+    assert clear(book).digest == cleared_step_by_step(book)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_slate_shortcut_changes_nothing_on_larger_books(seed: int) -> None:
     rng = np.random.default_rng(seed)
