@@ -26,10 +26,10 @@ from allocator.book import TIER_G, TIER_S, Bids, Book
 from allocator.jit import keep_freed_memory
 from allocator.kernels import (
     below_reserve,
-    choice_prices,
     counting_order,
     keep_rows,
     note_outcomes,
+    pass_columns,
     placement_keys,
     sold_out_split,
     spend_holds,
@@ -73,15 +73,22 @@ def clear(book: Book) -> Result:
     state = RoundState.start(book)
     retier(state)
     prefs = preference_order(book.bids, book.types)
-    mark_below_reserve(state, np.ascontiguousarray(prefs[:, 0]))
-    pending = prefs[:, 0] >= 0
+    n, limit, one = len(book.bids), book.bids.limit, prefs.shape[1] == 1
+    choice = np.empty(n, dtype=np.int32)  # by bid row: the type tried this pass
     for j in range(prefs.shape[1]):
-        rows = np.flatnonzero(pending & (prefs[:, j] >= 0))
-        if rows.size == 0:
+        rows = np.empty(n, dtype=np.int64)
+        # one type: the limits are the prices (outside a pass's rows a price is never read)
+        price = np.ascontiguousarray(limit[:, 0]) if one else np.empty(n, dtype=np.int64)
+        m = pass_columns(prefs, j, limit, state.won_bid, rows, choice, _NO_PRICE if one else price)
+        if j == 0:
+            mark_below_reserve(state, choice)
+        if m == 0:
             break
-        run_pass(state, rows, np.ascontiguousarray(prefs[:, j]), first=j == 0)
-        pending &= ~state.won_bid
+        run_pass(state, rows[:m], choice, price, first=j == 0)
     return build_result(state)
+
+
+_NO_PRICE = np.zeros(0, dtype=np.int64)  # pass_columns writes no price (one type); written never
 
 
 def mark_below_reserve(state: RoundState, first: I32) -> None:
@@ -100,15 +107,6 @@ class Slate:
     price: I64
     gpus: I32
     tenant: I32
-
-
-def row_prices(bids: Bids, rows: I64, choice: I32) -> I64:
-    """Limit price of every bid in the type it tries this pass (indexed by bid row; 0 outside ``rows``)."""
-    if bids.limit.shape[1] == 1:
-        return np.ascontiguousarray(bids.limit[:, 0])  # outside ``rows`` the price is never read
-    price = np.zeros(len(bids), dtype=np.int64)
-    choice_prices(bids.limit, rows, choice, price)
-    return price
 
 
 def drop(rows: I64, gone: I64, n: int) -> I64:
@@ -130,11 +128,10 @@ def by_type(rows: I64, choice: I32, n_types: int) -> list[I64]:
     return [grouped[a:b] for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
 
 
-def run_pass(state: RoundState, rows: I64, choice: I32, *, first: bool) -> None:
-    """One pass over the bid rows ``rows`` (ascending): budget filter over every type at once, then each type's
-    tiers and placement."""
+def run_pass(state: RoundState, rows: I64, choice: I32, price: I64, *, first: bool) -> None:
+    """One pass over the bid rows ``rows`` (ascending; ``choice`` and ``price``: the type each tries and its
+    limit there, by bid row): budget filter over every type at once, then each type's tiers and placement."""
     bids, n_types = state.book.bids, len(state.book.types)
-    price = row_prices(bids, rows, choice)
     noted = (state.over_budget, state.reason_type, state.figure)
     refused = budget_filter(rows, price, state.ranks, bids, state.budget_left, choice, noted)
     rows = drop(rows, refused, len(bids))

@@ -19,7 +19,14 @@ from numpy.typing import NDArray
 
 from allocator import kernels
 from allocator.book import TIER_B, TIER_G, TIER_S, Nodes
-from allocator.kernels import best_node, free_slot_lookup, open_free, place_sizes, roomiest_node
+from allocator.kernels import (
+    best_node,
+    free_slot_lookup,
+    nodes_by_type,
+    open_free,
+    place_sizes,
+    roomiest_node,
+)
 from allocator.segments import segment_starts
 
 I64 = NDArray[np.int64]
@@ -73,15 +80,9 @@ class Floor:
         """An empty floor; its log holds ``n_bids`` single-node gangs plus one entry per node for gangs spread
         over several nodes (each such entry takes a whole node), so it never fills."""
         free = nodes.free_count.astype(np.int64)
-        if n_types == 1:
-            type_nodes = [np.arange(len(nodes), dtype=np.int64)]
-        else:
-            by_type = np.argsort(nodes.gpu_type, kind="stable")
-            bounds = np.searchsorted(nodes.gpu_type[by_type], np.arange(n_types + 1))
-            type_nodes = [by_type[a:b].astype(np.int64) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
-        max_cap = np.array(
-            [int(nodes.capacity[ix].max()) if ix.size else 0 for ix in type_nodes], dtype=np.int64
-        )
+        by_type = np.empty(len(nodes), dtype=np.int64)
+        bounds, max_cap = nodes_by_type(nodes.gpu_type, nodes.capacity, n_types, by_type)
+        type_nodes = [by_type[a:b] for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)]
         cap = n_bids + len(nodes)
         return cls(
             nodes,

@@ -18,7 +18,9 @@ def warm_up() -> Result:
     Why: numba compiles each kernel on its first call. A Celery worker calls this when it starts
     (``config/celery.py``), so no round pays for it; the round benchmark does the same."""
     rng = np.random.default_rng(0)
-    n_bids, n_nodes, now = 2 * PRUNE_MIN, 512, 1_700_000_000  # a third are the poor tenant's
+    # a third are the poor tenant's, and its budget turns most of them away: type "a" keeps some 40,000 (two
+    # thirds try it first), enough for a slate; with twice PRUNE_MIN bids it kept fewer than PRUNE_MIN
+    n_bids, n_nodes, now = 3 * PRUNE_MIN, 512, 1_700_000_000
     free = np.ones((n_nodes + 1, 8), dtype=np.bool_)
     free[0, :2] = False
     free[n_nodes, 2:] = False  # the third type's one node: six GPUs leased by "poor" (tier S)
@@ -43,9 +45,11 @@ def warm_up() -> Result:
     limit[:, 1] = np.choose(np.arange(n_bids) % 3, [np.full(n_bids, -1), limit[:, 0] + 1, limit[:, 0] - 1])
     tenant = rng.integers(0, 3, n_bids).astype(i32)
     gpus = np.where(rng.random(n_bids) < 0.8, 1, rng.integers(2, 17, n_bids)).astype(i32)
-    # but two gangs of "rich", a node each, within its guarantee: the first preempts, the second finds nothing
+    # but two gangs of "rich", a node each, within its guarantee: the first preempts, the second finds nothing;
+    # and one of "lender" larger than the node, so "c" is cleared step by step (clearing.settle takes the rest)
     tenant[1:3], gpus[1:3] = 0, 8
     limit[1:3] = [-1, -1, 2 * MICRO]
+    tenant[3], gpus[3], limit[3] = 1, 16, [-1, -1, 2 * MICRO]
     book = Book(
         now=now,
         round=1,
@@ -77,14 +81,16 @@ def warm_up() -> Result:
         leases=leases,
         policy=Policy(min_runtime_s=600),
     )
-    clear(_reservation_book())
+    clear(_reservation_book(larger=False))
+    clear(_reservation_book(larger=True))
     return clear(book)
 
 
-def _reservation_book() -> Book:
+def _reservation_book(*, larger: bool) -> Book:
     """One node of eight GPUs, six of them free, and a starving gang of eight: it does not fit, so a node is
-    reserved for it (``kernels.roomiest_node``), which the large book never needs."""
-    now = 1_700_000_000
+    reserved for it (``kernels.roomiest_node``), which the large book never needs. With a ``larger`` gang than
+    the node beside it, step by step; else in one call (``clearing.settle``)."""
+    now, n = 1_700_000_000, 2 if larger else 1
     return Book(
         now=now,
         round=1,
@@ -105,13 +111,13 @@ def _reservation_book() -> Book:
             np.array([-1]),
         ),
         bids=Bids(
-            job=np.array([1]),
-            tenant=np.zeros(1, np.int32),
-            gpus=np.array([8], np.int32),
-            limit=np.array([[2 * MICRO]]),
-            max_s=np.array([3600]),
-            submit=np.array([now - 60]),
-            waited=np.array([10], np.int32),
+            job=np.array([1, 2][:n]),
+            tenant=np.zeros(n, np.int32),
+            gpus=np.array([8, 16][:n], np.int32),
+            limit=np.full((n, 1), 2 * MICRO),
+            max_s=np.full(n, 3600),
+            submit=np.full(n, now - 60),
+            waited=np.array([10, 0][:n], np.int32),
         ),
         leases=Leases.empty(),
         policy=Policy(),

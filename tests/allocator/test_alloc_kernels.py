@@ -726,3 +726,39 @@ def test_open_free_and_roomiest_node(seed: int, n: int, k_: int) -> None:
     ok = [j for j in ix.tolist() if not reserved[j] and not touched[j] and capacity[j] >= k_]
     want = max(ok, key=lambda j: (int(free[j]), -j)) if ok else -1
     assert k.roomiest_node(ix, free, reserved, touched, capacity, k_) == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 60), st.integers(1, 4))
+def test_nodes_by_type_groups_nodes_and_finds_the_largest(seed: int, n: int, n_types: int) -> None:
+    rng = _rng(seed)
+    gpu_type = rng.integers(0, n_types, n).astype(np.int32)
+    capacity = rng.choice([4, 8, 16], n).astype(np.int32)
+    order = np.empty(n, dtype=np.int64)
+    start, max_cap = k.nodes_by_type(gpu_type, capacity, n_types, order)
+    for t in range(n_types):
+        mine = [j for j in range(n) if gpu_type[j] == t]
+        assert order[start[t] : start[t + 1]].tolist() == mine
+        assert max_cap[t] == max((int(capacity[j]) for j in mine), default=0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(SEEDS, st.integers(0, 60), st.integers(1, 3), st.booleans())
+def test_pass_columns_lists_the_bids_still_pending_in_a_pass(
+    seed: int, n: int, n_types: int, with_price: bool
+) -> None:
+    rng = _rng(seed)
+    limit = rng.integers(1, 99, (n, n_types)).astype(np.int64)
+    prefs = np.full((n, n_types), -1, dtype=np.int32)
+    for r in range(n):  # eligible types first, then -1 padding, as tiers.preference_order gives them
+        ok = rng.permutation(n_types)[: int(rng.integers(0, n_types + 1))]
+        prefs[r, : ok.size] = ok
+    won = rng.random(n) < 0.3
+    for j in range(n_types):
+        rows, choice = np.empty(n, np.int64), np.empty(n, np.int32)
+        price = np.empty(n if with_price else 0, np.int64)
+        m = k.pass_columns(prefs, j, limit, won, rows, choice, price)
+        want = [r for r in range(n) if prefs[r, j] >= 0 and not won[r]]
+        assert rows[:m].tolist() == want and choice.tolist() == prefs[:, j].tolist()
+        if with_price:
+            assert price.tolist() == [int(limit[r, prefs[r, j]]) if r in want else 0 for r in range(n)]
