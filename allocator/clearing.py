@@ -74,12 +74,13 @@ def clear(book: Book) -> Result:
     retier(state)
     prefs = preference_order(book.bids, book.types)
     n, limit, one = len(book.bids), book.bids.limit, prefs.shape[1] == 1
-    choice = np.empty(n, dtype=np.int32)  # by bid row: the type tried this pass
+    # by bid row, the type tried this pass and the limit price there; with one type, the columns themselves
+    choice = prefs[:, 0] if one else np.empty(n, dtype=np.int32)
     for j in range(prefs.shape[1]):
         rows = np.empty(n, dtype=np.int64)
-        # one type: the limits are the prices (outside a pass's rows a price is never read)
         price = np.ascontiguousarray(limit[:, 0]) if one else np.empty(n, dtype=np.int64)
-        m = pass_columns(prefs, j, limit, state.won_bid, rows, choice, _NO_PRICE if one else price)
+        written = (_NO_CHOICE, _NO_PRICE) if one else (choice, price)
+        m = pass_columns(prefs, j, limit, state.won_bid, rows, *written)
         if j == 0:
             mark_below_reserve(state, choice)
         if m == 0:
@@ -88,7 +89,8 @@ def clear(book: Book) -> Result:
     return build_result(state)
 
 
-_NO_PRICE = np.zeros(0, dtype=np.int64)  # pass_columns writes no price (one type); written never
+_NO_CHOICE = np.zeros(0, dtype=np.int32)  # pass_columns writes no choice (one type); written never
+_NO_PRICE = np.zeros(0, dtype=np.int64)  # nor price
 
 
 def mark_below_reserve(state: RoundState, first: I32) -> None:

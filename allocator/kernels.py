@@ -888,14 +888,16 @@ def _preferences_by_insertion(limit: I64, posted: I64, reserve: I64, out: I32) -
 @compiled
 def pass_columns(prefs: I32, j: int, limit: I64, won_bid: BOOL, rows: I64, choice: I32, price: I64) -> int:
     """The bids of pass ``j`` (``clearing.clear``): those not won yet that have a j-th preferred type
-    (``prefs``, ``tiers.preference_order``), into ``rows``, ascending; returns how many. By bid row, the type
-    each tries (``choice``, -1 where none) and, unless ``price`` is empty (one type: the limits are the
-    prices), its limit price there (0 for bids not in the pass). One pass where numpy took four."""
+    (``prefs``, ``tiers.preference_order``), into ``rows``, ascending; returns how many. By bid row, unless
+    ``choice`` and ``price`` are empty (one type: the column is the choice, the limits are the prices), the
+    type each tries (-1 where none) and its limit price there (0 for bids not in the pass). One pass where
+    numpy took four."""
     n = 0
-    with_price = price.shape[0] > 0
+    with_price, with_choice = price.shape[0] > 0, choice.shape[0] > 0
     for r in range(prefs.shape[0]):
         c = prefs[r, j]
-        choice[r] = c
+        if with_choice:
+            choice[r] = c
         go = c >= 0 and not won_bid[r]
         if with_price:
             price[r] = limit[r, c] if go else 0

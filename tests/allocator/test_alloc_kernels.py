@@ -745,8 +745,9 @@ def test_nodes_by_type_groups_nodes_and_finds_the_largest(seed: int, n: int, n_t
 @settings(max_examples=100, deadline=None)
 @given(SEEDS, st.integers(0, 60), st.integers(1, 3), st.booleans())
 def test_pass_columns_lists_the_bids_still_pending_in_a_pass(
-    seed: int, n: int, n_types: int, with_price: bool
+    seed: int, n: int, n_types: int, with_columns: bool
 ) -> None:
+    """The rows of each pass, and where asked (several types) the choice and price columns by bid row."""
     rng = _rng(seed)
     limit = rng.integers(1, 99, (n, n_types)).astype(np.int64)
     prefs = np.full((n, n_types), -1, dtype=np.int32)
@@ -755,10 +756,11 @@ def test_pass_columns_lists_the_bids_still_pending_in_a_pass(
         prefs[r, : ok.size] = ok
     won = rng.random(n) < 0.3
     for j in range(n_types):
-        rows, choice = np.empty(n, np.int64), np.empty(n, np.int32)
-        price = np.empty(n if with_price else 0, np.int64)
+        size = n if with_columns else 0
+        rows, choice, price = np.empty(n, np.int64), np.empty(size, np.int32), np.empty(size, np.int64)
         m = k.pass_columns(prefs, j, limit, won, rows, choice, price)
         want = [r for r in range(n) if prefs[r, j] >= 0 and not won[r]]
-        assert rows[:m].tolist() == want and choice.tolist() == prefs[:, j].tolist()
-        if with_price:
+        assert rows[:m].tolist() == want
+        if with_columns:
+            assert choice.tolist() == prefs[:, j].tolist()
             assert price.tolist() == [int(limit[r, prefs[r, j]]) if r in want else 0 for r in range(n)]
