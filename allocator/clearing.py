@@ -38,7 +38,7 @@ from allocator.kernels import (
     starving_order,
     unused_guarantee,
 )
-from allocator.reclaim import reclaim_for, retier
+from allocator.reclaim import lease_columns, reclaim_for, retier
 from allocator.result import Result
 from allocator.result_build import build_result
 from allocator.segments import cumsum64
@@ -306,7 +306,7 @@ def settle(
     """The whole type on the slate: the tiers, placement, reclaim and outcomes in one compiled call
     (``settle.settle_type``, the same steps as below). None (nothing changed) when a gang is larger than every
     node of the type: whole-node placement is done step by step."""
-    book, floor, bids, ls = state.book, state.floor, state.book.bids, state.book.leases
+    book, floor, bids = state.book, state.floor, state.book.bids
     n = s.rows.shape[0]
     tier, placed, won = (
         np.full(n, -1, dtype=np.int8),
@@ -343,7 +343,7 @@ def settle(
         (np.array([r[0] for r in reserved], np.int64), np.array([r[1] for r in reserved], np.int64))
         if reserved
         else _NO_RESERVED,
-        (ls.tenant, ls.gpu_type, ls.start, ls.lease, ls.preemptible, ls.slot_ptr, ls.slot_node, ls.slot_idx),
+        lease_columns(book.leases),
         (book.now, book.policy.min_runtime_s),
         (
             state.lease_tier,

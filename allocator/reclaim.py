@@ -5,20 +5,17 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.reclaim_kernels import reclaim_run, retier_leases
+from allocator.book import Leases
+from allocator.reclaim_kernels import LeaseColumns, reclaim_run, retier_leases
 from allocator.state import RoundState
 
 I64 = NDArray[np.int64]
 BOOL = NDArray[np.bool_]
 
 
-def retier(state: RoundState) -> None:
-    """Re-tiering, ARCHITECTURE.md §Clearing step 2: while a tenant holds fewer tier-G GPUs than its guarantee,
-    its borrowed and spot leases (oldest first, whole leases, first-fit) become tier G and stop being
-    preemptible, so a tenant's leases within its guarantee are always tier G (``reclaim_kernels.retier_leases``).
-    """
-    ls = state.book.leases
-    columns = (
+def lease_columns(ls: Leases) -> LeaseColumns:
+    """The lease columns the reclaim kernels read (``reclaim_kernels.LeaseColumns``)."""
+    return (
         ls.tenant,
         ls.gpu_type,
         ls.start,
@@ -28,7 +25,15 @@ def retier(state: RoundState) -> None:
         ls.slot_node,
         ls.slot_idx,
     )
-    take = retier_leases(columns, state.book.tenants.guarantee, state.held, state.lease_tier)
+
+
+def retier(state: RoundState) -> None:
+    """Re-tiering, ARCHITECTURE.md §Clearing step 2: while a tenant holds fewer tier-G GPUs than its guarantee,
+    its borrowed and spot leases (oldest first, whole leases, first-fit) become tier G and stop being
+    preemptible, so a tenant's leases within its guarantee are always tier G (``reclaim_kernels.retier_leases``).
+    """
+    ls = state.book.leases
+    take = retier_leases(lease_columns(ls), state.book.tenants.guarantee, state.held, state.lease_tier)
     if take.size:
         state.retiered = np.sort(ls.lease[take])
 
@@ -52,7 +57,7 @@ def reclaim_for(state: RoundState, t: int, rows: I64) -> BOOL:
         t,
         max_cap,
         (rows, bids.gpus, bids.tenant, bids.job),
-        (ls.tenant, ls.gpu_type, ls.start, ls.lease, ls.preemptible, ls.slot_ptr, ls.slot_node, ls.slot_idx),
+        lease_columns(ls),
         (book.now, book.policy.min_runtime_s),
         (
             state.lease_tier,

@@ -116,13 +116,15 @@ def test_the_slate_shortcut_changes_nothing(shape: Shape, depth: float, slack: i
     assert cleared(book, slate_from=0, depth=depth, slack=slack) == cleared(book, slate_from=1 << 40)
 
 
-def cleared_without_sold_out(book: Book) -> str:
-    """The digest of ``clear(book)`` clearing every bid of a later pass even in a sold-out type."""
-    clearing.SOLD_OUT = False
+def cleared_without(book: Book, shortcut: str) -> str:
+    """The digest of ``clear(book)`` with the shortcut switched by ``clearing.<shortcut>`` off: ``SOLD_OUT``
+    (every bid of a later pass cleared even in a sold-out type), ``SETTLE`` (each type rule by rule, never in
+    one compiled call)."""
+    setattr(clearing, shortcut, False)
     try:
         result = clear(book)
     finally:
-        clearing.SOLD_OUT = True
+        setattr(clearing, shortcut, True)
     assert check(book, result) == []
     return result.digest
 
@@ -133,18 +135,7 @@ def test_the_sold_out_shortcut_changes_nothing(shape: Shape) -> None:
     """A later pass in a type with no GPU free on its open nodes keeps only the bids that could still win
     (``clearing.sold_out``) and placement walks no group there: the same bytes as clearing every bid."""
     book = make_book(shape)
-    assert clear(book).digest == cleared_without_sold_out(book)
-
-
-def cleared_step_by_step(book: Book) -> str:
-    """The digest of ``clear(book)`` with each type cleared rule by rule, never in one compiled call."""
-    clearing.SETTLE = False
-    try:
-        result = clear(book)
-    finally:
-        clearing.SETTLE = True
-    assert check(book, result) == []
-    return result.digest
+    assert clear(book).digest == cleared_without(book, "SOLD_OUT")
 
 
 @settings(max_examples=300, deadline=None)
@@ -153,7 +144,7 @@ def test_one_compiled_call_per_type_changes_nothing(shape: Shape) -> None:
     """``settle.settle_type`` runs the tiers, starving gangs, placement, reclaim and outcomes of a type in one
     call: the same bytes as the step-by-step path (which it leaves gangs larger than a node to)."""
     book = make_book(shape)
-    assert clear(book).digest == cleared_step_by_step(book)
+    assert clear(book).digest == cleared_without(book, "SETTLE")
 
 
 @pytest.mark.parametrize("seed", range(6))
