@@ -10,6 +10,7 @@ change compiles (a few seconds); ``nogil=True`` lets the result builder's second
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 from collections.abc import Callable
@@ -37,18 +38,15 @@ def forget_when_changed(module_file: str, *callees: str) -> None:
     cache = source.parent / "__pycache__"
     digest = hashlib.sha256(b"".join(Path(f).read_bytes() for f in callees)).hexdigest()
     stamp = cache / f"{source.stem}.callees"
-    try:
+    with contextlib.suppress(OSError):  # no stamp yet: whatever is cached may predate it, so drop it
         if stamp.read_text() == digest:
             return
-    except OSError:
-        pass  # no stamp yet: whatever is cached may predate it
-    try:
+    # a read-only tree fails here: numba caches elsewhere then (its user-wide directory), where no one edits
+    with contextlib.suppress(OSError):
         for old in cache.glob(f"{source.stem}.*.nb[ic]"):
             old.unlink(missing_ok=True)
         cache.mkdir(exist_ok=True)
         stamp.write_text(digest)
-    except OSError:  # a read-only tree: numba caches elsewhere (its user-wide directory), where no one edits
-        pass
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
