@@ -149,8 +149,9 @@ def run_case(n_bids: int, n_types: int, check_dir: Path | None) -> dict[str, flo
     return {
         "bids": n_bids,
         "types": n_types,
-        "clear_s": round(clear_s, 4),
-        "argsort_s": round(argsort_s, 4),
+        # to the microsecond: at 10^4 bids a sort takes 0.15-0.4 ms, which four decimals left one digit
+        "clear_s": round(clear_s, 6),
+        "argsort_s": round(argsort_s, 6),
         "ratio": round(clear_s / argsort_s, 2),
     }
 
