@@ -8,6 +8,7 @@ quietly falling back: `DEBUG=yes please` is a mistake to report, not a False. Se
 from __future__ import annotations
 
 import os
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -60,6 +61,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if value is None:
         return default
     return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def env_networks(name: str, default: list[str]) -> list[IPv4Network | IPv6Network]:
+    """Comma-separated addresses or CIDR networks (`10.0.0.0/8,192.0.2.7`)."""
+    networks = []
+    for item in env_list(name, default):
+        try:
+            networks.append(ip_network(item, strict=False))
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not an IP address or network") from exc
+    return networks
 
 
 def local_secret_key(path: Path) -> str:

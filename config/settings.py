@@ -12,7 +12,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str, local_secret_key
+from config.env import env_bool, env_int, env_list, env_networks, env_str, local_secret_key
+from ops.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("GPUMARKET_VAR_DIR") or BASE_DIR / "var")
@@ -44,14 +45,17 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "accounts",
     "market",
     "allocator",
     "nodeagent",
     "frontend",
+    "ops",
 ]
 
 MIDDLEWARE = [
+    "ops.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -152,6 +156,10 @@ SPECTACULAR_SETTINGS = {
     "(1 credit = 1,000,000).",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and Redoc from the installed drf-spectacular-sidecar, so /api/docs/ works offline.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # Several models have a `state` field; name each choice set after its model instead of a hash.
     "ENUM_NAME_OVERRIDES": {
@@ -195,6 +203,8 @@ else:
         "store_processed": False,
     }
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# The queue tasks go to and workers read by default (tests give each run a queue of its own).
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE") or "celery"
 # A task is acknowledged only after it finishes and is put back if its worker dies, so a killed worker loses
 # nothing; services make the second delivery harmless (ARCHITECTURE.md §Rounds and workers).
 CELERY_TASK_ACKS_LATE = True
@@ -222,10 +232,16 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL") or "INFO"},
+# Structured logs (ops/logs.py): ids on every line, secrets redacted; LOG_FORMAT=json for one JSON object a line.
+LOGGING = logging_config(fmt=(env_str("LOG_FORMAT") or "plain").lower(), level=env_str("LOG_LEVEL") or "INFO")
+
+# Operations (docs/deploy.md): who may scrape /metrics, and how often workers prove they are alive.
+METRICS_TOKEN = env_str("METRICS_TOKEN") or ""
+METRICS_ALLOW_FROM = env_networks("METRICS_ALLOW_FROM", ["127.0.0.1/32", "::1/128"] if DEBUG else [])
+WORKER_HEARTBEAT_SECONDS = env_int("WORKER_HEARTBEAT_SECONDS", ROUND_TICK_SECONDS, minimum=1)
+CELERY_BEAT_SCHEDULE["worker-heartbeat"] = {
+    "task": "ops.worker_heartbeat",
+    "schedule": float(WORKER_HEARTBEAT_SECONDS),
+    # A heartbeat no worker took in time must not later pass for a live worker.
+    "options": {"expires": float(WORKER_HEARTBEAT_SECONDS)},
 }

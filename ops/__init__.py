@@ -1,0 +1,1 @@
+"""Operations: metrics, health, structured logs, worker heartbeats and data retention (docs/operations.md)."""

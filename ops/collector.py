@@ -1,0 +1,167 @@
+"""Series read from the database at scrape time: correct whichever process or machine did the work.
+
+A custom collector (prometheus-client's documented way to export values kept elsewhere): each scrape asks
+the database a handful of aggregate questions (ops.selectors) and turns the answers into metric families.
+Money is exported in credits (1 credit = 1,000,000 micro-credits), times in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from django.utils import timezone
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from market.selectors.prices import price_board
+from ops import selectors
+
+MICRO = 1_000_000
+# Round states grouped as the outcome a dashboard cares about.
+_OUTCOME = {"dispatched": "committed", "failed": "failed"}
+
+
+class MarketCollector(Collector):
+    def collect(self) -> Iterator[Metric]:
+        yield from _rounds()
+        yield from _prices()
+        yield from _gpus()
+        yield from _tenants()
+        yield from _ledger()
+        yield from _agents()
+
+
+def _rounds() -> Iterator[Metric]:
+    totals = selectors.round_totals()
+    done = CounterMetricFamily(
+        "gpumarket_rounds", "Rounds finished, by outcome (committed or failed).", labels=["outcome"]
+    )
+    for state, outcome in _OUTCOME.items():
+        done.add_metric([outcome], totals.by_state.get(state, 0))
+    yield done
+    in_progress = sum(n for state, n in totals.by_state.items() if state not in _OUTCOME)
+    yield GaugeMetricFamily(
+        "gpumarket_rounds_in_progress", "Rounds started and not yet finished.", value=in_progress
+    )
+    for name, help_text, value in (
+        ("gpumarket_round_preemptions", "Leases preempted by rounds.", totals.preemptions),
+        ("gpumarket_round_winners", "Bids that won a round (leases written).", totals.winners),
+        ("gpumarket_round_bids", "Bids entered into rounds.", totals.bids),
+        ("gpumarket_round_gpus_allocated", "GPUs allocated by rounds.", totals.gpus_allocated),
+    ):
+        yield CounterMetricFamily(name, help_text, value=value)
+    if totals.last_done_at is not None:
+        yield GaugeMetricFamily(
+            "gpumarket_round_last_committed_timestamp_seconds",
+            "When the newest committed round finished (Unix time).",
+            value=totals.last_done_at.timestamp(),
+        )
+    for step, hist in selectors.round_step_histograms().items():
+        name = "gpumarket_round_duration_seconds" if step == "round" else f"gpumarket_round_{step}_seconds"
+        what = "A round's work (freeze, clear and commit)" if step == "round" else f"A round's {step} step"
+        family = HistogramMetricFamily(name, f"{what}, seconds.")
+        buckets = [(str(bound), n) for bound, n in hist.buckets] + [("+Inf", hist.count)]
+        family.add_metric([], buckets, hist.total_s)
+        yield family
+
+
+def _prices() -> Iterator[Metric]:
+    posted = GaugeMetricFamily(
+        "gpumarket_price_posted_credits_per_gpu_hour",
+        "Posted price the next round starts from, by GPU type.",
+        labels=["gpu_type"],
+    )
+    reserve = GaugeMetricFamily(
+        "gpumarket_price_reserve_credits_per_gpu_hour", "Reserve price, by GPU type.", labels=["gpu_type"]
+    )
+    clearing = GaugeMetricFamily(
+        "gpumarket_price_clearing_credits_per_gpu_hour",
+        "Spot (clearing) price of the newest round with a spot winner in the type.",
+        labels=["gpu_type"],
+    )
+    for row in price_board():
+        posted.add_metric([row.gpu_type], row.posted / MICRO)
+        reserve.add_metric([row.gpu_type], row.reserve / MICRO)
+        if row.spot is not None:
+            clearing.add_metric([row.gpu_type], row.spot / MICRO)
+    yield from (posted, reserve, clearing)
+
+
+def _gpus() -> Iterator[Metric]:
+    gpus = GaugeMetricFamily(
+        "gpumarket_gpus",
+        "GPUs by type and state (free, busy, or the node's state when it is not up).",
+        labels=["gpu_type", "state"],
+    )
+    for (gpu_type, state), n in sorted(selectors.gpus_by_state().items()):
+        gpus.add_metric([gpu_type, state], n)
+    yield gpus
+    jobs = GaugeMetricFamily(
+        "gpumarket_pending_jobs", "Pending jobs bidding for the GPU type.", labels=["gpu_type"]
+    )
+    demand = GaugeMetricFamily(
+        "gpumarket_pending_gpus", "GPUs wanted by pending jobs bidding for the GPU type.", labels=["gpu_type"]
+    )
+    for gpu_type, (n_jobs, n_gpus) in sorted(selectors.pending_demand().items()):
+        jobs.add_metric([gpu_type], n_jobs)
+        demand.add_metric([gpu_type], n_gpus)
+    yield from (jobs, demand)
+
+
+def _tenants() -> Iterator[Metric]:
+    held = selectors.tenant_gpus()
+    family = GaugeMetricFamily(
+        "gpumarket_tenant_gpus",
+        "GPUs of a tenant's live leases, by type and tier (G guaranteed, B borrowed, S spot).",
+        labels=["tenant", "gpu_type", "tier"],
+    )
+    for (tenant, gpu_type, tier), n in sorted(held.items()):
+        family.add_metric([tenant, gpu_type, tier], n)
+    yield family
+    guaranteed = GaugeMetricFamily(
+        "gpumarket_tenant_guarantee_gpus",
+        "GPUs guaranteed to a tenant, by type.",
+        labels=["tenant", "gpu_type"],
+    )
+    compliance = GaugeMetricFamily(
+        "gpumarket_tenant_guarantee_compliance_ratio",
+        "Share of its guarantee a tenant holds (1 when met, or when it wants none of the type).",
+        labels=["tenant", "gpu_type"],
+    )
+    for row in selectors.guarantees(held, selectors.tenant_pending_types()):
+        guaranteed.add_metric([row.tenant, row.gpu_type], row.guaranteed)
+        compliance.add_metric([row.tenant, row.gpu_type], row.compliance)
+    yield from (guaranteed, compliance)
+
+
+def _ledger() -> Iterator[Metric]:
+    family = GaugeMetricFamily(
+        "gpumarket_ledger_balance_credits",
+        "Ledger balances summed by account kind (available and held: all tenants; revenue, topup: the "
+        "platform's), credits.",
+        labels=["kind"],
+    )
+    for kind, total in sorted(selectors.ledger_totals().items()):
+        family.add_metric([kind], total / MICRO)
+    yield family
+
+
+def _agents() -> Iterator[Metric]:
+    beats = selectors.node_heartbeats()
+    if not beats:
+        return
+    now = timezone.now()
+    family = GaugeMetricFamily(
+        "gpumarket_agent_heartbeat_age_seconds",
+        "Seconds since a node's agent last sent a heartbeat.",
+        labels=["node"],
+    )
+    for node, at in sorted(beats.items()):
+        if at is not None:
+            family.add_metric([node], (now - at).total_seconds())
+    yield family

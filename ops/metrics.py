@@ -1,0 +1,91 @@
+"""Series counted in the processes where things happen (web and Celery workers).
+
+prometheus-client picks its storage when it is imported: with `PROMETHEUS_MULTIPROC_DIR` set, each process
+writes its values to files in that folder and `/metrics` sums them over every gunicorn worker (and over Celery
+workers on the same machine that share the folder); without it (`make run`, tests) they live in this process.
+Series that describe the market (rounds, prices, GPUs, money) are read from the database at scrape time
+instead (ops.collector), which is right whichever process or machine did the work.
+
+Labels stay bounded: route names, methods, status codes, outcomes, command kinds; never a job, lease or path.
+Node names appear only on heartbeat series, one per machine.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from prometheus_client import Counter, Histogram
+
+log = logging.getLogger("gpumarket.ops")
+
+# Latency buckets from 5 ms to 10 s: API calls, not batch work.
+_HTTP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+HTTP_REQUESTS = Counter(
+    "gpumarket_http_requests",
+    "HTTP requests answered, by URL pattern name, method and status code.",
+    ["route", "method", "status"],
+)
+HTTP_DURATION = Histogram(
+    "gpumarket_http_request_duration_seconds",
+    "Time to answer an HTTP request, by URL pattern name and method.",
+    ["route", "method"],
+    buckets=_HTTP_BUCKETS,
+)
+USAGE_REPORTS = Counter(
+    "gpumarket_agent_usage_reports",
+    "Usage reports from node agents by outcome (ingested, duplicate, refused).",
+    ["outcome"],
+)
+USAGE_SAMPLES = Counter(
+    "gpumarket_agent_usage_samples",
+    "Per-lease, per-GPU usage samples in ingested reports.",
+)
+AGENT_COMMANDS = Counter(
+    "gpumarket_agent_commands",
+    "Outbox commands handed to or acknowledged by node agents, by kind and event (fetched, acked, refused).",
+    ["kind", "event"],
+)
+CELERY_TASKS = Counter(
+    "gpumarket_celery_tasks",
+    "Celery tasks finished, by task name and outcome (success, failure, retry).",
+    ["task", "outcome"],
+)
+
+USAGE_OUTCOMES = ("ingested", "duplicate", "refused")
+COMMAND_EVENTS = ("fetched", "acked", "refused")
+
+
+def http_request(*, route: str, method: str, status: int, seconds: float) -> None:
+    """Called once per request by ops.middleware."""
+    method = method if method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS") else "OTHER"
+    HTTP_REQUESTS.labels(route, method, str(status)).inc()
+    HTTP_DURATION.labels(route, method).observe(seconds)
+
+
+def usage_reports(outcome: str, *, node: str, reports: int = 1, samples: int = 0, **ids: object) -> None:
+    """For the agent server: call once per usage batch it handles (outcome: ingested, duplicate or refused),
+    with the batch's node, its report and sample counts and any ids (epoch, seq). Counts it and logs one line."""
+    if outcome not in USAGE_OUTCOMES:
+        raise ValueError(f"usage outcome {outcome!r}: expected one of {', '.join(USAGE_OUTCOMES)}")
+    USAGE_REPORTS.labels(outcome).inc(reports)
+    if outcome == "ingested" and samples:
+        USAGE_SAMPLES.inc(samples)
+    log.info("usage batch %s", outcome, extra={"node": node, "reports": reports, "samples": samples, **ids})
+
+
+def agent_command(event: str, *, kind: str, node: str, command_id: int, lease_id: int, **ids: object) -> None:
+    """For the agent server: call once per command fetched, acknowledged or refused (a stale fence)."""
+    if event not in COMMAND_EVENTS:
+        raise ValueError(f"command event {event!r}: expected one of {', '.join(COMMAND_EVENTS)}")
+    AGENT_COMMANDS.labels(kind, event).inc()
+    log.info(
+        "agent command %s %s",
+        kind,
+        event,
+        extra={"node": node, "command_id": command_id, "lease_id": lease_id, **ids},
+    )
+
+
+def celery_task(*, task: str, outcome: str) -> None:
+    CELERY_TASKS.labels(task, outcome).inc()

@@ -1,0 +1,13 @@
+"""Celery tasks of the ops app: thin doors to its services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from ops.services import heartbeat_record
+
+
+@shared_task(name="ops.worker_heartbeat", bind=True)
+def worker_heartbeat(self) -> None:  # type: ignore[no-untyped-def]
+    """Leave this worker's heartbeat (beat sends it every WORKER_HEARTBEAT_SECONDS, with an expiry)."""
+    heartbeat_record(hostname=self.request.hostname or "unknown")
