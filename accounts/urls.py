@@ -1,9 +1,10 @@
 from django.urls import path
 
-from accounts import api
+from accounts import api, audit_api
 
 urlpatterns = [
     path("me", api.MeView.as_view(), name="me"),
+    path("audit", audit_api.AuditView.as_view(), name="audit-events"),
     path("tenants/<slug:slug>/tokens", api.TokenListView.as_view(), name="token-list"),
     path("tenants/<slug:slug>/tokens/<int:token_id>", api.TokenDetailView.as_view(), name="token-detail"),
 ]

@@ -114,7 +114,17 @@ class RedactFilter(logging.Filter):
         return True
 
 
-class PlainFormatter(logging.Formatter):
+class _RedactTraces:
+    """Tracebacks are formatted by the formatter, after the filters ran: redact them there too."""
+
+    def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+        return redact(super().formatException(ei))  # type: ignore[misc]
+
+    def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
+        return redact(super().formatStack(stack_info))  # type: ignore[misc]
+
+
+class PlainFormatter(_RedactTraces, logging.Formatter):
     """`time level logger: message key=value ...` with the ids and extra fields at the end."""
 
     def __init__(self) -> None:
@@ -131,7 +141,7 @@ class PlainFormatter(logging.Formatter):
         return f"{head} {pairs}{sep}{tail}"
 
 
-class JsonLineFormatter(JsonFormatter):
+class JsonLineFormatter(_RedactTraces, JsonFormatter):
     """One JSON object per line: time, level, logger, message, the ids and every extra field."""
 
     def __init__(self) -> None:

@@ -1,4 +1,5 @@
-"""Policy API: the market-wide knobs, a tenant's weight, guardrail and guarantees, and the audit log.
+"""Policy API: the market-wide knobs, a tenant's weight, guardrail and guarantees (the audit log that records
+their changes is accounts.audit_api).
 
 Everyone signed in reads the market policy (tenants should know the rules); a tenant's members read its own
 policy; only platform admins change either or read the audit log. Views parse, call, serialize.
@@ -16,12 +17,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import access_tenant, require_admin
-from accounts.models import AuditEvent, Tenant
+from accounts.models import Tenant
 from accounts.services import PolicyError
-from config.api import Pagination
 from market.api.ledger_serializers import CreditsField
 from market.models import MarketPolicy
-from market.selectors.policy import TenantPolicy, audit_events, market_policy, tenant_policy
+from market.selectors.policy import TenantPolicy, market_policy, tenant_policy
 from market.services.policy import (
     GUARANTEE_MAX,
     POLICY_LIMITS,
@@ -181,43 +181,3 @@ class TenantPolicyView(APIView):
         except PolicyError as exc:
             raise _policy_error(exc) from exc
         return _tenant_policy_response(tenant)
-
-
-# Audit log
-
-
-class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
-    detail = serializers.JSONField(
-        read_only=True, help_text='What changed; for policy changes {"field": [old, new]}.'
-    )
-
-    class Meta:
-        model = AuditEvent
-        fields = ["id", "created_at", "action", "actor", "tenant", "detail"]
-        read_only_fields = fields
-
-
-class AuditFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    action = serializers.CharField(required=False, max_length=64, help_text='e.g. "policy.update".')
-    tenant = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Tenant.objects.all(), required=False, help_text="A tenant's slug."
-    )
-
-
-class AuditView(APIView):
-    pagination_class = Pagination
-
-    @extend_schema(
-        parameters=[AuditFilterSerializer],
-        responses=AuditEventSerializer(many=True),
-        summary="The audit log, newest first (platform admins; paginated)",
-    )
-    def get(self, request: Request) -> Response:
-        require_admin(request.user)
-        query = AuditFilterSerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        paginator = self.pagination_class()
-        page = paginator.paginate_queryset(audit_events(**query.validated_data), request, view=self)
-        return paginator.get_paginated_response(AuditEventSerializer(page, many=True).data)

@@ -1,4 +1,4 @@
-"""Policy, price, round and audit routes (mounted under /api/v1/)."""
+"""Policy, price and round routes (mounted under /api/v1/)."""
 
 from django.urls import path
 
@@ -7,7 +7,6 @@ from market.api import policy, prices, rounds
 urlpatterns = [
     path("policy", policy.MarketPolicyView.as_view(), name="market-policy"),
     path("tenants/<slug:slug>/policy", policy.TenantPolicyView.as_view(), name="tenant-policy"),
-    path("audit", policy.AuditView.as_view(), name="audit-events"),
     path("prices", prices.PriceBoardView.as_view(), name="price-board"),
     path("prices/history", prices.PriceHistoryView.as_view(), name="price-history"),
     path("rounds", rounds.RoundListView.as_view(), name="round-list"),

@@ -18,3 +18,30 @@ def rounds_list(*, state: str | None = None) -> QuerySet[Round]:
 
 def round_get(*, round_id: int) -> Round | None:
     return rounds_list().filter(pk=round_id).first()
+
+
+def round_summary(rnd: Round, *, prices: dict[str, dict[str, int | None]] | None = None) -> dict[str, object]:
+    """What the audit log keeps of a round (it outlives the book and the per-bid outcomes: see
+    market.services.retention): its counts, timings, result hash and, per GPU type, the next posted price and
+    the spot price in micro-credits per GPU-hour."""
+    summary: dict[str, object] = {
+        "round": rnd.pk,
+        "slot": rnd.slot.isoformat(),
+        "state": str(rnd.state),
+        "bids": rnd.bids,
+        "winners": rnd.winners,
+        "losers": rnd.losers,
+        "skipped": rnd.skipped,
+        "preemptions": rnd.preemptions,
+        "gpus_free": rnd.gpus_free,
+        "gpus_allocated": rnd.gpus_allocated,
+        "digest": rnd.digest,
+        "freeze_ms": rnd.freeze_ms,
+        "clear_ms": rnd.clear_ms,
+        "commit_ms": rnd.commit_ms,
+    }
+    if rnd.error:
+        summary["error"] = rnd.error[:500]
+    if prices is not None:
+        summary["prices"] = prices
+    return summary

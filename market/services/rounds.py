@@ -22,12 +22,15 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts.audit import audit
 from allocator import BookError, Result, clear
 from market.models import DONE_STATES, GpuType, Round, RoundState
 from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.policy import current_fence, market_policy
+from market.selectors.rounds import round_summary
 from market.services.leases import leases_expire
 from market.services.round_commit import commit_result
+from ops.logs import bind
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,11 @@ def round_tick(*, now: datetime | None = None) -> Round | None:
 
 def round_advance(*, round_id: int, stop_after: RoundState | None = None) -> Round:
     """Take the round through its remaining steps; `stop_after` ends early (for tests of interruption)."""
+    with bind(round_id=round_id):
+        return _advance(round_id, stop_after)
+
+
+def _advance(round_id: int, stop_after: RoundState | None) -> Round:
     memo = _Memo()
     while True:
         try:
@@ -83,7 +91,7 @@ def round_advance(*, round_id: int, stop_after: RoundState | None = None) -> Rou
                     return Round.objects.get(pk=round_id)
                 if rnd.state in DONE_STATES or rnd.state == stop_after:
                     return rnd
-                _STEPS[RoundState(rnd.state)](rnd, memo)
+                _step(rnd, memo)
         except (BookError, DigestMismatch) as exc:
             # Deterministic: repeating the step gives the same failure.
             return _failed(round_id, exc, final=True)
@@ -93,6 +101,23 @@ def round_advance(*, round_id: int, stop_after: RoundState | None = None) -> Rou
             if rnd.state == RoundState.FAILED:
                 return rnd
             raise
+
+
+def _step(rnd: Round, memo: _Memo) -> None:
+    """One step, logged with its time: one line per round step (docs/deploy.md, What to watch)."""
+    step, started = _STEPS[RoundState(rnd.state)], time.perf_counter()
+    step(rnd, memo)
+    log.info(
+        "round %s: %s -> %s",
+        rnd.pk,
+        step.__name__.lstrip("_"),
+        rnd.state,
+        extra={
+            "step": step.__name__.lstrip("_"),
+            "state": str(rnd.state),
+            "ms": round((time.perf_counter() - started) * 1000, 1),
+        },
+    )
 
 
 def _failed(round_id: int, exc: Exception, *, final: bool) -> Round:
@@ -105,6 +130,8 @@ def _failed(round_id: int, exc: Exception, *, final: bool) -> Round:
         if final or rnd.attempts >= MAX_ATTEMPTS:
             rnd.state = RoundState.FAILED
             rnd.save(update_fields=["state"])
+            audit(actor=None, tenant=None, action="round.failed", detail=round_summary(rnd))
+            log.error("round %s failed: %s", round_id, rnd.error, extra={"attempts": rnd.attempts})
     return rnd
 
 
@@ -162,6 +189,14 @@ def _commit(rnd: Round, memo: _Memo) -> None:
     rnd.counters = {**rnd.counters, **{f"skipped_{k}": v for k, v in stats.skipped_reasons.items()}}
     rnd.state, rnd.committed_at = RoundState.COMMITTED, now
     rnd.commit_ms = round((time.perf_counter() - started) * 1000)
+    prices = {
+        name: {
+            "posted": int(result.posted[k]),
+            "spot": int(result.spot_price[k]) if result.spot_price[k] >= 0 else None,
+        }
+        for k, name in enumerate(result.type_names)
+    }
+    audit(actor=None, tenant=None, action="round.commit", detail=round_summary(rnd, prices=prices))
     rnd.save(
         update_fields=[
             "winners",
