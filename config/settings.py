@@ -245,3 +245,9 @@ CELERY_BEAT_SCHEDULE["worker-heartbeat"] = {
     # A heartbeat no worker took in time must not later pass for a live worker.
     "options": {"expires": float(WORKER_HEARTBEAT_SECONDS)},
 }
+# Round books, bid outcomes and old commands past MarketPolicy.retention_days (market/services/retention.py).
+CELERY_BEAT_SCHEDULE["retention-prune"] = {
+    "task": "market.retention_prune",
+    "schedule": float(env_int("RETENTION_PRUNE_SECONDS", 3600, minimum=60)),
+    "options": {"expires": 600.0},
+}

@@ -18,3 +18,12 @@ def round_tick() -> int | None:
 def round_advance(round_id: int) -> str:
     """Take one round through its remaining steps (safe to repeat and to run twice at once)."""
     return str(rounds.round_advance(round_id=round_id).state)
+
+
+@shared_task(name="market.retention_prune")
+def retention_prune() -> dict[str, int]:
+    """Beat's daily-ish entry: prune round books, bid outcomes and old commands (market.services.retention)."""
+    from market.services.retention import retention_prune as prune
+
+    stats = prune()
+    return {"books": stats.books, "outcomes": stats.outcomes, "commands": stats.commands}

@@ -66,6 +66,7 @@ class MarketPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-
     default_grace_s = _knob("default_grace_s", "SIGTERM to SIGKILL for a job that sets none, seconds.")
     starve_rounds = _knob("starve_rounds", "Rounds a gang waits before nodes are reserved for it.")
     max_reservations = _knob("max_reservations", "Nodes reserved for starving gangs per GPU type, at most.")
+    retention_days = _knob("retention_days", "Days round books, bid outcomes and old commands are kept.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         _refuse_unknown(self, "a market policy setting")

@@ -19,6 +19,10 @@ class MarketPolicy(models.Model):
     max_reservations = models.PositiveIntegerField(
         default=4, help_text="Starving gangs served with reserved nodes, per type and round."
     )
+    retention_days = models.PositiveIntegerField(
+        default=30,
+        help_text="Days a round's book, per-bid outcomes and acknowledged commands are kept (summaries stay).",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

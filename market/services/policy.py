@@ -30,6 +30,7 @@ POLICY_LIMITS: dict[str, tuple[int, int]] = {
     "default_grace_s": (0, 3_600),
     "starve_rounds": (1, 1_000),
     "max_reservations": (0, 1_000),
+    "retention_days": (1, 3_650),
 }
 WEIGHT_LIMITS = (1, 1_000_000)
 GUARANTEE_MAX = 1_000_000

@@ -1,0 +1,95 @@
+"""Data growth: what rounds and agents leave behind is pruned after the policy's retention period.
+
+Every round stores its frozen book (a compressed snapshot of every pending bid) and one outcome row per bid, and
+the outbox keeps every command; with thousands of pending jobs and a round every few minutes these outgrow
+everything else. After `MarketPolicy.retention_days`:
+
+- a round's book is dropped (the round row with its counts, timings, result hash and prices stays, and so does
+  its `round.commit` audit summary); a round not finished is never touched;
+- per-bid outcomes are deleted, except each job's newest one (a job's page still says why it last lost);
+- commands acknowledged, or expired unacknowledged, are deleted.
+
+Leases, holds, journal entries and audit rows are money and history: never pruned. Work is done in batches of
+`batch` rows, each its own short transaction, so a large first prune does not hold locks against the rounds.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Exists, OuterRef, Q, QuerySet
+from django.utils import timezone
+
+from market.models import DONE_STATES, BidOutcome, Command, CommandState, Round
+from market.selectors.policy import market_policy
+
+log = logging.getLogger(__name__)
+
+BATCH = 5_000
+
+
+@dataclass(frozen=True)
+class PruneStats:
+    cutoff: datetime
+    books: int
+    outcomes: int
+    commands: int
+
+
+def _in_batches(
+    ids_query: Callable[[], QuerySet[Any]], delete: Callable[[list[int]], int], batch: int
+) -> int:
+    """Repeat: take up to `batch` ids, act on them, commit; until none are left."""
+    total = 0
+    while True:
+        with transaction.atomic():
+            ids = list(ids_query()[:batch])
+            if not ids:
+                return total
+            total += delete(ids)
+
+
+def retention_prune(*, now: datetime | None = None, batch: int = BATCH) -> PruneStats:
+    """Prune what is older than the policy's retention period; safe to repeat and to run beside rounds."""
+    cutoff = (now or timezone.now()) - timedelta(days=market_policy().retention_days)
+    old_rounds = Round.objects.filter(slot__lt=cutoff, state__in=DONE_STATES)
+
+    books = _in_batches(
+        lambda: old_rounds.filter(book__isnull=False).order_by("pk").values_list("pk", flat=True),
+        lambda ids: Round.objects.filter(pk__in=ids).update(book=None),
+        batch,
+    )
+    newer = BidOutcome.objects.filter(job_id=OuterRef("job_id"), round_id__gt=OuterRef("round_id"))
+    outcomes = _in_batches(
+        lambda: (
+            BidOutcome.objects.filter(round__in=old_rounds)
+            .filter(Exists(newer))
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        ),
+        lambda ids: BidOutcome.objects.filter(pk__in=ids).delete()[0],
+        batch,
+    )
+    done = Q(state=CommandState.ACKED, acked_at__lt=cutoff) | Q(
+        state=CommandState.PENDING, expires_at__lt=cutoff
+    )
+    commands = _in_batches(
+        lambda: Command.objects.filter(done).order_by("pk").values_list("pk", flat=True),
+        lambda ids: Command.objects.filter(pk__in=ids).delete()[0],
+        batch,
+    )
+    stats = PruneStats(cutoff=cutoff, books=books, outcomes=outcomes, commands=commands)
+    log.info(
+        "retention prune: %s books, %s outcomes, %s commands before %s",
+        books,
+        outcomes,
+        commands,
+        cutoff.isoformat(),
+        extra={"books": books, "outcomes": outcomes, "commands": commands},
+    )
+    return stats
