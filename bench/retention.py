@@ -123,6 +123,7 @@ def main() -> None:
     started = time.perf_counter()
     stats = retention_prune()
     prune_s = time.perf_counter() - started
+    connection.close()  # VACUUM FULL keeps rows that an open snapshot could still see: hold none
     with connection.cursor() as cursor:
         for table in TABLES:
             cursor.execute(f'VACUUM FULL "{table}"')
