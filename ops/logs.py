@@ -75,6 +75,8 @@ _PATTERNS = [
     (re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^:/\s@]*:)[^@\s/]+(@)"), rf"\1{REDACTED}\2"),
 ]
 _RESERVED = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+# Django's request logger attaches the request object itself: the access line already says what it would.
+_SKIPPED = {"request"}
 
 
 def redact(text: str) -> str:
@@ -132,7 +134,11 @@ class PlainFormatter(_RedactTraces, logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        extra = {k: v for k, v in vars(record).items() if k not in _RESERVED and not k.startswith("_")}
+        extra = {
+            k: v
+            for k, v in vars(record).items()
+            if k not in _RESERVED and k not in _SKIPPED and not k.startswith("_")
+        }
         ordered = [k for k in ID_FIELDS if k in extra] + sorted(k for k in extra if k not in ID_FIELDS)
         pairs = " ".join(f"{k}={extra[k]}" for k in ordered)
         if not pairs:
@@ -150,6 +156,7 @@ class JsonLineFormatter(_RedactTraces, JsonFormatter):
             style="{",
             rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
             timestamp=False,
+            reserved_attrs=sorted(_RESERVED | _SKIPPED),
         )
 
 
