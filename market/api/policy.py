@@ -10,7 +10,6 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -18,7 +17,7 @@ from rest_framework.views import APIView
 from accounts.access import access_tenant, require_admin
 from accounts.models import AuditEvent, Tenant
 from accounts.services import PolicyError
-from config.api import Pagination
+from config.api import Pagination, QuerySerializer
 from market.api.ledger_serializers import CreditsField
 from market.models import MarketPolicy
 from market.selectors.policy import TenantPolicy, audit_events, market_policy, tenant_policy
@@ -73,8 +72,6 @@ class MarketPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-
 
 
 class MarketPolicyView(APIView):
-    parser_classes = [JSONParser]
-
     @extend_schema(responses=MarketPolicySerializer, summary="The market's rules (anyone signed in)")
     def get(self, request: Request) -> Response:
         return Response(MarketPolicySerializer(market_policy()).data)
@@ -158,8 +155,6 @@ def _tenant_policy_response(tenant: Tenant) -> Response:
 
 
 class TenantPolicyView(APIView):
-    parser_classes = [JSONParser]
-
     @extend_schema(
         responses=TenantPolicySerializer, summary="The tenant's weight, guardrail, guarantees and GPUs held"
     )
@@ -199,7 +194,7 @@ class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         read_only_fields = fields
 
 
-class AuditFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AuditFilterSerializer(QuerySerializer):
     action = serializers.CharField(required=False, max_length=64, help_text='e.g. "policy.update".')
     tenant = serializers.SlugRelatedField(
         slug_field="slug", queryset=Tenant.objects.all(), required=False, help_text="A tenant's slug."
