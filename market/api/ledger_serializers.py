@@ -13,7 +13,7 @@ from config.api import QuerySerializer
 from config.inputs import InputError, parse_instant
 from market.models import EntryKind, JournalEntry, Posting
 from market.money import MAX_AMOUNT, AmountError, format_credits, parse_credits
-from market.services.ledger import KEY_MAX_LENGTH
+from market.services.ledger import KEY_MAX_LENGTH, key_as_given
 
 # Longer than any valid amount; refusing early keeps absurd inputs (a million digits) away from Decimal.
 AMOUNT_MAX_CHARS = 40
@@ -135,6 +135,7 @@ class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     amount_credits = serializers.SerializerMethodField()
+    key = serializers.SerializerMethodField(help_text="The key as its caller gave it.")
     hold = serializers.SlugRelatedField(slug_field="key", read_only=True)
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -158,3 +159,6 @@ class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     def get_amount_credits(self, entry: JournalEntry) -> str:
         return format_credits(entry.amount)
+
+    def get_key(self, entry: JournalEntry) -> str:
+        return key_as_given(entry.key)
