@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import extend_schema
-from rest_framework import status
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import exceptions, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,6 +16,11 @@ from accounts.access import access_tenant, can_manage, user_roles, visible_tenan
 from accounts.models import ApiToken
 from accounts.serializers import MeSerializer, TokenCreatedSerializer, TokenCreateSerializer, TokenSerializer
 from config.api import Pagination
+
+
+class TokenRefused(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "too_many_tokens"
 
 
 class MeView(APIView):
@@ -39,36 +44,46 @@ class MeView(APIView):
 
 
 class TokenListView(APIView):
+    pagination_class = Pagination
+
     @extend_schema(responses=TokenSerializer(many=True), summary="List tokens (managers see the tenant's)")
     def get(self, request: Request, slug: str) -> Response:
         tenant = access_tenant(request.user, slug, auth=request.auth)
-        qs = ApiToken.objects.filter(tenant=tenant).select_related("user")
-        if not can_manage(request.user, tenant):
-            qs = qs.filter(user=request.user)
+        qs = tokens.tokens_visible(
+            viewer=request.user, tenant=tenant, manager=can_manage(request.user, tenant)
+        )
         paginator = Pagination()
         page = paginator.paginate_queryset(qs, request, view=self)
         return paginator.get_paginated_response(TokenSerializer(page, many=True).data)
 
     @extend_schema(
-        request=TokenCreateSerializer, responses={201: TokenCreatedSerializer}, summary="Create a token"
+        request=TokenCreateSerializer,
+        responses={
+            201: TokenCreatedSerializer,
+            409: OpenApiResponse(description="too_many_tokens: the user has API_TOKENS_PER_USER live ones."),
+        },
+        summary="Create a token",
     )
     def post(self, request: Request, slug: str) -> Response:
         tenant = access_tenant(request.user, slug, auth=request.auth)
         body = TokenCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        issued = tokens.token_create(user=request.user, tenant=tenant, name=body.validated_data["name"])
+        try:
+            issued = tokens.token_create(user=request.user, tenant=tenant, name=body.validated_data["name"])
+        except tokens.TooManyTokens as exc:
+            raise TokenRefused(str(exc)) from exc
         data: dict[str, Any] = dict(TokenSerializer(issued.token).data)
         data["token"] = issued.secret
         return Response(data, status=status.HTTP_201_CREATED)
 
 
 class TokenDetailView(APIView):
-    @extend_schema(responses=TokenSerializer, summary="Revoke a token")
+    @extend_schema(responses={204: None}, summary="Revoke a token")
     def delete(self, request: Request, slug: str, token_id: int) -> Response:
         tenant = access_tenant(request.user, slug, auth=request.auth)
-        qs = ApiToken.objects.filter(tenant=tenant)
-        if not can_manage(request.user, tenant):
-            qs = qs.filter(user=request.user)
+        qs = tokens.tokens_visible(
+            viewer=request.user, tenant=tenant, manager=can_manage(request.user, tenant)
+        )
         token = get_object_or_404(qs, pk=token_id)
         tokens.token_revoke(token=token, actor=request.user)
-        return Response(TokenSerializer(token).data)
+        return Response(status=status.HTTP_204_NO_CONTENT)

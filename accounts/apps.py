@@ -6,4 +6,4 @@ class AccountsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from accounts import schema  # noqa: F401  (registers the bearer scheme with drf-spectacular)
+        from accounts import login_guard, schema, signals  # noqa: F401  (they register themselves)

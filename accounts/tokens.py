@@ -7,8 +7,9 @@ import secrets
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import Exists, OuterRef
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
 from accounts.audit import audit
@@ -17,6 +18,10 @@ from accounts.models import ApiToken, Membership, Tenant, User
 TOKEN_PREFIX = "gpm_"
 # Writing last_used on every request would turn each read into a write; a minute's precision is plenty.
 LAST_USED_RESOLUTION = timedelta(seconds=60)
+
+
+class TooManyTokens(Exception):
+    code = "too_many_tokens"
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,13 @@ def token_create(
     *, user: User, tenant: Tenant, name: str, actor: User | None = None, secret: str | None = None
 ) -> IssuedToken:
     """A new token. `secret` is only for the local demo, which keeps its token's secret under var/."""
+    # The user's row lock serialises their token creations, so racing requests cannot pass the cap together.
+    User.objects.select_for_update().filter(pk=user.pk).first()
+    cap = settings.API_TOKENS_PER_USER
+    if ApiToken.objects.filter(user=user, tenant=tenant, revoked_at__isnull=True).count() >= cap:
+        raise TooManyTokens(
+            f"{user.username} already has {cap} live tokens in {tenant.slug}; revoke one first."
+        )
     secret = secret or TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(
         user=user, tenant=tenant, name=name, prefix=secret[:12], digest=_digest(secret)
@@ -62,6 +74,24 @@ def token_authenticate(*, raw: str) -> ApiToken | None:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
     return token
+
+
+def tokens_visible(*, viewer: User, tenant: Tenant, manager: bool) -> QuerySet[ApiToken]:
+    """The tenant's tokens the viewer may list and revoke: admins all, managers everyone's but platform
+    admins' (an admin's token bound to the tenant is not the tenant's to see), members their own."""
+    tokens = ApiToken.objects.filter(tenant=tenant).select_related("user")
+    if viewer.is_staff:
+        return tokens
+    if manager:
+        return tokens.filter(Q(user__is_staff=False) | Q(user=viewer))
+    return tokens.filter(user=viewer)
+
+
+def tokens_revoke_membership(*, user_id: int, tenant_id: int) -> int:
+    """Revoke every live token of a user in a tenant (the membership is gone); returns how many."""
+    return ApiToken.objects.filter(user_id=user_id, tenant_id=tenant_id, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
 
 
 @transaction.atomic

@@ -57,6 +57,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "ops.middleware.RequestLogMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "config.middleware.InputGuardMiddleware",
+    "config.middleware.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -109,6 +111,14 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# The login guard first: it refuses a locked-out caller before any password is checked (docs/reliability.md).
+AUTHENTICATION_BACKENDS = [
+    "accounts.login_guard.LoginGuardBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+LOGIN_FAILURES_PER_USER = env_int("LOGIN_FAILURES_PER_USER", 5, minimum=1)
+LOGIN_FAILURES_PER_ADDRESS = env_int("LOGIN_FAILURES_PER_ADDRESS", 50, minimum=1)
+LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
 LOGIN_URL = "frontend:login"
 LOGIN_REDIRECT_URL = "frontend:home"
 LOGOUT_REDIRECT_URL = "frontend:login"
@@ -146,8 +156,10 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "config.api.Pagination",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "EXCEPTION_HANDLER": "config.api.exception_handler",
+    # One parser for every API body: a JSON object, bounded in size and depth (docs/reliability.md).
+    "DEFAULT_PARSER_CLASSES": ["config.parsers.JSONParser"],
     "DEFAULT_THROTTLE_RATES": {"user": env_str("API_THROTTLE_USER") or "6000/min"},
-    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["config.throttling.AtomicUserRateThrottle"],
     "UNAUTHENTICATED_USER": None,
 }
 SPECTACULAR_SETTINGS = {
@@ -173,6 +185,8 @@ SPECTACULAR_SETTINGS = {
 JOB_COMMAND_MAX_CHARS = env_int("JOB_COMMAND_MAX_CHARS", 8192, minimum=1)
 JOB_MAX_HOURS = env_int("JOB_MAX_HOURS", 168, minimum=1)
 JOB_MAX_PENDING_PER_TENANT = env_int("JOB_MAX_PENDING_PER_TENANT", 10_000, minimum=1)
+# Live API tokens one user may have in one tenant (docs/reliability.md).
+API_TOKENS_PER_USER = env_int("API_TOKENS_PER_USER", 20, minimum=1)
 
 CACHES = {
     "default": {
@@ -185,6 +199,8 @@ CACHES = {
 
 # Celery (config/celery.py reads these with the CELERY_ prefix).
 REDIS_URL = env_str("REDIS_URL")
+# Rate-limit counters (config/ratelimit.py) live under this Redis key prefix.
+RATE_LIMIT_PREFIX = env_str("RATE_LIMIT_PREFIX") or "gpumarket:rl"
 CELERY_TASK_MAX_S = env_int("CELERY_TASK_MAX_S", 240, minimum=10)
 if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL

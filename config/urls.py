@@ -5,7 +5,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpResponse
 from django.urls import include, path
-from django.views.defaults import page_not_found, server_error
+from django.views.defaults import bad_request, page_not_found, permission_denied, server_error
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config import api
@@ -29,6 +29,18 @@ def handler404(request: Any, exception: Exception | None = None) -> HttpResponse
     if request.path.startswith("/api/"):
         return api.json_404(request, exception)
     return page_not_found(request, exception)  # type: ignore[arg-type]
+
+
+def handler400(request: Any, exception: Exception | None = None) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return api.json_400(request, exception)
+    return bad_request(request, exception)  # type: ignore[arg-type]
+
+
+def handler403(request: Any, exception: Exception | None = None) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return api.json_403(request, exception)
+    return permission_denied(request, exception)  # type: ignore[arg-type]
 
 
 def handler500(request: Any) -> HttpResponse:

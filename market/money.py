@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from decimal import Decimal, InvalidOperation
+from config.inputs import InputError, parse_decimal
 
 MICRO = 1_000_000
 # Amounts live in 64-bit signed columns; cap what one call may move well inside that.
@@ -15,18 +15,12 @@ class AmountError(ValueError):
 
 def parse_credits(value: object) -> int:
     """Micro-credits from a credits value such as "12.5" or 12; refuses floats' rounding and junk."""
-    if isinstance(value, bool) or value is None:
-        raise AmountError("must be a number of credits")
     try:
-        amount = Decimal(str(value).strip())
-    except InvalidOperation as exc:
-        raise AmountError("must be a number of credits") from exc
-    if not amount.is_finite():
-        raise AmountError("must be a finite number")
-    micro = amount * MICRO
-    if micro != micro.to_integral_value():
-        raise AmountError("has more decimals than a micro-credit (6)")
-    return int(micro)
+        amount = parse_decimal(value, places=6, noun="a number of credits")
+    except InputError as exc:
+        message = str(exc)
+        raise AmountError(message.replace("6 decimals", "decimals than a micro-credit (6)")) from exc
+    return int(amount * MICRO)
 
 
 def format_credits(micro: int) -> str:

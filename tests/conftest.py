@@ -103,6 +103,8 @@ def _private_cache(request: pytest.FixtureRequest) -> None:
             "LOCATION": f"test-{uuid.uuid4().hex}",
         }
     }
+    # Rate-limit counters go to Redis itself (config/ratelimit.py): give each test its own keys.
+    settings.RATE_LIMIT_PREFIX = f"test-rl-{uuid.uuid4().hex}"
 
 
 @pytest.fixture

@@ -33,9 +33,10 @@ def test_revoke_stops_the_token_and_is_audited(world: World) -> None:
     client = world.client(world.alice)
     created = client.post("/api/v1/tenants/alpha/tokens", {"name": "x"}, format="json").json()
     resp = client.delete(f"/api/v1/tenants/alpha/tokens/{created['id']}")
-    assert resp.status_code == 200 and resp.json()["active"] is False
+    assert resp.status_code == 204 and resp.content == b""
+    assert ApiToken.objects.get(pk=created["id"]).revoked_at is not None
     assert (
-        client.delete(f"/api/v1/tenants/alpha/tokens/{created['id']}").status_code == 200
+        client.delete(f"/api/v1/tenants/alpha/tokens/{created['id']}").status_code == 204
     )  # repeat is harmless
     assert AuditEvent.objects.filter(action="token.revoke").count() == 1
     revoked = world.client()
@@ -108,3 +109,38 @@ def test_token_of_removed_member_stops_working(world: World) -> None:
     client = world.client(world.amy)
     world.amy.memberships.all().delete()
     assert client.get("/api/v1/me").status_code == 401
+
+
+def test_removing_a_member_revokes_their_tokens_for_good(world: World) -> None:
+    from accounts.models import Membership, Role
+
+    client = world.client(world.amy)
+    Membership.objects.get(user=world.amy, tenant=world.alpha).delete()
+    assert ApiToken.objects.filter(user=world.amy, tenant=world.alpha, revoked_at__isnull=True).count() == 0
+    Membership.objects.create(user=world.amy, tenant=world.alpha, role=Role.MEMBER)
+    assert client.get("/api/v1/me").status_code == 401  # re-adding the user does not revive the token
+
+
+def test_a_manager_neither_sees_nor_revokes_an_admins_token(world: World) -> None:
+    from accounts.tokens import token_create
+
+    admin_token = token_create(user=world.admin, tenant=world.alpha, name="ops").token
+    alice = world.client(world.alice)
+    rows = alice.get("/api/v1/tenants/alpha/tokens").json()["results"]
+    assert admin_token.pk not in {r["id"] for r in rows}
+    assert alice.delete(f"/api/v1/tenants/alpha/tokens/{admin_token.pk}").status_code == 404
+    admin_token.refresh_from_db()
+    assert admin_token.revoked_at is None
+    rows = world.client(world.admin, tenant=world.alpha).get("/api/v1/tenants/alpha/tokens").json()["results"]
+    assert admin_token.pk in {r["id"] for r in rows}
+
+
+def test_live_tokens_per_user_are_capped(world: World, settings) -> None:
+    settings.API_TOKENS_PER_USER = 3
+    client = world.client(world.amy)  # the first live token
+    codes = [client.post("/api/v1/tenants/alpha/tokens", {"name": f"t{i}"}, format="json") for i in range(3)]
+    assert [r.status_code for r in codes] == [201, 201, 409]
+    assert codes[-1].json()["error"] == "too_many_tokens"
+    assert ApiToken.objects.filter(user=world.amy, revoked_at__isnull=True).count() == 3
+    client.delete(f"/api/v1/tenants/alpha/tokens/{codes[0].json()['id']}")
+    assert client.post("/api/v1/tenants/alpha/tokens", {"name": "again"}, format="json").status_code == 201

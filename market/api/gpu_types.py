@@ -62,6 +62,8 @@ def _save(request: Request, data: dict[str, Any]) -> GpuType:
 
 
 class GpuTypeListView(APIView):
+    pagination_class = Pagination
+
     @extend_schema(responses=GpuTypeSerializer(many=True), summary="GPU types and their price bounds")
     def get(self, request: Request) -> Response:
         paginator = Pagination()

@@ -10,7 +10,6 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions, serializers, status
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -116,7 +115,6 @@ _IDEMPOTENCY_HEADER = OpenApiParameter(
 
 
 class JobListView(APIView):
-    parser_classes = [JSONParser]
     pagination_class = Pagination
 
     @extend_schema(
@@ -190,8 +188,6 @@ class JobDetailView(APIView):
 
 
 class BidAmendView(APIView):
-    parser_classes = [JSONParser]
-
     @extend_schema(
         request=BidAmendSerializer,
         responses={

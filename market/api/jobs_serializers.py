@@ -3,7 +3,7 @@ bodies give them in credits (decimal strings or numbers), like the ledger API.""
 
 from __future__ import annotations
 
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.conf import settings
@@ -12,14 +12,14 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.api import QuerySerializer
+from config.inputs import InputError, parse_decimal
 from market.api.ledger_serializers import CreditsField
 from market.models import Bid, BidOutcome, GpuType, Job, JobState, JournalEntry, Lease, LeaseGpu
 from market.money import format_credits
 from market.selectors.jobs import gpu_types_by_name
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
 
-# Longer than any valid number of hours; refusing early keeps absurd inputs away from Decimal.
-HOURS_MAX_CHARS = 24
 HOURS_DECIMALS = 4
 
 
@@ -32,20 +32,12 @@ class HoursField(serializers.Field):  # type: ignore[type-arg]
     (rounded half up), which must be at least one minute and at most JOB_MAX_HOURS."""
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, bool) or not isinstance(data, str | int | float):
-            raise serializers.ValidationError("must be a number of hours")
-        if len(str(data)) > HOURS_MAX_CHARS:
-            raise serializers.ValidationError("is too long to be a number of hours")
         try:
-            hours = Decimal(str(data).strip())
-        except InvalidOperation as exc:
-            raise serializers.ValidationError("must be a number of hours") from exc
-        if not hours.is_finite():
-            raise serializers.ValidationError("must be a finite number of hours")
+            hours = parse_decimal(data, places=HOURS_DECIMALS, noun="a number of hours")
+        except InputError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
         if hours <= 0:
             raise serializers.ValidationError("must be more than 0")
-        if hours != hours.quantize(Decimal(1).scaleb(-HOURS_DECIMALS), rounding=ROUND_HALF_UP):
-            raise serializers.ValidationError(f"has more than {HOURS_DECIMALS} decimals")
         if hours * 3600 < MIN_SECONDS:
             raise serializers.ValidationError("must be at least 1 minute (0.0167 hours)")
         if hours > settings.JOB_MAX_HOURS:
@@ -150,7 +142,7 @@ class BidAmendSerializer(serializers.Serializer):  # type: ignore[type-arg]
     bids = BidsField(help_text="The new bid, replacing the current one: most preferred type first.")
 
 
-class JobFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class JobFilterSerializer(QuerySerializer):
     state = serializers.CharField(
         required=False, help_text=f"One state or several, comma-separated: {', '.join(JobState.values)}."
     )

@@ -54,6 +54,8 @@ class BalanceView(APIView):
 
 
 class LedgerView(APIView):
+    pagination_class = Pagination
+
     @extend_schema(
         parameters=[LedgerFilterSerializer],
         responses=EntrySerializer(many=True),

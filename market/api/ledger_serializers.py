@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.utils import timezone
-from django.utils.dateparse import parse_date, parse_datetime
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.api import QuerySerializer
+from config.inputs import InputError, parse_instant
 from market.models import EntryKind, JournalEntry, Posting
 from market.money import MAX_AMOUNT, AmountError, format_credits, parse_credits
-from market.services.ledger import KEY_MAX_LENGTH
+from market.services.ledger import KEY_MAX_LENGTH, key_as_given
 
 # Longer than any valid amount; refusing early keeps absurd inputs (a million digits) away from Decimal.
 AMOUNT_MAX_CHARS = 40
@@ -102,29 +102,17 @@ class InstantField(serializers.Field):  # type: ignore[type-arg]
         self.end_of_day = end_of_day
 
     def to_internal_value(self, data: Any) -> datetime:
-        text = str(data).strip()
         try:
-            day = parse_date(text) if len(text) == 10 else None
-            moment = None if day else parse_datetime(text)
-        except ValueError:
-            day = moment = None
-        if day is not None:
-            moment = datetime.combine(day, time.min, tzinfo=UTC)
-            return moment + timedelta(days=1) if self.end_of_day else moment
-        if moment is None:
-            raise serializers.ValidationError(
-                "must be an ISO 8601 date or datetime, e.g. 2026-01-31T12:00:00Z"
-            )
-        if timezone.is_naive(moment):
-            moment = moment.replace(tzinfo=UTC)
-        # `until` is inclusive of the instant given; the selector takes an exclusive bound.
-        return moment + timedelta(microseconds=1) if self.end_of_day else moment
+            # `until` is inclusive of what it names; the selectors take an exclusive bound.
+            return parse_instant(data, end_of_day=self.end_of_day)
+        except InputError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
 
     def to_representation(self, value: datetime) -> str:
         return value.isoformat()
 
 
-class LedgerFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class LedgerFilterSerializer(QuerySerializer):
     kind = serializers.ChoiceField(choices=EntryKind.choices, required=False)
     since = InstantField(required=False, help_text="Entries at or after this date/datetime.")
     until = InstantField(
@@ -147,6 +135,7 @@ class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
 class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     amount_credits = serializers.SerializerMethodField()
+    key = serializers.SerializerMethodField(help_text="The key as its caller gave it.")
     hold = serializers.SlugRelatedField(slug_field="key", read_only=True)
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
@@ -170,3 +159,6 @@ class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     def get_amount_credits(self, entry: JournalEntry) -> str:
         return format_credits(entry.amount)
+
+    def get_key(self, entry: JournalEntry) -> str:
+        return key_as_given(entry.key)

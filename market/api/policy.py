@@ -11,7 +11,6 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -74,8 +73,6 @@ class MarketPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-
 
 
 class MarketPolicyView(APIView):
-    parser_classes = [JSONParser]
-
     @extend_schema(responses=MarketPolicySerializer, summary="The market's rules (anyone signed in)")
     def get(self, request: Request) -> Response:
         return Response(MarketPolicySerializer(market_policy()).data)
@@ -159,8 +156,6 @@ def _tenant_policy_response(tenant: Tenant) -> Response:
 
 
 class TenantPolicyView(APIView):
-    parser_classes = [JSONParser]
-
     @extend_schema(
         responses=TenantPolicySerializer, summary="The tenant's weight, guardrail, guarantees and GPUs held"
     )

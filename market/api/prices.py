@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import Pagination
+from config.api import Pagination, QuerySerializer
 from market.api.ledger_serializers import CreditsField, InstantField
 from market.models import GpuType, RoundPrice
 from market.selectors.prices import price_board, price_history
@@ -66,7 +66,7 @@ class PriceHistorySerializer(RoundPriceSerializer):
         read_only_fields = fields
 
 
-class PriceHistoryFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PriceHistoryFilterSerializer(QuerySerializer):
     gpu_type = serializers.SlugRelatedField(
         slug_field="name", queryset=GpuType.objects.all(), required=False, help_text="A GPU type's name."
     )

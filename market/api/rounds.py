@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.api import Pagination
+from config.api import Pagination, QuerySerializer
 from market.api.prices import RoundPriceSerializer
 from market.models import Round, RoundState
 from market.selectors.rounds import round_get, rounds_list
@@ -47,7 +47,7 @@ class RoundSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         read_only_fields = fields
 
 
-class RoundFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class RoundFilterSerializer(QuerySerializer):
     state = serializers.ChoiceField(choices=RoundState.choices, required=False)
 
 

@@ -113,7 +113,8 @@ class JournalEntry(models.Model):
     """One keyed effect. `amount` is the figure the caller asked for (the settle charge before capping),
     which a repeated call with the same key must match."""
 
-    key = models.CharField(max_length=200, unique=True)
+    # System keys (round:R:job:J, lease:L:settle) or a client's key scoped as client:<tenant id>:<key>.
+    key = models.CharField(max_length=240, unique=True)
     kind = models.CharField(max_length=16, choices=EntryKind.choices)
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="ledger_entries")
     amount = models.BigIntegerField()

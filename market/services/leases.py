@@ -93,7 +93,7 @@ def lease_request_stop(
         )
     if reason in (EndReason.PREEMPTED, EndReason.EXPIRED):
         Job.objects.filter(pk=lease.job_id).exclude(state=JobState.CANCELLED).update(
-            state=JobState.PREEMPTING
+            state=JobState.PREEMPTING, updated_at=now
         )
     return lease
 
@@ -107,7 +107,9 @@ def lease_running(*, lease_id: int, now: datetime | None = None) -> Lease:
         return lease
     lease.state, lease.running_at = LeaseState.RUNNING, now
     lease.save(update_fields=["state", "running_at"])
-    Job.objects.filter(pk=lease.job_id, state=JobState.ALLOCATED).update(state=JobState.RUNNING)
+    Job.objects.filter(pk=lease.job_id, state=JobState.ALLOCATED).update(
+        state=JobState.RUNNING, updated_at=now
+    )
     return lease
 
 
@@ -123,6 +125,8 @@ def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: dateti
     lease = Lease.objects.select_for_update().get(pk=lease_id)
     if lease.state == LeaseState.ENDED:
         return lease
+    # Lock order (docs/rounds.md §Lock order): the lease, its job, then the hold and the accounts.
+    Job.objects.select_for_update().filter(pk=lease.job_id).first()
     final = EndReason(lease.end_reason) if lease.end_reason else (reason or EndReason.COMPLETED)
     charge = lease_charge(
         gpus=lease.gpus, price=lease.price, seconds=(now - lease.started_at).total_seconds()

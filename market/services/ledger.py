@@ -25,6 +25,22 @@ from market.money import MAX_AMOUNT, format_credits
 from market.selectors.ledger import tenant_spent
 
 KEY_MAX_LENGTH = 200
+# Keys come from two places that must never meet (docs/ledger.md §Keys): the system (round:R:job:J for a
+# hold, lease:L:settle for its settlement) and clients (a top-up's or refund's key, which an admin chooses).
+# A client key is stored as client:<tenant id>:<key>, and no system key may start with client:, so an admin's
+# key can neither block a round's hold or a lease's settlement nor pass for one.
+CLIENT_KEY_PREFIX = "client:"
+
+
+def client_key(tenant_id: int, key: str) -> str:
+    return f"{CLIENT_KEY_PREFIX}{tenant_id}:{key}"
+
+
+def key_as_given(stored: str) -> str:
+    """The key as its caller gave it: a client key without its scope."""
+    if stored.startswith(CLIENT_KEY_PREFIX):
+        return stored.split(":", 2)[2]
+    return stored
 
 
 class LedgerError(Exception):
@@ -108,6 +124,13 @@ def _check_key(key: object) -> str:
     return key
 
 
+def _check_system_key(key: object) -> str:
+    key = _check_key(key)
+    if key.startswith(CLIENT_KEY_PREFIX):
+        raise InvalidKey(f"a system key must not start with {CLIENT_KEY_PREFIX!r}")
+    return key
+
+
 def _require_admin(actor: User | None) -> User:
     if actor is None or not actor.is_staff:
         raise NotPermitted("Only platform admins may do this.")
@@ -119,7 +142,9 @@ def _replay(key: str, request: _Request) -> JournalEntry | None:
     if entry is None:
         return None
     if _fingerprint(entry) != request:
-        raise KeyConflict(f"key {key!r} was already used for a different {entry.kind} ({entry.pk})")
+        raise KeyConflict(
+            f"key {key_as_given(key)!r} was already used for a different {entry.kind} ({entry.pk})"
+        )
     entry.replayed = True
     return entry
 
@@ -173,9 +198,10 @@ def _post(entry: JournalEntry, legs: list[tuple[Account, int]]) -> None:
 
 @transaction.atomic
 def ledger_topup(*, tenant: Tenant, amount: int, key: str, actor: User, memo: str = "") -> JournalEntry:
-    """Add money to a tenant (top-up -> available). Platform admins only; audited."""
+    """Add money to a tenant (top-up -> available). Platform admins only; audited. `key` is the client's,
+    scoped to the tenant."""
     _require_admin(actor)
-    amount, key = _check_amount(amount), _check_key(key)
+    amount, key = _check_amount(amount), client_key(tenant.pk, _check_key(key))
     request = _Request(EntryKind.TOPUP, tenant.pk, amount, None, memo)
 
     def write() -> JournalEntry:
@@ -194,7 +220,7 @@ def ledger_topup(*, tenant: Tenant, amount: int, key: str, actor: User, memo: st
 def ledger_refund(*, tenant: Tenant, amount: int, key: str, actor: User, memo: str = "") -> JournalEntry:
     """Give back charged money (revenue -> available), never more than the tenant's net charges so far."""
     _require_admin(actor)
-    amount, key = _check_amount(amount), _check_key(key)
+    amount, key = _check_amount(amount), client_key(tenant.pk, _check_key(key))
     request = _Request(EntryKind.REFUND, tenant.pk, amount, None, memo)
 
     def write() -> JournalEntry:
@@ -223,7 +249,7 @@ def ledger_hold(*, tenant: Tenant, amount: int, key: str, memo: str = "") -> Jou
 
     The hold's key is also its entry's key; settle and release name the hold by it.
     """
-    amount, key = _check_amount(amount, allow_zero=True), _check_key(key)
+    amount, key = _check_amount(amount, allow_zero=True), _check_system_key(key)
     request = _Request(EntryKind.HOLD, tenant.pk, amount, key, memo)
 
     def write() -> JournalEntry:
@@ -252,7 +278,7 @@ def ledger_release(*, hold_key: str, key: str) -> JournalEntry:
 
 def _close_hold(*, kind: EntryKind, hold_key: str, charge: int, key: str) -> JournalEntry:
     charge = _check_amount(charge, field="charge", allow_zero=True)
-    key = _check_key(key)
+    key = _check_system_key(key)
     request = _Request(kind, None, charge, hold_key, "")
 
     def write() -> JournalEntry:

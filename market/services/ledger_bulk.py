@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from market import bulk
 from market.models import Account, AccountKind, EntryKind, Hold, HoldState, JournalEntry, Posting
-from market.services.ledger import KeyConflict, _check_amount, _check_key
+from market.services.ledger import _check_amount, _check_system_key
 
 
 @dataclass(frozen=True)
@@ -30,35 +30,36 @@ class HoldRequest:
 
 @dataclass(frozen=True)
 class HoldsPlaced:
-    """Keys held now, keys held by an earlier call (replays), and keys refused for lack of money."""
+    """Keys held now, keys held by an earlier call (replays), keys refused for lack of money, and keys already
+    used for a different hold (conflicts)."""
 
     placed: list[str]
     replayed: list[str]
     refused: list[str]
+    conflicted: list[str]
 
 
 def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
     """Hold each request's amount (available -> held), in order; a request that no longer fits its tenant's
     available balance is refused, the ones after it may still fit. Keys already used with the same tenant
-    and amount are replays; with different figures, KeyConflict."""
+    and amount are replays; with different figures, conflicts: that request alone is left out, so one bad
+    key cannot fail a whole round."""
     if not transaction.get_connection().in_atomic_block:
         raise RuntimeError("ledger_hold_many must run inside the caller's transaction")
     for r in requests:
         _check_amount(r.amount, allow_zero=True)
-        _check_key(r.key)
+        _check_system_key(r.key)
     existing = {
         key: (tenant_id, amount)
         for key, tenant_id, amount in JournalEntry.objects.filter(
             key__in=[r.key for r in requests]
         ).values_list("key", "tenant_id", "amount")
     }
-    replayed = []
+    replayed, conflicted = [], []
     fresh: list[HoldRequest] = []
     for r in requests:
         if r.key in existing:
-            if existing[r.key] != (r.tenant_id, r.amount):
-                raise KeyConflict(f"key {r.key!r} was already used for a different hold")
-            replayed.append(r.key)
+            (replayed if existing[r.key] == (r.tenant_id, r.amount) else conflicted).append(r.key)
         else:
             fresh.append(r)
     tenants = sorted({r.tenant_id for r in fresh})
@@ -112,7 +113,9 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
                 legs["amount"].append(amount)
     bulk.insert(Posting, legs)
     _move(accounts, {t: total[t] for t in tenants if total[t]})
-    return HoldsPlaced(placed=[r.key for r in placed], replayed=replayed, refused=refused)
+    return HoldsPlaced(
+        placed=[r.key for r in placed], replayed=replayed, refused=refused, conflicted=conflicted
+    )
 
 
 def _accounts(tenants: list[int]) -> dict[tuple[int, str], int]:

@@ -6,7 +6,8 @@ names (type name, node name, tenant slug, GPU index), so a commit resumed from a
 process writes exactly what the first attempt would have.
 
 A winner is dropped (its outcome says why) when its job changed after the freeze (cancelled or bid amended),
-when one of its GPUs was bound meanwhile, or when its hold no longer fits the tenant's money.
+when one of its GPUs was bound meanwhile, when its hold no longer fits the tenant's money, or when its hold's
+key was already used for another hold (counted; the rest of the round goes on).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ BIND_TTL = timedelta(minutes=30)
 SKIP_CHANGED = "job_changed_during_round"
 SKIP_GPUS_TAKEN = "gpus_taken_during_round"
 SKIP_BUDGET = "over_budget_at_commit"
+SKIP_HOLD_CONFLICT = "hold_key_conflict"
 
 
 def hold_key(round_id: int, job_id: int) -> str:
@@ -80,15 +82,28 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
 
     w = result.winners
     win_jobs = w.job.tolist()
+    # The lock order of every path that touches leases and money (docs/rounds.md §Lock order): leases,
+    # then jobs, then holds, then accounts, each kind in id order. lease_stopped and job_cancel take a lease
+    # and then its job and its money; taking every lease this round changes before any job or account keeps
+    # the commit from waiting on them while they wait on it.
+    preempted = sorted(set(result.preemptions.lease.tolist()))
+    retiered = sorted(set(result.retiered.tolist()))
+    leases = {
+        lease.pk: lease
+        for lease in Lease.objects.select_for_update()
+        .filter(pk__in=preempted + retiered, state__in=LIVE_LEASE_STATES)
+        .order_by("pk")
+    }
+    victim_jobs = [leases[pk].job_id for pk in preempted if pk in leases]
     jobs = {
         row[0]: row
         for row in Job.objects.select_for_update()
-        .filter(pk__in=win_jobs)
+        .filter(pk__in=win_jobs + victim_jobs)
         .order_by("pk")
         .values_list("pk", "state", "bid_version", "name", "command", "grace_seconds", "max_seconds", "gpus")
     }
 
-    victims = _preempt(rnd=rnd, result=result, now=now)
+    victims = _preempt(rnd=rnd, victims=[leases[pk] for pk in preempted if pk in leases], now=now)
     stats.preemptions = len(victims)
 
     # Which winners can still be written.
@@ -114,6 +129,12 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
         else:
             candidates.append(i)
 
+    # Losers wait one more round. Pending jobs, so taken after the winners' locks but before any account.
+    lost = result.losers.job.tolist() + list(skipped)
+    Job.objects.filter(pk__in=lost, state=JobState.PENDING).update(
+        rounds_waited=F("rounds_waited") + 1, updated_at=now
+    )
+
     tenant_of = [tenants[name] for name in result.tenant_names]
     w_tenant, w_hold = w.tenant.tolist(), w.hold.tolist()
     held = ledger_hold_many(
@@ -127,11 +148,15 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
             for i in candidates
         ]
     )
-    refused = set(held.refused)
+    refused, conflicted = set(held.refused), set(held.conflicted)
     placed = []
     for i in candidates:
-        if hold_key(rnd.pk, win_jobs[i]) in refused:
-            skipped[win_jobs[i]] = SKIP_BUDGET
+        key = hold_key(rnd.pk, win_jobs[i])
+        if key in refused or key in conflicted:
+            skipped[win_jobs[i]] = SKIP_BUDGET if key in refused else SKIP_HOLD_CONFLICT
+            Job.objects.filter(pk=win_jobs[i], state=JobState.PENDING).update(
+                rounds_waited=F("rounds_waited") + 1, updated_at=now
+            )
         else:
             placed.append(i)
 
@@ -196,14 +221,11 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
             ):
                 commands[key].append(value)
     bulk.insert(Command, commands)
-    Job.objects.filter(pk__in=[win_jobs[i] for i in placed]).update(state=JobState.ALLOCATED, rounds_waited=0)
-
-    lost = result.losers.job.tolist() + list(skipped)
-    Job.objects.filter(pk__in=lost, state=JobState.PENDING).update(rounds_waited=F("rounds_waited") + 1)
-    if len(result.retiered):
-        Lease.objects.filter(pk__in=result.retiered.tolist(), state__in=LIVE_LEASE_STATES).update(
-            tier="G", preemptible=False
-        )
+    Job.objects.filter(pk__in=[win_jobs[i] for i in placed]).update(
+        state=JobState.ALLOCATED, rounds_waited=0, updated_at=now
+    )
+    if retiered:  # locked above
+        Lease.objects.filter(pk__in=retiered, state__in=LIVE_LEASE_STATES).update(tier="G", preemptible=False)
 
     _outcomes(rnd, snapshot, result, placed, skipped, type_id_of)
     _prices(rnd, book, result, type_id_of)
@@ -215,15 +237,13 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     return stats
 
 
-def _preempt(*, rnd: Round, result: Result, now: datetime) -> list[int]:
-    """Victims become STOPPING with a preempt command per node; their GPUs pass to this round's winners
-    (the agent runs the preempt before the bind that reuses them: commands are ordered by id)."""
-    ids = sorted(set(result.preemptions.lease.tolist()))
+def _preempt(*, rnd: Round, victims: list[Lease], now: datetime) -> list[int]:
+    """Victims (live, locked, with their jobs) become STOPPING with a preempt command per node; their GPUs
+    pass to this round's winners (the agent runs the preempt before the bind that reuses them: commands are
+    ordered by id)."""
+    ids = [lease.pk for lease in victims]
     if not ids:
         return []
-    victims = list(
-        Lease.objects.select_for_update().filter(pk__in=ids, state__in=LIVE_LEASE_STATES).order_by("pk")
-    )
     nodes: dict[int, set[int]] = defaultdict(set)
     for lease_id, node_id in LeaseGpu.objects.filter(lease_id__in=ids, active=True).values_list(
         "lease_id", "gpu__node_id"
@@ -246,7 +266,7 @@ def _preempt(*, rnd: Round, result: Result, now: datetime) -> list[int]:
         for node_id in sorted(nodes[lease.pk])
     )
     Job.objects.filter(pk__in=[lease.job_id for lease in victims]).exclude(state=JobState.CANCELLED).update(
-        state=JobState.PREEMPTING
+        state=JobState.PREEMPTING, updated_at=now
     )
     return [lease.pk for lease in victims]
 

@@ -72,7 +72,7 @@ def test_held_account_must_match_open_holds(busy: World) -> None:
 
 def test_negative_tenant_account_is_named(busy: World) -> None:
     # The CHECK constraint stops a negative cached balance, so forge negative postings instead.
-    posting = Posting.objects.get(entry__key="t-beta", account__tenant=busy.beta)
+    posting = Posting.objects.get(entry__key__endswith=":t-beta", account__tenant=busy.beta)
     Posting.objects.filter(pk=posting.pk).update(amount=-50)
     ok, out = check()
     assert not ok
@@ -81,9 +81,9 @@ def test_negative_tenant_account_is_named(busy: World) -> None:
 
 def test_command_line_exit_status(busy: World, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
-        Posting.objects.filter(entry__key="t-alpha", amount__gt=0).update(amount=F("amount") * 2)
+        Posting.objects.filter(entry__key__endswith=":t-alpha", amount__gt=0).update(amount=F("amount") * 2)
         ManagementUtility(["manage.py", "ledger_check"]).execute()
     assert exited.value.code == 1
     captured = capsys.readouterr()
-    assert "key 't-alpha'" in captured.out
+    assert f"key 'client:{busy.alpha.pk}:t-alpha'" in captured.out
     assert "ledger check failed" in captured.err

@@ -55,6 +55,7 @@ class Model:
             request = (kind, target, amount, key)
         else:  # settle and release name the hold, not the tenant
             request = (kind, None, amount, target)
+        key = scoped(call)
         if key in self.requests:
             return "replay" if self.requests[key] == request else "KeyConflict"
         if kind == "topup":
@@ -79,6 +80,12 @@ class Model:
             found[2] = False
         self.requests[key] = request
         return "ok"
+
+
+def scoped(call: tuple[Any, ...]) -> Any:
+    """A top-up's key is the client's, scoped to its tenant; holds and settlements share the system's."""
+    kind, target, _, key = call
+    return ("client", target, key) if kind == "topup" else key
 
 
 def _call(world: World, call: tuple[Any, ...]) -> tuple[str, int | None]:
@@ -113,10 +120,10 @@ def test_random_call_sequences_keep_the_ledger_consistent(world: World, steps: l
         model = Model()
         # Seed money so that holds usually fit; the sequence can still run a tenant dry.
         history: list[tuple[Any, ...]] = [("topup", 0, 100, "seed0"), ("topup", 1, 100, "seed1")]
-        first_entry: dict[str, int] = {}
+        first_entry: dict[Any, int] = {}
         for call in history:
             assert model.apply(call) == "ok"
-            first_entry[call[3]] = _call(world, call)[1]  # type: ignore[assignment]
+            first_entry[scoped(call)] = _call(world, call)[1]  # type: ignore[assignment]
         for step in steps:
             call = step if step[0] != "repeat" else (history[step[1] % len(history)] if history else None)
             if call is None:
@@ -127,7 +134,7 @@ def test_random_call_sequences_keep_the_ledger_consistent(world: World, steps: l
             got, entry_id = _call(world, call)
             assert got == want, call
             event(got)
-            key = call[3]
+            key = scoped(call)
             if got == "ok":
                 first_entry[key] = entry_id  # type: ignore[assignment]
             if got == "replay":

@@ -68,7 +68,7 @@ def test_same_key_other_body_is_409(market: World) -> None:
     client = market.client(market.amy)
     client.post(URL.format("alpha"), body(), format="json", HTTP_IDEMPOTENCY_KEY="run-1")
     before = counts()
-    for other in (body(gpus=3), body(name="other"), [1, 2]):
+    for other in (body(gpus=3), body(name="other")):
         resp = client.post(URL.format("alpha"), other, format="json", HTTP_IDEMPOTENCY_KEY="run-1")
         assert resp.status_code == 409, resp.json()
         assert resp.json()["error"] == "idempotency_key_reused"

@@ -13,6 +13,7 @@ from market.models import (
     BidOutcome,
     Command,
     CommandKind,
+    EndReason,
     GpuType,
     Hold,
     HoldState,
@@ -27,7 +28,7 @@ from market.models import (
 )
 from market.selectors.ledger import tenant_balance
 from market.services import rounds
-from market.services.leases import lease_running, lease_stopped
+from market.services.leases import lease_request_stop, lease_running, lease_stopped
 from tests.market.round_helpers import make_job
 
 
@@ -218,3 +219,50 @@ def test_posted_price_is_published(market):
     price = RoundPrice.objects.get(round=rnd, gpu_type=w.h100)
     assert price.next_posted > price.posted  # demand 32 GPUs against 16
     assert GpuType.objects.get(pk=w.h100.pk).posted_price == price.next_posted
+
+
+def test_a_conflicting_hold_key_skips_only_that_winner(market):
+    """A hold key already used for another amount (a bug elsewhere, a hand-made entry) costs that one winner
+    its place, counted, and the rest of the round commits (issue 19 §3)."""
+    from market.services.ledger import ledger_hold
+    from market.services.round_commit import SKIP_HOLD_CONFLICT, hold_key
+
+    w = market
+    a = make_job(w.alpha, w.alice, gpus=2, limits={w.h100: 5})
+    b = make_job(w.beta, w.bob, gpus=2, limits={w.h100: 5})
+    rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
+    assert rounds.round_advance(round_id=rnd.pk, stop_after=RoundState.CLEARED).state == RoundState.CLEARED
+    ledger_hold(tenant=w.alpha, amount=1, key=hold_key(rnd.pk, a.pk))
+    done = rounds.round_advance(round_id=rnd.pk)
+    assert done.state == RoundState.DISPATCHED, done.error
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert (a.state, b.state) == (JobState.PENDING, JobState.ALLOCATED)
+    assert BidOutcome.objects.get(round=done, job=a).reason == SKIP_HOLD_CONFLICT
+    assert done.counters[f"skipped_{SKIP_HOLD_CONFLICT}"] == 1
+    ledger_ok()
+
+
+def test_updated_at_moves_on_every_transition(market):
+    w = market
+    job = make_job(w.alpha, w.alice, gpus=2, limits={w.h100: 5})
+    seen = [Job.objects.get(pk=job.pk).updated_at]
+
+    def moved() -> None:
+        now = Job.objects.get(pk=job.pk).updated_at
+        assert now > seen[-1]
+        seen.append(now)
+
+    rounds.round_tick()
+    assert Job.objects.get(pk=job.pk).state == JobState.ALLOCATED
+    moved()
+    lease = Lease.objects.get(job=job)
+    lease_running(lease_id=lease.pk)
+    assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
+    moved()
+    lease_request_stop(lease_id=lease.pk, kind=CommandKind.PREEMPT, reason=EndReason.PREEMPTED, fence=1)
+    assert Job.objects.get(pk=job.pk).state == JobState.PREEMPTING
+    moved()
+    lease_stopped(lease_id=lease.pk)
+    assert Job.objects.get(pk=job.pk).state == JobState.PENDING
+    moved()
