@@ -18,3 +18,11 @@ def round_tick() -> int | None:
 def round_advance(round_id: int) -> str:
     """Take one round through its remaining steps (safe to repeat and to run twice at once)."""
     return str(rounds.round_advance(round_id=round_id).state)
+
+
+@shared_task(name="market.allowance_tick")
+def allowance_tick() -> int:
+    """Beat's entry for recurring allowances: credit each tenant whose period has begun (once per period)."""
+    from market.services.allowance import allowances_apply
+
+    return len(allowances_apply())

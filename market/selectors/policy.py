@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
-from django.db.models import Max, QuerySet, Sum
+from django.db.models import Max, Sum
 
-from accounts.models import AuditEvent, Guarantee, Tenant
+from accounts.models import Guarantee, Tenant
+from accounts.selectors import audit_events  # noqa: F401  (the policy API reads the log through here)
 from market.models import LIVE_LEASE_STATES, Lease, MarketPolicy, Round
 
 
@@ -47,13 +48,3 @@ def tenant_policy(*, tenant: Tenant) -> TenantPolicy:
         guarantees=dict(guarantees.values_list("gpu_type__name", "gpus")),
         held={(name, tier): int(gpus) for name, tier, gpus in held},
     )
-
-
-def audit_events(*, action: str | None = None, tenant: Tenant | None = None) -> QuerySet[AuditEvent]:
-    """The audit log, newest first, optionally one action and one tenant."""
-    qs = AuditEvent.objects.select_related("actor", "tenant").order_by("-created_at", "-id")
-    if action:
-        qs = qs.filter(action=action)
-    if tenant is not None:
-        qs = qs.filter(tenant=tenant)
-    return qs

@@ -175,6 +175,17 @@ def _post(entry: JournalEntry, legs: list[tuple[Account, int]]) -> None:
 def ledger_topup(*, tenant: Tenant, amount: int, key: str, actor: User, memo: str = "") -> JournalEntry:
     """Add money to a tenant (top-up -> available). Platform admins only; audited."""
     _require_admin(actor)
+    return _topup(tenant=tenant, amount=amount, key=key, actor=actor, memo=memo)
+
+
+@transaction.atomic
+def ledger_grant(*, tenant: Tenant, amount: int, key: str, memo: str = "") -> JournalEntry:
+    """A top-up by the platform itself (a recurring allowance): no person acts, so no admin check; audited
+    with no actor."""
+    return _topup(tenant=tenant, amount=amount, key=key, actor=None, memo=memo)
+
+
+def _topup(*, tenant: Tenant, amount: int, key: str, actor: User | None, memo: str) -> JournalEntry:
     amount, key = _check_amount(amount), _check_key(key)
     request = _Request(EntryKind.TOPUP, tenant.pk, amount, None, memo)
 
