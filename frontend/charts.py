@@ -28,7 +28,7 @@ class Series:
 def _x_label(x: float, time_axis: bool) -> str:
     if not time_axis:
         return f"{x:g}"
-    return datetime.fromtimestamp(x, tz=UTC).strftime("%d %b %H:%M")
+    return datetime.fromtimestamp(x, tz=UTC).strftime("%d %b %H:%M UTC")
 
 
 def _y_label(y: float) -> str:
@@ -101,7 +101,10 @@ def line_chart(
         f'border-style:{"dashed" if s.dash else "solid"}"></span>{escape(s.label)}</li>'
         for i, s in enumerate(series)
     )
-    return mark_safe(f'<figure class="chart-box">{"".join(parts)}<ul class="legend">{legend}</ul></figure>')
+    return mark_safe(
+        f'<figure class="chart-box"><figcaption>{label}</figcaption>{"".join(parts)}'
+        f'<ul class="legend">{legend}</ul></figure>'
+    )
 
 
 def sparkline(values: Sequence[float], *, label: str, width: int = 120, height: int = 28) -> SafeString:

@@ -23,6 +23,7 @@ class Guidance:
     posted: int
     unused_guarantee: int
     recent_spot: list[int]  # the newest rounds' spot prices that had a spot winner, newest first
+    limit: int | None
     tier: str | None  # "G", "B", "S", or None when the limit cannot win
     advice: str
 
@@ -65,4 +66,4 @@ def bid_guidance(*, tenant: Tenant, gpu_type: GpuType, limit: int | None, gpus: 
             f"Tier S (spot) if GPUs are left after the guaranteed and borrowed tiers; it pays at most your limit "
             f"and never above the posted price {format_fixed(p)}. Recent spot prices: {recent}. Preemptible."
         )
-    return Guidance(gpu_type.name, r, p, unused, spot, tier, advice)
+    return Guidance(gpu_type.name, r, p, unused, spot, limit, tier, advice)
