@@ -54,7 +54,9 @@ def line_chart(
     plot_w, plot_h = width - left - right, height - top - bottom
     x0, x1 = min(p[0] for p in points), max(p[0] for p in points)
     y0, y1 = min(0.0, min(p[1] for p in points)), max(p[1] for p in points)
-    x1 = x1 if x1 > x0 else x0 + 1
+    if x1 <= x0:  # one x value: centre it in a span of a day (time) or of 2
+        pad = 43_200 if time_axis else 1
+        x0, x1 = x0 - pad, x1 + pad
     y1 = y1 if y1 > y0 else y0 + 1
 
     def sx(x: float) -> float:

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.http import QueryDict
 
-from accounts.services import PolicyError
+from config.api import flatten_errors
 from market.models import GpuType
 from market.money import format_credits
 
@@ -46,25 +46,10 @@ def bids_payload(rows: list[BidRow]) -> list[dict[str, str]]:
     return [{"gpu_type": r.gpu_type, "limit": r.limit} for r in rows if r.gpu_type or r.limit.strip()]
 
 
-def flatten(detail: Any, prefix: str = "") -> dict[str, str]:
-    """DRF's error detail as {"name": "...", "bids[1].limit": "..."}."""
-    out: dict[str, str] = {}
-    if isinstance(detail, dict):
-        for key, value in detail.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    elif isinstance(detail, list):
-        if detail and all(isinstance(v, dict | list) for v in detail):
-            for i, value in enumerate(detail):
-                out.update(flatten(value, f"{prefix}[{i}]"))
-        elif detail:
-            out[prefix or "form"] = " ".join(str(v) for v in detail)
-    else:
-        out[prefix or "form"] = str(detail)
-    return out
-
-
-def policy_errors(exc: PolicyError) -> dict[str, str]:
-    return {exc.field: exc.message}
+def flatten(detail: Any) -> dict[str, str]:
+    """DRF's error detail as {"name": "...", "bids[1].limit": "..."}, named as the API names them."""
+    flat = flatten_errors(detail)
+    return {"form" if f == "non_field_errors" else f: " ".join(m) for f, m in flat.items()}
 
 
 def place_bid_errors(rows: list[BidRow], errors: dict[str, str], posted: list[int]) -> None:

@@ -300,14 +300,29 @@ def test_a_bad_form_shows_the_error_beside_the_field(
 def test_the_spend_csv_downloads_and_parses(
     world: World, live_server: Any, page: Any, tmp_path: Path
 ) -> None:
+    from market.models import Lease
+    from market.services.leases import lease_stopped
+    from market.services.rounds import round_tick
+    from tests.market.round_helpers import make_job
+
+    world.nodes(world.h100, 1, size=8)
     world.fund(world.alpha, 250)
+    job = make_job(world.alpha, world.amy, gpus=2, limits={world.h100: 3})
+    round_tick()
+    lease = Lease.objects.get(job=job)
+    lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
     _login(page, live_server.url, "alice")
     page.goto(f"{live_server.url}/t/alpha/spend/")
+    page.select_option("#id_gpu_type", "H100")
+    page.click("button:has-text('Filter')")
+    page.wait_for_selector("svg.chart")
     with page.expect_download() as info:
         page.click("text=Download CSV")
     path = tmp_path / "spend.csv"
     info.value.save_as(path)
     rows = list(csv.DictReader(io.StringIO(path.read_text())))
-    assert len(rows) == 1 and rows[0]["kind"] == "topup"
-    assert rows[0]["available_change"] == "250.000000"
+    assert [(r["kind"], r["job"], r["charged"], r["available_change"]) for r in rows] == [
+        ("settle", str(job.pk), "4.000000", "0.000000"),  # the whole hold: 2 GPUs x 1 h x 2.00
+        ("hold", str(job.pk), "0.000000", "-4.000000"),
+    ]
     _shot(page, tmp_path, "spend")
