@@ -175,15 +175,21 @@ def test_member_amends_and_cancels_another_job(
 
     world.nodes(world.h100, 1, size=8)
     job = make_job(world.alpha, world.amy, gpus=2, limits={world.h100: 2.5}, name="sweep")
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone, driven by the keyboard alone
     _login(page, live_server.url, "amy")
     page.goto(f"{live_server.url}/t/alpha/jobs/{job.pk}/")
-    page.fill("#bids-0-limit", "4.25")
-    page.click("button:has-text('Amend bid')")
+    _shot(page, tmp_path, "job-phone")
+    page.focus("#bids-0-limit")
+    page.keyboard.press("Control+A")
+    page.keyboard.type("4.25")
+    page.keyboard.press("Enter")  # submits the amend form
     page.wait_for_selector("text=v2 (current)")
     assert Job.objects.get(pk=job.pk).limits == [{"gpu_type": "H100", "limit": 4_250_000}]
-    page.click("button:has-text('Cancel job')")
+    page.focus("button:has-text('Cancel job')")
+    page.keyboard.press("Enter")
     page.wait_for_selector("[data-field=state]:has-text('Cancelled')")
     _shot(page, tmp_path, "amended-cancelled")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # nothing wider than the phone
     assert Job.objects.get(pk=job.pk).state == "cancelled"
 
 
