@@ -23,6 +23,11 @@ class Series:
     label: str
     points: Sequence[tuple[float, float]]  # (x, y); x is a Unix time when the chart's x axis is time
     dash: int = 0  # index into DASHES, to tell apart lines of one colour
+    colour: int | None = None  # index into COLOURS; by default the series' position
+
+
+def _colour(series: Series, position: int) -> str:
+    return COLOURS[(position if series.colour is None else series.colour) % len(COLOURS)]
 
 
 def _x_label(x: float, time_axis: bool) -> str:
@@ -84,7 +89,7 @@ def line_chart(
             if step and j:
                 coords.append(f"{sx(x):.1f},{sy(pts[j - 1][1]):.1f}")
             coords.append(f"{sx(x):.1f},{sy(y):.1f}")
-        colour = COLOURS[i % len(COLOURS)]
+        colour = _colour(s, i)
         dash = DASHES[s.dash % len(DASHES)]
         dash_attr = f' stroke-dasharray="{dash}"' if dash else ""
         if len(pts) == 1:
@@ -99,7 +104,7 @@ def line_chart(
             )
     parts.append("</svg>")
     legend = "".join(
-        f'<li><span class="swatch" style="border-color:{COLOURS[i % len(COLOURS)]};'
+        f'<li><span class="swatch" style="border-color:{_colour(s, i)};'
         f'border-style:{"dashed" if s.dash else "solid"}"></span>{escape(s.label)}</li>'
         for i, s in enumerate(series)
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -10,6 +10,7 @@ from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
+from django.utils.safestring import SafeString
 
 from accounts.selectors import audit_events
 from accounts.services import PolicyError
@@ -25,6 +26,14 @@ from market.services.gpu_types import gpu_type_save
 from market.services.policy import POLICY_LIMITS, policy_update
 from nodeagent.models import Gpu, Node
 
+POLICY_LABELS = {
+    "round_seconds": "Round period (seconds)",
+    "price_step_bp": "Price step (basis points)",
+    "min_runtime_s": "Minimum runtime (seconds)",
+    "default_grace_s": "Default grace period (seconds)",
+    "starve_rounds": "Rounds before reserving nodes",
+    "max_reservations": "Reservations per type and round",
+}
 WINDOWS = {
     "1h": timedelta(hours=1),
     "1d": timedelta(days=1),
@@ -33,7 +42,7 @@ WINDOWS = {
 }
 
 
-def _window(request: HttpRequest) -> tuple[str, object]:
+def _window(request: HttpRequest) -> tuple[str, datetime]:
     key = request.GET.get("window", "1d")
     key = key if key in WINDOWS else "1d"
     return key, timezone.now() - WINDOWS[key]
@@ -47,7 +56,7 @@ def console(request: HttpRequest) -> HttpResponse:
 @admin_only
 def fairness(request: HttpRequest) -> HttpResponse:
     window, since = _window(request)
-    report = fairness_report(since=since)  # type: ignore[arg-type]
+    report = fairness_report(since=since)
     charts = [
         line_chart(
             [
@@ -112,34 +121,22 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     return {}
 
 
-@admin_only
-def market(request: HttpRequest) -> HttpResponse:
-    errors: dict[str, str] = {}
-    if request.method == "POST":
-        errors = _policy_form(request)
-        if not errors:
-            messages.success(request, "Market policy saved.")
-            return redirect("frontend:console_market")
-    window, since = _window(request)
-    prices = price_series(since=since)  # type: ignore[arg-type]
+def _market_charts(since: datetime) -> list[SafeString]:
+    """Prices (one colour per type: posted solid, spot dashed), utilisation, demand against supply, revenue."""
+    prices = price_series(since=since)
     price_chart = line_chart(
         [
-            Series(
-                f"{name} {kind}",
-                [
-                    (s.timestamp(), (p if kind == "posted" else spot) / 1e6)
-                    for s, p, spot in rows
-                    if (p if kind == "posted" else spot) is not None
-                ],
-                dash=0 if kind == "posted" else 1,
-            )  # type: ignore[operator]
-            for name, rows in prices.items()
-            for kind in ("posted", "spot")
+            Series(f"{name} {kind}", [(t.timestamp(), v / 1e6) for t, v in points], dash=dash, colour=k)
+            for k, (name, rows) in enumerate(prices.items())
+            for kind, dash, points in (
+                ("posted", 0, [(t, posted) for t, posted, _ in rows]),
+                ("spot", 1, [(t, spot) for t, _, spot in rows if spot is not None]),
+            )
         ],
         title="Posted (solid) and clearing spot (dashed) prices",
         y_unit="credits per GPU-hour",
     )
-    figures = round_figures(since=since)  # type: ignore[arg-type]
+    figures = round_figures(since=since)
     total = Gpu.objects.count() or 1
     util_chart = line_chart(
         [
@@ -161,10 +158,22 @@ def market(request: HttpRequest) -> HttpResponse:
         y_unit="GPUs",
     )
     revenue_chart = line_chart(
-        [Series("revenue", [(d.timestamp(), v / 1e6) for d, v in revenue_by_day(since=since)])],  # type: ignore[arg-type]
+        [Series("revenue", [(d.timestamp(), v / 1e6) for d, v in revenue_by_day(since=since)])],
         title="Revenue per day",
         y_unit="credits",
     )
+    return [price_chart, util_chart, demand_chart, revenue_chart]
+
+
+@admin_only
+def market(request: HttpRequest) -> HttpResponse:
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        errors = _policy_form(request)
+        if not errors:
+            messages.success(request, "Market policy saved.")
+            return redirect("frontend:console_market")
+    window, since = _window(request)
     policy = market_policy()
     post = request.POST if errors else None
     fields = [
@@ -175,6 +184,7 @@ def market(request: HttpRequest) -> HttpResponse:
             "high": hi,
             "help": policy._meta.get_field(f).help_text,
             "error": errors.get(f, ""),
+            "label": POLICY_LABELS[f],
         }
         for f, (lo, hi) in POLICY_LIMITS.items()
     ]
@@ -197,7 +207,7 @@ def market(request: HttpRequest) -> HttpResponse:
         request,
         "frontend/console/market.html",
         {
-            "charts": [price_chart, util_chart, demand_chart, revenue_chart],
+            "charts": _market_charts(since),
             "fields": fields,
             "type_rows": type_rows,
             "errors": errors,

@@ -54,6 +54,12 @@ def _sentence(job: Job, o: BidOutcome, price: RoundPrice | None, limit: int | No
             if price is not None and price.spot is not None
             else f"the {t} GPUs went to higher bids"
         )
+        if fig is not None and limit is not None and fig <= limit:
+            # Ties at the price go by submit time: the GPUs ran out before this bid's turn.
+            return (
+                f"Outbid: {lowest}; bids at your limit {_c(limit)} are served oldest first and the GPUs ran "
+                f"out before yours; any higher limit puts it ahead of them."
+            )
         return (
             f"Outbid: {lowest}; a limit of {_c(fig, up=True)} would have won {job.gpus} "
             f"GPU{'s' if job.gpus != 1 else ''}."

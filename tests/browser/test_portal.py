@@ -251,6 +251,13 @@ def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
     entry = page.locator("table.data tbody tr").first.inner_text()
     assert "root" in entry and "alpha" in entry and "[1, 5]" in entry and "guarantees.H100" in entry
     _shot(page, tmp_path, "audit")
+    page.click("nav.subnav >> text=Market")
+    assert page.locator("svg.chart").count() >= 3
+    _shot(page, tmp_path, "market")
+    page.click("nav.subnav >> text=Rounds")
+    page.locator("table.data tbody tr a").first.click()
+    page.wait_for_selector("h2:has-text('Winners')")
+    _shot(page, tmp_path, "round")
 
 
 def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
@@ -266,6 +273,8 @@ def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
     page.fill("#id_allowance_cap", "1000")
     page.click("button:has-text('Save allowance')")
     page.wait_for_selector("text=Saved.")
+    assert page.locator("#id_allowance_amount").input_value() == "50.00"
+    _shot(page, tmp_path, "console-tenant")
     for _ in range(2):  # a second tick in the same period credits nothing
         allowance_tick.apply_async(queue=worker)
     deadline = time.monotonic() + 60

@@ -110,6 +110,13 @@ def test_each_reason_reads_as_one_sentence_with_its_evidence(world: World) -> No
     _outcome(job, rounds[2], world, won=False, reason="no_node_fits", figure=1)
     _outcome(job, rounds[3], world, won=False, reason="over_budget", figure=4_400_000)
     _outcome(job, rounds[4], world, won=True, tier="S", price=2_100_000)
+    tie = make_job(world.alpha, world.amy, gpus=1, limits={world.h100: 2.4})
+    _outcome(tie, rounds[0], world, won=False, reason="outbid", figure=2_400_000)
+    [tied] = explain_outcomes(tie, BidOutcome.objects.filter(job=tie), list(tie.bids.all()))
+    assert tied.sentence == (
+        "Outbid: the lowest winning H100 price was 2.40 credits per GPU-hour; bids at your limit 2.40 are served "
+        "oldest first and the GPUs ran out before yours; any higher limit puts it ahead of them."
+    )
     history = list(job.bids.all())
     got = [e.sentence for e in explain_outcomes(job, BidOutcome.objects.filter(job=job), history)]
     assert got == [
