@@ -244,3 +244,53 @@ def test_a_user_in_two_teams_switches_between_them(world: World) -> None:
     assert client.get("/t/beta/").status_code == 200
     assert client.get("/")["Location"] == "/t/beta/"  # remembered
     assert 'name="tenant"' in client.get("/t/beta/").content.decode()
+
+
+def test_a_new_token_is_shown_once_and_then_only_by_its_prefix(world: World) -> None:
+    from accounts.models import ApiToken
+
+    client = login(Client(), world.amy)
+    created = client.post("/t/alpha/tokens/", {"name": "laptop"}).content.decode()
+    token = ApiToken.objects.get(name="laptop")
+    secret = created.split('id="new-token">')[1].split("<")[0]
+    assert secret.startswith(token.prefix) and len(secret) > 40
+    assert secret not in client.get("/t/alpha/tokens/").content.decode()
+    assert "Give the token a name" in client.post("/t/alpha/tokens/", {"name": " "}).content.decode()
+
+
+def test_console_removes_a_member_and_audits_it(world: World) -> None:
+    from accounts.models import AuditEvent, Membership
+
+    client = login(Client(), world.admin)
+    client.post("/console/tenants/alpha/", {"action": "member", "username": "amy", "role": "remove"})
+    assert not Membership.objects.filter(user=world.amy, tenant=world.alpha).exists()
+    assert AuditEvent.objects.filter(action="membership.remove", actor=world.admin).exists()
+    assert login(Client(), world.amy).get("/t/alpha/").status_code == 404
+    bad = client.post("/console/tenants/alpha/", {"action": "member", "username": "nobody", "role": "member"})
+    assert bad.status_code == 400 and "no user called &#x27;nobody&#x27;" in bad.content.decode()
+
+
+def test_password_change(world: World) -> None:
+    client = login(Client(), world.amy)
+    response = client.post(
+        "/password/",
+        {
+            "old_password": "wrong",
+            "new_password1": "a-new-long-pass-42",
+            "new_password2": "a-new-long-pass-42",
+        },
+    )
+    assert response.status_code == 200 and "incorrectly" in response.content.decode()
+    from tests.conftest import PASSWORD
+
+    response = client.post(
+        "/password/",
+        {
+            "old_password": PASSWORD,
+            "new_password1": "a-new-long-pass-42",
+            "new_password2": "a-new-long-pass-42",
+        },
+    )
+    assert response.status_code == 302
+    world.amy.refresh_from_db()
+    assert world.amy.check_password("a-new-long-pass-42")
