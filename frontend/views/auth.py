@@ -30,5 +30,6 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def switch(request: HttpRequest) -> HttpResponse:
-    slug = request.POST.get("tenant", "")
-    return redirect("frontend:dashboard", slug=slug) if slug else redirect("frontend:home")
+    user: User = request.user  # type: ignore[assignment]
+    tenant = visible_tenants(user).filter(slug=request.POST.get("tenant", "")).first()
+    return redirect("frontend:dashboard", slug=tenant.slug) if tenant else redirect("frontend:home")

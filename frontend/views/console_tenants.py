@@ -44,12 +44,12 @@ def tenants(request: HttpRequest) -> HttpResponse:
         else:
             messages.success(request, f"Team {tenant.name} created.")
             return redirect("frontend:console_tenant", slug=tenant.slug)
+    paged = Paginator(Tenant.objects.order_by("slug"), 50).get_page(request.GET.get("page"))
     rows = [
         {"tenant": t, "balance": tenant_balance(tenant=t), "policy": tenant_policy(tenant=t)}
-        for t in Tenant.objects.order_by("slug")
+        for t in paged.object_list
     ]
-    paged = Paginator(rows, 50).get_page(request.GET.get("page"))
-    return page(request, "frontend/console/tenants.html", {"form": form, "page": paged})
+    return page(request, "frontend/console/tenants.html", {"form": form, "page": paged, "rows": rows})
 
 
 def _credits(field: str, raw: str, errors: dict[str, str], *, blank_ok: bool = False) -> int | None:

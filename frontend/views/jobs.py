@@ -6,6 +6,7 @@ import hashlib
 import json
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -43,7 +44,7 @@ def jobs(request: HttpRequest, slug: str) -> HttpResponse:
         gpu_type=gpu_type if gpu_type in types else None,
     )
     paged = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
-    query = "&".join(f"{k}={v}" for k, v in (("state", state), ("gpu_type", gpu_type)) if v)
+    query = urlencode([(k, v) for k, v in (("state", state), ("gpu_type", gpu_type)) if v])
     return page(
         request,
         "frontend/jobs.html",

@@ -294,3 +294,9 @@ def test_password_change(world: World) -> None:
     assert response.status_code == 302
     world.amy.refresh_from_db()
     assert world.amy.check_password("a-new-long-pass-42")
+
+
+def test_switching_to_a_team_one_is_not_in_goes_home(world: World) -> None:
+    client = login(Client(), world.amy)
+    assert client.post("/switch/", {"tenant": "beta"})["Location"] == "/"
+    assert client.post("/switch/", {"tenant": "not a slug!"})["Location"] == "/"
