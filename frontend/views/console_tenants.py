@@ -15,11 +15,13 @@ from django.shortcuts import redirect
 from accounts.models import Membership, Role, Tenant, User
 from accounts.services import PolicyError, membership_remove, membership_set, tenant_create
 from frontend.access import admin_only, page
+from frontend.charts import Series, line_chart
 from market.models import Allowance, AllowancePeriod, GpuType
 from market.money import AmountError, format_credits, parse_credits
 from market.selectors.allowance import allowance_history
 from market.selectors.ledger import tenant_balance
 from market.selectors.policy import tenant_policy
+from market.selectors.spend import money_by_day
 from market.services import ledger
 from market.services.allowance import allowance_set
 from market.services.policy import tenant_policy_update
@@ -207,6 +209,14 @@ def tenant(request: HttpRequest, slug: str) -> HttpResponse:
             if found.guardrail is not None
             else "",
             "nonce": uuid.uuid4().hex,
+            "money_chart": line_chart(
+                [
+                    Series(name, [(d.timestamp(), v / 1e6) for d, v in points], dash=i)
+                    for i, (name, points) in enumerate(money_by_day(tenant=found).items())
+                ],
+                title="Credits per day: added (top-ups, allowances), charged, refunded",
+                y_unit="credits",
+            ),
         },
     )
     if errors:

@@ -101,3 +101,25 @@ def burn_rate(*, tenant: Tenant, available: int, held: int, now: datetime | None
     per_hour = max(int(live or 0), per_day // 24)
     runway = None if per_hour <= 0 else (available + held) / per_hour
     return Burn(per_day_week=per_day, per_hour_now=per_hour, runway_hours=runway)
+
+
+def money_by_day(*, tenant: Tenant, since: datetime | None = None) -> dict[str, list[tuple[datetime, int]]]:
+    """Per day, micro-credits added (top-ups and allowances), charged (settlements) and refunded: how the
+    tenant's budget moved over time. One grouped query."""
+    qs = JournalEntry.objects.filter(
+        tenant=tenant, kind__in=[EntryKind.TOPUP, EntryKind.SETTLE, EntryKind.REFUND]
+    ).annotate(day=TruncDay("created_at"), charged=_posted(None, AccountKind.REVENUE))
+    if since is not None:
+        qs = qs.filter(created_at__gte=since)
+    rows = (
+        qs.order_by()
+        .values("day", "kind")
+        .annotate(amount=Sum("amount"), charged_sum=Sum("charged"))
+        .order_by("day")
+    )
+    names = {EntryKind.TOPUP: "added", EntryKind.SETTLE: "charged", EntryKind.REFUND: "refunded"}
+    out: dict[str, list[tuple[datetime, int]]] = {}
+    for row in rows:
+        value = row["charged_sum"] if row["kind"] == EntryKind.SETTLE else row["amount"]
+        out.setdefault(names[row["kind"]], []).append((row["day"], int(value or 0)))
+    return out

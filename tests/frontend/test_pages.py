@@ -183,6 +183,8 @@ def test_console_top_up_with_a_resent_form_moves_money_once(world: World) -> Non
     client.post("/console/tenants/alpha/", form)
     client.post("/console/tenants/alpha/", form)
     assert list(JournalEntry.objects.values_list("amount", flat=True)) == [12_500_000]
+    page = client.get("/console/tenants/alpha/").content.decode()
+    assert 'aria-label="Credits per day: added (top-ups, allowances), charged, refunded"' in page
     bad = client.post("/console/tenants/alpha/", {**form, "amount": "1.0000001", "nonce": "x"})
     assert bad.status_code == 400 and "more decimals than a micro-credit" in bad.content.decode()
 
