@@ -85,3 +85,12 @@ def guarantee_set(
         tenant=tenant, gpu_type=gpu_type, defaults={"gpus": gpus}
     )
     return guarantee
+
+
+@transaction.atomic
+def membership_remove(*, tenant: Tenant, user: User, actor: User | None = None) -> bool:
+    """Take the user out of the tenant (their tokens for it stop working at once); False if not a member."""
+    removed, _ = Membership.objects.filter(tenant=tenant, user=user).delete()
+    if removed:
+        audit(actor=actor, tenant=tenant, action="membership.remove", detail={"user": user.username})
+    return bool(removed)

@@ -59,19 +59,19 @@ class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
         return super().to_internal_value(data)
 
 
-def _flatten(detail: Any, prefix: str = "") -> dict[str, list[str]]:
+def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
     """Field errors as {"field.sub": ["message", ...]} so a client can name the culprit."""
     if isinstance(detail, dict):
         out: dict[str, list[str]] = {}
         for key, value in detail.items():
             # DRF 3.18 reports errors inside a list as {index: errors}: name them like list items.
             name = f"{prefix}[{key}]" if isinstance(key, int) else f"{prefix}.{key}" if prefix else key
-            out.update(_flatten(value, name))
+            out.update(flatten_errors(value, name))
         return out
     if isinstance(detail, list) and detail and all(isinstance(d, dict | list) for d in detail):
         out = {}
         for i, value in enumerate(detail):
-            out.update(_flatten(value, f"{prefix}[{i}]"))
+            out.update(flatten_errors(value, f"{prefix}[{i}]"))
         return out
     messages = [str(d) for d in detail] if isinstance(detail, list) else [str(detail)]
     return {prefix or "non_field_errors": messages}
@@ -90,7 +90,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        fields = _flatten(exc.detail)
+        fields = flatten_errors(exc.detail)
         first = next(iter(fields.items()))
         body: dict[str, Any] = {
             "error": "invalid",

@@ -244,7 +244,13 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": float(ROUND_TICK_SECONDS),
         # A tick that waited longer than one interval is stale: the next one does the same work.
         "options": {"expires": float(ROUND_TICK_SECONDS)},
-    }
+    },
+    # Recurring allowances: a tick finds each period once (market/services/allowance.py).
+    "allowance-tick": {
+        "task": "market.allowance_tick",
+        "schedule": float(env_int("ALLOWANCE_TICK_SECONDS", 300, minimum=10)),
+        "options": {"expires": 300.0},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

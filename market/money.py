@@ -27,3 +27,14 @@ def format_credits(micro: int) -> str:
     sign = "-" if micro < 0 else ""
     whole, frac = divmod(abs(int(micro)), MICRO)
     return f"{sign}{whole:,}.{frac:06d}".rstrip("0").rstrip(".") if frac else f"{sign}{whole:,}"
+
+
+def format_fixed(micro: int, *, decimals: int = 2, up: bool = False) -> str:
+    """Credits with exactly `decimals` decimals ("1,234.50"), rounded half up, or up with `up` (for a price
+    one must bid at least, so that the figure shown is enough)."""
+    unit = MICRO // 10**decimals
+    sign = "-" if micro < 0 else ""
+    value = abs(int(micro))
+    units = -(-value // unit) if up else (value + unit // 2) // unit
+    whole, frac = divmod(units, 10**decimals)
+    return f"{sign}{whole:,}.{frac:0{decimals}d}" if decimals else f"{sign}{whole:,}"

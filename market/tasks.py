@@ -27,3 +27,11 @@ def retention_prune() -> dict[str, int]:
 
     stats = prune()
     return {"books": stats.books, "outcomes": stats.outcomes, "commands": stats.commands}
+
+
+@shared_task(name="market.allowance_tick")
+def allowance_tick() -> int:
+    """Beat's entry for recurring allowances: credit each tenant whose period has begun (once per period)."""
+    from market.services.allowance import allowances_apply
+
+    return len(allowances_apply())

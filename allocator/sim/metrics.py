@@ -166,18 +166,27 @@ class Figures:
         return np.asarray((smallest <= unused).any(axis=2), dtype=np.bool_)
 
     def jain_excess(self) -> float | None:
-        """Mean Jain index of excess/weight over tenants with waiting jobs, in rounds where two or more of
-        them contend and some excess was handed out."""
-        excess = np.maximum(self.held - self.guarantee[None, :, :], 0).sum(axis=2) / self.weight[None, :]
-        contending = self.waiting_jobs > 0
-        x = np.where(contending, excess, 0.0)
-        n = contending.sum(axis=1)
-        total = x.sum(axis=1)
-        rounds = (n >= 2) & (total > 0)
-        if not rounds.any():
-            return None
-        jain = total[rounds] ** 2 / (n[rounds] * (x[rounds] ** 2).sum(axis=1))
-        return round(float(jain.mean()), 4)
+        """Mean Jain index of excess/weight over tenants with waiting jobs (see ``jain_excess``)."""
+        return jain_excess(self.held, self.guarantee, self.weight, self.waiting_jobs)
+
+
+def jain_excess(
+    held: FloatArray, guarantee: npt.NDArray[np.int64], weight: FloatArray, waiting: FloatArray
+) -> float | None:
+    """Mean Jain index of excess/weight over tenants with waiting jobs, in rounds where two or more of them
+    contend and some excess was handed out. ``held``: [round, tenant, type] GPUs held; ``guarantee``:
+    [tenant, type]; ``weight``: [tenant]; ``waiting``: [round, tenant] waiting jobs. The one definition: the
+    simulator's summary and the admin console's fairness page both call it."""
+    excess = np.maximum(held - guarantee[None, :, :], 0).sum(axis=2) / weight[None, :]
+    contending = waiting > 0
+    x = np.where(contending, excess, 0.0)
+    n = contending.sum(axis=1)
+    total = x.sum(axis=1)
+    rounds = (n >= 2) & (total > 0)
+    if not rounds.any():
+        return None
+    jain = total[rounds] ** 2 / (n[rounds] * (x[rounds] ** 2).sum(axis=1))
+    return round(float(jain.mean()), 4)
 
 
 def _compliance(

@@ -1,10 +1,34 @@
-from django import template
+"""Money and time in templates: credits with a fixed number of decimals, times the browser localises."""
 
-from market.money import format_credits
+from __future__ import annotations
+
+from datetime import datetime
+
+from django import template
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from market.money import format_fixed
 
 register = template.Library()
 
 
 @register.filter
-def credits(micro: int) -> str:
-    return format_credits(micro)
+def credits(micro: int | None) -> str:
+    return "–" if micro is None else format_fixed(micro)
+
+
+@register.filter
+def credits_up(micro: int | None) -> str:
+    """Rounded up: for a price one must bid at least."""
+    return "–" if micro is None else format_fixed(micro, up=True)
+
+
+@register.filter
+def when(moment: datetime | None) -> SafeString | str:
+    """A <time> element in UTC; frontend/static/frontend/site.js rewrites it in the viewer's time zone."""
+    if moment is None:
+        return "–"
+    return format_html(
+        '<time datetime="{}">{}</time>', moment.isoformat(), moment.strftime("%Y-%m-%d %H:%M UTC")
+    )

@@ -86,7 +86,9 @@ def _in_order(stored: Any, shape: Any) -> Any:
     return stored
 
 
-def _submit_args(data: Any) -> dict[str, Any]:
+def submit_args(data: Any) -> dict[str, Any]:
+    """A submit body checked by JobSubmitSerializer, as job_submit's arguments (the portal's form uses it
+    too, so both doors give the same errors); raises the serializer's ValidationError."""
     body = JobSubmitSerializer(data=data)
     body.is_valid(raise_exception=True)
     v = body.validated_data
@@ -155,7 +157,7 @@ class JobListView(APIView):
                 False,
             )
             if job is None:
-                args = _submit_args(request.data)
+                args = submit_args(request.data)
                 # The bid's types are all the response shows, and validation has already loaded them.
                 types = {t.name: t for t, _ in args["bids"]}
                 job, created = services.job_submit(

@@ -1,5 +1,6 @@
 """Market models, one module per concept; Django finds them all through this package."""
 
+from market.models.allowance import Allowance, AllowancePeriod
 from market.models.gpu_types import GpuType
 from market.models.jobs import LEASED_STATES, TERMINAL_STATES, Bid, Job, JobState
 from market.models.leases import LIVE_LEASE_STATES, EndReason, Lease, LeaseGpu, LeaseState
@@ -23,6 +24,8 @@ __all__ = [
     "TERMINAL_STATES",
     "Account",
     "AccountKind",
+    "Allowance",
+    "AllowancePeriod",
     "Bid",
     "BidOutcome",
     "Command",

@@ -201,7 +201,20 @@ def ledger_topup(*, tenant: Tenant, amount: int, key: str, actor: User, memo: st
     """Add money to a tenant (top-up -> available). Platform admins only; audited. `key` is the client's,
     scoped to the tenant."""
     _require_admin(actor)
-    amount, key = _check_amount(amount), client_key(tenant.pk, _check_key(key))
+    return _topup(
+        tenant=tenant, amount=amount, key=client_key(tenant.pk, _check_key(key)), actor=actor, memo=memo
+    )
+
+
+@transaction.atomic
+def ledger_grant(*, tenant: Tenant, amount: int, key: str, memo: str = "") -> JournalEntry:
+    """A top-up by the platform itself (a recurring allowance): no person acts, so no admin check; audited
+    with no actor. `key` is a system key (never in the clients' namespace)."""
+    return _topup(tenant=tenant, amount=amount, key=_check_system_key(key), actor=None, memo=memo)
+
+
+def _topup(*, tenant: Tenant, amount: int, key: str, actor: User | None, memo: str) -> JournalEntry:
+    amount = _check_amount(amount)
     request = _Request(EntryKind.TOPUP, tenant.pk, amount, None, memo)
 
     def write() -> JournalEntry:

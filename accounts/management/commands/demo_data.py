@@ -16,6 +16,7 @@ from accounts.models import ApiToken, Role, Tenant, User
 from accounts.tokens import TOKEN_PREFIX, token_create
 from market.money import MICRO
 from market.services import gpu_types, ledger
+from market.services.allowance import allowance_set
 
 DEMO_PASSWORD = "demo-password-123"
 GPU_TYPES = [("H100", 80, 2.0, 20.0), ("A100", 80, 1.2, 12.0)]
@@ -77,6 +78,14 @@ class Command(BaseCommand):
                     key=f"demo-topup-{slug}",
                     actor=admin,
                     memo="demo budget",
+                )
+                # A weekly allowance of a tenth of the budget, never lifting it above one and a half times.
+                allowance_set(
+                    actor=admin,
+                    tenant=tenant,
+                    amount=budget * MICRO // 10,
+                    period="week",
+                    cap=budget * MICRO * 3 // 2,
                 )
             self._jobs(types)
             secret = self._demo_token()

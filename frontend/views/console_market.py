@@ -1,0 +1,272 @@
+"""Console: fairness, the market (charts, policy form and its change log), nodes, rounds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Count, Q
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.utils import timezone
+from django.utils.safestring import SafeString
+
+from accounts.selectors import audit_events
+from accounts.services import PolicyError
+from frontend.access import admin_only, page
+from frontend.charts import Series, line_chart
+from market.models import LIVE_LEASE_STATES, BidOutcome, EndReason, GpuType, Lease
+from market.money import AmountError, format_credits, parse_credits
+from market.selectors.fairness import fairness as fairness_report
+from market.selectors.market_stats import price_series, revenue_by_day, round_figures
+from market.selectors.policy import market_policy
+from market.selectors.rounds import round_get, rounds_list
+from market.services.gpu_types import gpu_type_save
+from market.services.policy import POLICY_LIMITS, policy_update
+from nodeagent.models import Gpu, Node
+
+POLICY_LABELS = {
+    "round_seconds": "Round period (seconds)",
+    "price_step_bp": "Price step (basis points)",
+    "min_runtime_s": "Minimum runtime (seconds)",
+    "default_grace_s": "Default grace period (seconds)",
+    "starve_rounds": "Rounds before reserving nodes",
+    "max_reservations": "Reservations per type and round",
+}
+WINDOWS = {
+    "1h": timedelta(hours=1),
+    "1d": timedelta(days=1),
+    "7d": timedelta(days=7),
+    "30d": timedelta(days=30),
+}
+
+
+def _window(request: HttpRequest) -> tuple[str, datetime]:
+    key = request.GET.get("window", "1d")
+    key = key if key in WINDOWS else "1d"
+    return key, timezone.now() - WINDOWS[key]
+
+
+@admin_only
+def console(request: HttpRequest) -> HttpResponse:
+    return redirect("frontend:console_tenants")
+
+
+@admin_only
+def fairness(request: HttpRequest) -> HttpResponse:
+    window, since = _window(request)
+    report = fairness_report(since=since)
+    charts = [
+        line_chart(
+            [
+                Series(
+                    "guaranteed",
+                    [(t.timestamp(), v) for t, v in zip(s.slots, s.guaranteed, strict=True)],
+                    dash=1,
+                ),
+                Series(
+                    "entitled", [(t.timestamp(), v) for t, v in zip(s.slots, s.entitled, strict=True)], dash=2
+                ),
+                Series("allocated", [(t.timestamp(), v) for t, v in zip(s.slots, s.allocated, strict=True)]),
+            ],
+            title=f"{s.tenant} · {s.gpu_type}: GPUs guaranteed, entitled and allocated",
+            y_unit="GPUs",
+            step=True,
+            width=460,
+            height=180,
+        )
+        for s in report.series
+    ]
+    return page(
+        request,
+        "frontend/console/fairness.html",
+        {"report": report, "charts": charts, "window": window, "windows": list(WINDOWS)},
+    )
+
+
+def _policy_form(request: HttpRequest) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    changes = {}
+    for field in POLICY_LIMITS:
+        raw = request.POST.get(field, "").strip()
+        try:
+            changes[field] = int(raw)
+        except ValueError:
+            errors[field] = "must be a whole number"
+    prices = {}
+    for t in GpuType.objects.order_by("name"):
+        pair = []
+        for bound in ("reserve", "max"):
+            name = f"{bound}-{t.name}"
+            try:
+                pair.append(parse_credits(request.POST.get(name, "")))
+            except AmountError as exc:
+                errors[name] = str(exc)
+        if len(pair) == 2:
+            prices[t] = pair
+    if errors:
+        return errors
+    try:
+        policy_update(actor=request.user, **changes)  # type: ignore[arg-type]
+    except PolicyError as exc:
+        return {exc.field: exc.message}
+    for t, (reserve, top) in prices.items():
+        try:
+            gpu_type_save(
+                name=t.name, memory_gb=t.memory_gb, reserve_price=reserve, max_price=top, actor=request.user
+            )  # type: ignore[arg-type]
+        except PolicyError as exc:
+            return {f"{'reserve' if exc.field == 'reserve_price' else 'max'}-{t.name}": exc.message}
+    return {}
+
+
+def _market_charts(since: datetime) -> list[SafeString]:
+    """Prices (one colour per type: posted solid, spot dashed), utilisation, demand against supply, revenue."""
+    prices = price_series(since=since)
+    price_chart = line_chart(
+        [
+            Series(f"{name} {kind}", [(t.timestamp(), v / 1e6) for t, v in points], dash=dash, colour=k)
+            for k, (name, rows) in enumerate(prices.items())
+            for kind, dash, points in (
+                ("posted", 0, [(t, posted) for t, posted, _ in rows]),
+                ("spot", 1, [(t, spot) for t, _, spot in rows if spot is not None]),
+            )
+        ],
+        title="Posted (solid) and clearing spot (dashed) prices",
+        y_unit="credits per GPU-hour",
+    )
+    figures = round_figures(since=since)
+    total = Gpu.objects.count() or 1
+    util_chart = line_chart(
+        [
+            Series(
+                "busy share of GPUs at freeze",
+                [(f.slot.timestamp(), round(1 - f.gpus_free / total, 4)) for f in figures],
+            )
+        ],
+        title="Utilisation",
+        y_unit="share of GPUs",
+    )
+    demand_chart = line_chart(
+        [
+            Series("GPUs asked (bids in the book)", [(f.slot.timestamp(), f.demand_gpus) for f in figures]),
+            Series("GPUs free at freeze", [(f.slot.timestamp(), f.gpus_free) for f in figures], dash=1),
+            Series("GPUs won", [(f.slot.timestamp(), f.won_gpus) for f in figures], dash=2),
+        ],
+        title="Demand against supply",
+        y_unit="GPUs",
+    )
+    revenue_chart = line_chart(
+        [Series("revenue", [(d.timestamp(), v / 1e6) for d, v in revenue_by_day(since=since)])],
+        title="Revenue per day",
+        y_unit="credits",
+    )
+    return [price_chart, util_chart, demand_chart, revenue_chart]
+
+
+@admin_only
+def market(request: HttpRequest) -> HttpResponse:
+    errors: dict[str, str] = {}
+    if request.method == "POST":
+        errors = _policy_form(request)
+        if not errors:
+            messages.success(request, "Market policy saved.")
+            return redirect("frontend:console_market")
+    window, since = _window(request)
+    policy = market_policy()
+    post = request.POST if errors else None
+    fields = [
+        {
+            "name": f,
+            "value": (post.get(f) if post else getattr(policy, f)),
+            "low": lo,
+            "high": hi,
+            "help": policy._meta.get_field(f).help_text,
+            "error": errors.get(f, ""),
+            "label": POLICY_LABELS[f],
+        }
+        for f, (lo, hi) in POLICY_LIMITS.items()
+    ]
+    type_rows = [
+        {
+            "type": t,
+            "reserve": post.get(f"reserve-{t.name}")
+            if post
+            else format_credits(t.reserve_price).replace(",", ""),
+            "max": post.get(f"max-{t.name}") if post else format_credits(t.max_price).replace(",", ""),
+            "reserve_error": errors.get(f"reserve-{t.name}", ""),
+            "max_error": errors.get(f"max-{t.name}", ""),
+        }
+        for t in GpuType.objects.order_by("name")
+    ]
+    changes = Paginator(
+        audit_events().filter(action__in=["policy.update", "gpu_type.update", "gpu_type.create"]), 20
+    ).get_page(request.GET.get("page"))
+    response = page(
+        request,
+        "frontend/console/market.html",
+        {
+            "charts": _market_charts(since),
+            "fields": fields,
+            "type_rows": type_rows,
+            "errors": errors,
+            "changes": changes,
+            "window": window,
+            "windows": list(WINDOWS),
+        },
+    )
+    if errors:
+        response.status_code = 400
+    return response
+
+
+@admin_only
+def nodes(request: HttpRequest) -> HttpResponse:
+    qs = (
+        Node.objects.select_related("gpu_type")
+        .annotate(
+            gpu_count=Count("gpus", distinct=True),
+            busy=Count("gpus", filter=Q(gpus__lease_gpus__active=True), distinct=True),
+        )
+        .order_by("name")
+    )
+    paged = Paginator(qs, 50).get_page(request.GET.get("page"))
+    leases = {}
+    for lease in Lease.objects.filter(
+        node__in=list(paged.object_list), state__in=LIVE_LEASE_STATES
+    ).select_related("tenant", "job"):
+        leases.setdefault(lease.node_id, []).append(lease)
+    rows = [{"node": n, "leases": leases.get(n.pk, [])} for n in paged.object_list]
+    return page(request, "frontend/console/nodes.html", {"page": paged, "rows": rows})
+
+
+@admin_only
+def rounds(request: HttpRequest) -> HttpResponse:
+    paged = Paginator(rounds_list(), 50).get_page(request.GET.get("page"))
+    return page(request, "frontend/console/rounds.html", {"page": paged})
+
+
+@admin_only
+def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
+    rnd = round_get(round_id=round_id)
+    if rnd is None:
+        raise Http404("No such round.")
+    outcomes = BidOutcome.objects.filter(round=rnd).select_related("job__tenant", "gpu_type")
+    nodes_of = dict(Lease.objects.filter(round=rnd).values_list("job_id", "node__name"))
+    winners = [(o, nodes_of.get(o.job_id, "")) for o in outcomes.filter(won=True).order_by("tier", "job_id")]
+    losers = Paginator(outcomes.filter(won=False).order_by("reason", "job_id"), 100).get_page(
+        request.GET.get("page")
+    )
+    preempted = (
+        Lease.objects.filter(
+            end_reason=EndReason.PREEMPTED, stop_requested_at=rnd.committed_at
+        ).select_related("tenant", "node", "gpu_type")
+        if rnd.committed_at
+        else Lease.objects.none()
+    )
+    return page(
+        request,
+        "frontend/console/round.html",
+        {"round": rnd, "winners": winners, "losers": losers, "preempted": preempted},
+    )

@@ -1,0 +1,237 @@
+"""Jobs: list with filters, submit with guidance, detail with outcomes explained, amend, cancel."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+from rest_framework import serializers
+
+from accounts.services import PolicyError
+from frontend.access import page, seat
+from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors
+from market.api.jobs import submit_args
+from market.api.jobs_serializers import BidAmendSerializer, hours_text
+from market.models import GpuType, JobState
+from market.money import AmountError, parse_credits
+from market.selectors.explain import explain_outcomes, queue_places
+from market.selectors.guidance import bid_guidance
+from market.selectors.jobs import job_detail, job_list, tenant_jobs
+from market.selectors.prices import price_board
+from market.services import jobs as services
+
+PAGE_SIZE = 25
+
+
+@login_required
+def jobs(request: HttpRequest, slug: str) -> HttpResponse:
+    s = seat(request, slug)
+    types = list(GpuType.objects.order_by("name").values_list("name", flat=True))
+    state = request.GET.get("state", "")
+    gpu_type = request.GET.get("gpu_type", "")
+    qs = job_list(
+        tenant=s.tenant,
+        states=[state] if state in JobState.values else (),
+        gpu_type=gpu_type if gpu_type in types else None,
+    )
+    paged = Paginator(qs, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = urlencode([(k, v) for k, v in (("state", state), ("gpu_type", gpu_type)) if v])
+    return page(
+        request,
+        "frontend/jobs.html",
+        {
+            "page": paged,
+            "states": JobState.choices,
+            "types": types,
+            "state": state,
+            "gpu_type": gpu_type,
+            "query": query,
+        },
+        s,
+    )
+
+
+def _digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
+@login_required
+def submit(request: HttpRequest, slug: str) -> HttpResponse:
+    """GET: the form. POST: the API's checks, then job_submit; the hidden nonce is the idempotency key, so
+    a double click or a resent form makes one job."""
+    s = seat(request, slug)
+    types = list(GpuType.objects.order_by("name"))
+    errors: dict[str, str] = {}
+    data = request.POST if request.method == "POST" else None
+    rows = bid_rows(data, types)
+    values = {
+        "name": request.POST.get("name", ""),
+        "command": request.POST.get("command", ""),
+        "gpus": request.POST.get("gpus", "1"),
+        "max_hours": request.POST.get("max_hours", "1"),
+        "grace_seconds": request.POST.get("grace_seconds", ""),
+        "nonce": request.POST.get("nonce") or uuid.uuid4().hex,
+    }
+    if data is not None:
+        posted = [r.index for r in rows if r.gpu_type or r.limit.strip()]
+        body: dict[str, Any] = {k: values[k] for k in ("name", "command", "gpus", "max_hours")}
+        body["bids"] = bids_payload(rows)
+        if values["grace_seconds"].strip():
+            body["grace_seconds"] = values["grace_seconds"].strip()
+        try:
+            job, _created = services.job_submit(
+                tenant=s.tenant,
+                submitter=request.user,  # type: ignore[arg-type]
+                idempotency_key=f"portal:{values['nonce'][:64]}",
+                request_digest=_digest(body),
+                **submit_args(body),
+            )
+        except serializers.ValidationError as exc:
+            errors = flatten(exc.detail)
+        except PolicyError as exc:
+            errors = {exc.field: exc.message}
+        except services.JobError as exc:
+            errors = {"form": str(exc)}
+        else:
+            messages.success(request, f"Job {job.pk} submitted; it takes part in the next round.")
+            return redirect("frontend:job", slug=s.tenant.slug, job_id=job.pk)
+        place_bid_errors(rows, errors, posted)
+    return page(
+        request,
+        "frontend/submit.html",
+        {
+            "types": types,
+            "rows": rows,
+            "values": values,
+            "errors": errors,
+            "board": price_board(),
+            "guidance": _guidance(s, types, rows, values["gpus"]),
+        },
+        s,
+    )
+
+
+def _guidance(s: Any, types: list[GpuType], rows: list[BidRow], gpus: str) -> list[Any]:
+    by_name = {t.name: t for t in types}
+    try:
+        count = max(int(gpus), 1)
+    except ValueError:
+        count = 1
+    out = []
+    for row in rows:
+        gpu_type = by_name.get(row.gpu_type)
+        if gpu_type is None:
+            continue
+        try:
+            limit: int | None = parse_credits(row.limit) if row.limit.strip() else None
+        except AmountError:
+            limit = None
+        out.append(bid_guidance(tenant=s.tenant, gpu_type=gpu_type, limit=limit, gpus=count))
+    if not out:  # nothing chosen yet: what each type gives at its posted price
+        out = [bid_guidance(tenant=s.tenant, gpu_type=t, limit=t.current_posted, gpus=count) for t in types]
+    return out
+
+
+@login_required
+def guidance(request: HttpRequest, slug: str) -> HttpResponse:
+    """The guidance fragment for the submit form's current inputs (fetched by site.js as they change)."""
+    s = seat(request, slug)
+    types = list(GpuType.objects.order_by("name"))
+    rows = bid_rows(request.GET, types)  # type: ignore[arg-type]
+    return render(
+        request,
+        "frontend/_guidance.html",
+        {"guidance": _guidance(s, types, rows, request.GET.get("gpus", "1"))},
+    )
+
+
+@login_required
+def job(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    s = seat(request, slug)
+    found = job_detail(tenant=s.tenant, job_id=job_id)
+    if found is None:
+        raise Http404("No such job.")
+    return _job_page(request, s, found, None, {})
+
+
+def _job_page(
+    request: HttpRequest, s: Any, found: Any, rows: list[BidRow] | None, errors: dict[str, str]
+) -> HttpResponse:
+    types = list(GpuType.objects.order_by("name"))
+    user = request.user
+    may_change = user.pk == found.submitter_id or s.manages
+    return page(
+        request,
+        "frontend/job.html",
+        {
+            "job": found,
+            "max_hours": hours_text(found.max_seconds),
+            "explained": explain_outcomes(found, found.latest_outcomes, found.history),
+            "queue": queue_places(found),
+            "types": types,
+            "rows": rows if rows is not None else bid_rows(None, types, found.limits),
+            "errors": errors,
+            "may_change": may_change,
+            "pending": found.state == JobState.PENDING,
+            "cancellable": may_change
+            and found.state not in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED)
+            and found.cancel_requested_at is None,
+        },
+        s,
+    )
+
+
+@login_required
+@require_POST
+def amend(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    s = seat(request, slug)
+    found = tenant_jobs(tenant=s.tenant).filter(pk=job_id).first()
+    if found is None:
+        raise Http404("No such job.")
+    types = list(GpuType.objects.order_by("name"))
+    rows = bid_rows(request.POST, types)
+    posted = [r.index for r in rows if r.gpu_type or r.limit.strip()]
+    errors: dict[str, str] = {}
+    try:
+        body = BidAmendSerializer(data={"bids": bids_payload(rows)})
+        body.is_valid(raise_exception=True)
+        services.bid_amend(job=found, actor=request.user, bids=body.validated_data["bids"])  # type: ignore[arg-type]
+    except serializers.ValidationError as exc:
+        errors = flatten(exc.detail)
+    except PolicyError as exc:
+        errors = {exc.field: exc.message}
+    except services.JobError as exc:
+        errors = {"form": str(exc)}
+    if not errors:
+        messages.success(request, f"Bid of job {found.pk} amended; the next round uses it.")
+        return redirect("frontend:job", slug=s.tenant.slug, job_id=found.pk)
+    place_bid_errors(rows, errors, posted)
+    detail = job_detail(tenant=s.tenant, job_id=job_id)
+    response = _job_page(request, s, detail, rows, errors)
+    response.status_code = 400
+    return response
+
+
+@login_required
+@require_POST
+def cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
+    s = seat(request, slug)
+    found = tenant_jobs(tenant=s.tenant).filter(pk=job_id).first()
+    if found is None:
+        raise Http404("No such job.")
+    try:
+        services.job_cancel(job=found, actor=request.user)  # type: ignore[arg-type]
+    except services.JobError as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Job {found.pk} cancelled.")
+    return redirect("frontend:job", slug=s.tenant.slug, job_id=found.pk)

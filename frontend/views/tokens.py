@@ -1,0 +1,50 @@
+"""API tokens: create (the secret is shown once), list, revoke. accounts/tokens.py does the work."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+
+from accounts.models import ApiToken
+from accounts.tokens import token_create, token_revoke
+from frontend.access import Seat, page, seat
+
+NAME_MAX = 100
+
+
+def _visible(request: HttpRequest, s: Seat) -> object:
+    """An owner or admin sees every token of the team; a member their own."""
+    qs = ApiToken.objects.filter(tenant=s.tenant).select_related("user")
+    return qs if s.manages else qs.filter(user=request.user)
+
+
+@login_required
+def tokens(request: HttpRequest, slug: str) -> HttpResponse:
+    s = seat(request, slug)
+    error, secret = "", None
+    if request.method == "POST":
+        name = request.POST.get("name", "").strip()
+        if not name:
+            error = "Give the token a name, e.g. the machine or script that will use it."
+        elif len(name) > NAME_MAX:
+            error = f"At most {NAME_MAX} characters."
+        else:
+            secret = token_create(user=request.user, tenant=s.tenant, name=name).secret  # type: ignore[arg-type]
+    return page(
+        request, "frontend/tokens.html", {"tokens": _visible(request, s), "error": error, "secret": secret}, s
+    )
+
+
+@login_required
+@require_POST
+def token_revoke_view(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
+    s = seat(request, slug)
+    token = _visible(request, s).filter(pk=token_id).first()  # type: ignore[attr-defined]
+    if token is None:
+        raise Http404("No such token.")
+    token_revoke(token=token, actor=request.user)  # type: ignore[arg-type]
+    messages.success(request, f"Token {token.prefix}… revoked.")
+    return redirect("frontend:tokens", slug=s.tenant.slug)

@@ -1,0 +1,170 @@
+"""Why a job did or did not run: one plain sentence per round outcome, and its place in each queue.
+
+The sentences are built from what the round stored (BidOutcome's reason and figure, RoundPrice) and the bid
+version the round saw, so they say what the round knew, not what is true now. docs/allocator.md lists the
+reasons and the meaning of each figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db import connection
+
+from market.models import BidOutcome, Job, JobState, RoundPrice
+from market.money import format_fixed
+from market.selectors.policy import market_policy
+from market.services.round_commit import SKIP_BUDGET, SKIP_CHANGED, SKIP_GPUS_TAKEN
+
+TIER_WORDS = {"G": "guaranteed", "B": "borrowed", "S": "spot"}
+
+
+def _c(micro: int | None, *, up: bool = False) -> str:
+    return "?" if micro is None else format_fixed(micro, up=up)
+
+
+@dataclass(frozen=True)
+class Explained:
+    outcome: BidOutcome
+    sentence: str
+    price: RoundPrice | None
+
+
+def _limit(history: Sequence[object], version: int, gpu_type: str) -> int | None:
+    for bid in history:
+        if getattr(bid, "version", None) == version:
+            for entry in getattr(bid, "limits", []):
+                if entry["gpu_type"] == gpu_type:
+                    return int(entry["limit"])
+    return None
+
+
+def _sentence(job: Job, o: BidOutcome, price: RoundPrice | None, limit: int | None, waited: int) -> str:
+    t = o.gpu_type.name if o.gpu_type else "GPU"
+    fig = o.figure
+    if o.won:
+        return (
+            f"Won {job.gpus} {t} GPU{'s' if job.gpus != 1 else ''} in tier {o.tier} "
+            f"({TIER_WORDS.get(o.tier, o.tier)}) at {_c(o.price)} credits per GPU-hour."
+        )
+    if o.reason == "outbid":
+        lowest = (
+            f"the lowest winning {t} price was {_c(price.spot)} credits per GPU-hour"
+            if price is not None and price.spot is not None
+            else f"the {t} GPUs went to higher bids"
+        )
+        if fig is not None and limit is not None and fig <= limit:
+            # Ties at the price go by submit time: the GPUs ran out before this bid's turn.
+            return (
+                f"Outbid: {lowest}; bids at your limit {_c(limit)} are served oldest first and the GPUs ran "
+                f"out before yours; any higher limit puts it ahead of them."
+            )
+        return (
+            f"Outbid: {lowest}; a limit of {_c(fig, up=True)} would have won {job.gpus} "
+            f"GPU{'s' if job.gpus != 1 else ''}."
+        )
+    if o.reason == "guarantee_full_below_posted":
+        return (
+            f"Guarantee full and your limit {_c(limit)} is below the posted {t} price {_c(fig, up=True)}, "
+            f"with no spot GPUs left; a limit of at least {_c(fig, up=True)} would put it in the borrowed tier."
+        )
+    if o.reason == "below_reserve":
+        return (
+            f"Your limit {_c(limit)} is below the {t} reserve price {_c(fig, up=True)}, so it could not win; "
+            f"bid at least {_c(fig, up=True)}."
+        )
+    if o.reason == "over_budget":
+        return (
+            f"Over budget: it needed a hold of {_c(fig)} credits ({job.gpus} GPUs × the maximum hours × your "
+            f"limit) and the team had less available; a top-up, fewer hours or a lower limit would let it in."
+        )
+    if o.reason == "no_node_fits":
+        rounds_left = market_policy().starve_rounds - waited
+        later = (
+            f"nodes are reserved for it in {rounds_left} more round{'s' if rounds_left != 1 else ''}"
+            if rounds_left > 0
+            else "nodes are now being reserved for it"
+        )
+        return (
+            f"No node has {job.gpus} free {t} GPUs (the largest gang that could still be placed was "
+            f"{fig if fig is not None else '?'}); {later}."
+        )
+    if o.reason == SKIP_CHANGED:
+        return "It won, but its bid changed or it was cancelled during the round; the next round uses the new bid."
+    if o.reason == SKIP_GPUS_TAKEN:
+        return (
+            "It won, but its GPUs were taken before the round committed; it stays queued for the next round."
+        )
+    if o.reason == SKIP_BUDGET:
+        return (
+            f"It won at {_c(o.price)} credits per GPU-hour, but by the commit its hold no longer fitted the "
+            "team's available money; a top-up would let it in."
+        )
+    return f"Did not run ({o.reason})."
+
+
+def explain_outcomes(job: Job, outcomes: Iterable[BidOutcome], history: Sequence[object]) -> list[Explained]:
+    """The outcomes (newest first, as given) each with its sentence and its round's price for its type."""
+    rows = list(outcomes)
+    prices = {
+        (p.round_id, p.gpu_type_id): p
+        for p in RoundPrice.objects.filter(round_id__in={o.round_id for o in rows})
+    }
+    # Rounds waited when each outcome was decided: consecutive losses, counted oldest first.
+    waited: dict[int, int] = {}
+    run = 0
+    for o in reversed(rows):
+        run = 0 if o.won else run + 1
+        waited[o.pk] = run
+    out = []
+    for o in rows:
+        price = prices.get((o.round_id, o.gpu_type_id))
+        limit = _limit(history, o.bid_version, o.gpu_type.name) if o.gpu_type else None
+        out.append(Explained(o, _sentence(job, o, price, limit, waited[o.pk]), price))
+    return out
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    gpu_type: str
+    limit: int
+    position: int  # 1 = first in the market order for this type
+    gpus_ahead: int
+
+
+_QUEUE_SQL = """
+SELECT COUNT(*), COALESCE(SUM(j.gpus), 0)
+FROM market_job j, jsonb_array_elements(j.limits) e
+WHERE j.state = %s AND e->>'gpu_type' = %s AND j.id <> %s
+  AND ((e->>'limit')::bigint > %s
+       OR ((e->>'limit')::bigint = %s AND (j.submitted_at, j.id) < (%s, %s)))
+"""
+
+
+def queue_places(job: Job) -> list[QueuePlace]:
+    """For a pending job, per type it bids for: how many pending bids for that type come before it in the
+    market order (price per GPU-hour descending, then submit time, then id) and their GPUs."""
+    if job.state != JobState.PENDING:
+        return []
+    out = []
+    for entry in job.limits:
+        name, limit = entry["gpu_type"], int(entry["limit"])
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cur:
+                cur.execute(
+                    _QUEUE_SQL,
+                    [JobState.PENDING, name, job.pk, limit, limit, job.submitted_at, job.pk],
+                )
+                ahead, gpus = cur.fetchone()
+        else:  # SQLite (local runs): the same rule in Python
+            ahead = gpus = 0
+            for other in Job.objects.filter(state=JobState.PENDING).exclude(pk=job.pk):
+                mine = {e["gpu_type"]: int(e["limit"]) for e in other.limits}.get(name)
+                if mine is not None and (
+                    mine > limit
+                    or (mine == limit and (other.submitted_at, other.pk) < (job.submitted_at, job.pk))
+                ):
+                    ahead, gpus = ahead + 1, gpus + other.gpus
+        out.append(QueuePlace(gpu_type=name, limit=limit, position=int(ahead) + 1, gpus_ahead=int(gpus)))
+    return out

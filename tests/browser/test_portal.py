@@ -1,0 +1,343 @@
+"""The portal and console end to end: chromium against the live server, rounds and allowances run by a real
+Celery worker process on Redis against the test database.
+
+The node agent's side is simulated where the issue needs it: `lease_running` and `lease_stopped` are called
+directly, as the agent's started/exited reports will call them, so the charge appears.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+
+from tests.conftest import PASSWORD, World
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS_SHOTS = ROOT / "docs" / "screenshots"
+
+
+def _database_url() -> str:
+    from django.db import connection
+
+    s = connection.settings_dict
+    return f"postgres://{s.get('USER') or 'postgres'}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
+
+
+@pytest.fixture
+def worker(tmp_path: Path) -> Iterator[str]:
+    """A Celery worker subprocess on a queue of its own; yields the queue name."""
+    queue = f"portal-{uuid.uuid4().hex[:12]}"
+    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.CELERY_BROKER_URL}
+    log = (tmp_path / "worker.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo", "-Q", queue,
+         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        yield queue
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _round_by_worker(queue: str) -> Any:
+    from market.models import Round, RoundState
+    from market.tasks import round_tick
+
+    before = Round.objects.order_by("-pk").values_list("pk", flat=True).first() or 0
+    round_tick.apply_async(queue=queue)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        done = Round.objects.filter(pk__gt=before, state__in=[RoundState.DISPATCHED, RoundState.FAILED])
+        rnd = done.first()
+        if rnd is not None:
+            assert rnd.state == RoundState.DISPATCHED, rnd.error
+            return rnd
+        time.sleep(0.25)
+    raise AssertionError("the worker did not finish a round in 90 s")
+
+
+def _history(world: World, *, minutes_ago: tuple[int, ...]) -> None:
+    """Earlier rounds, cleared and stored as the beat would have (in this process), with the oldest live
+    lease ending after each and a new job of each tenant, so holdings change from round to round."""
+    from django.utils import timezone
+
+    from market.models import Lease, LeaseState, Round
+    from market.services.leases import lease_stopped
+    from market.services.rounds import round_advance
+    from tests.market.round_helpers import make_job
+
+    for minutes in minutes_ago:
+        rnd = Round.objects.create(slot=timezone.now() - timedelta(minutes=minutes), period_s=300)
+        round_advance(round_id=rnd.pk)
+        ended = Lease.objects.filter(state=LeaseState.ALLOCATED).order_by("pk").first()
+        if ended is not None:  # it ran a quarter of an hour
+            lease_stopped(lease_id=ended.pk, reason="completed", now=ended.started_at + timedelta(minutes=15))
+        for tenant, user in ((world.alpha, world.amy), (world.beta, world.bea)):
+            make_job(tenant, user, gpus=2, limits={world.h100: 3}, name=f"{tenant.slug}-{minutes}")
+
+
+def _login(page: Any, url: str, username: str) -> None:
+    page.goto(f"{url}/login/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", PASSWORD)
+    page.click("main button[type=submit]")
+    page.wait_for_load_state()
+
+
+def _shot(page: Any, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
+    path = tmp_path / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if docs:
+        DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, DOCS_SHOTS / f"{name}.png")
+    return path
+
+
+def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
+    world: World, live_server: Any, page: Any, worker: str, tmp_path: Path
+) -> None:
+    from market.models import Job, Lease
+    from market.services.allowance import allowance_set, allowances_apply
+    from market.services.leases import lease_running, lease_stopped
+
+    world.nodes(world.h100, 2, size=8)
+    world.nodes(world.a100, 1, size=4)
+    world.fund(world.alpha, 500)
+    world.fund(world.beta, 500)
+    allowance_set(actor=world.admin, tenant=world.alpha, amount=100_000_000, period="week", cap=2_000_000_000)
+    allowances_apply()
+    _history(world, minutes_ago=(30, 20))  # earlier rounds, for the price trend and some spend
+    _login(page, live_server.url, "amy")
+    page.click("text=Submit")
+    page.fill("#id_name", "resnet <b>50</b>")
+    page.fill("#id_command", "python train.py --epochs 3")
+    page.fill("#id_gpus", "4")
+    page.fill("#id_max_hours", "2")
+    page.select_option("#bids-0-gpu_type", "H100")
+    page.fill("#bids-0-limit", "3.5")
+    # Fetched from the server for the inputs as they change: the chosen type at the limit typed.
+    page.wait_for_selector("#guidance li[data-type=H100]:has-text('H100 at 3.50')")
+    assert page.locator("#guidance li").count() == 1
+    assert "Tier B (borrowed)" in page.locator("#guidance").inner_text()
+    _shot(page, tmp_path, "submit")
+    page.click("form button:has-text('Submit job')")
+    page.wait_for_selector("h1:has-text('resnet <b>50</b>')")  # shown as typed, not as markup
+    job = Job.objects.get(name="resnet <b>50</b>")
+    assert page.locator("[data-field=state]").inner_text() == "Pending"
+
+    _round_by_worker(worker)
+    page.reload()
+    assert page.locator("[data-field=state]").inner_text() == "Allocated"
+    assert "Won 4 H100 GPUs in tier" in page.locator("td.reason").first.inner_text()
+
+    lease = Lease.objects.get(job=job)  # the agent reports the start ...
+    assert lease.price == 2_000_000 and lease.gpus == 4
+    lease_running(lease_id=lease.pk)
+    page.click("header >> text=Dashboard")
+    page.wait_for_selector("text=Running")
+    assert "resnet <b>50</b>" in page.locator("section", has_text="Running").last.inner_text()
+    assert page.locator("tr", has_text="H100").locator("svg.spark").count() == 1
+    _shot(page, tmp_path, "dashboard", docs=True)
+    # ... and the exit half an hour later: 4 GPUs x 0.5 h x 2.00 credits.
+    lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(minutes=30))
+    page.goto(f"{live_server.url}/t/alpha/jobs/{job.pk}/")
+    assert page.locator("[data-field=state]").inner_text() == "Completed"
+    assert page.locator("[data-field=charged]").first.inner_text() == "4.00"
+    _shot(page, tmp_path, "job-won")
+
+
+def test_member_amends_and_cancels_another_job(
+    world: World, live_server: Any, page: Any, tmp_path: Path
+) -> None:
+    from market.models import Job
+    from tests.market.round_helpers import make_job
+
+    world.nodes(world.h100, 1, size=8)
+    job = make_job(world.alpha, world.amy, gpus=2, limits={world.h100: 2.5}, name="sweep")
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone, driven by the keyboard alone
+    _login(page, live_server.url, "amy")
+    page.goto(f"{live_server.url}/t/alpha/jobs/{job.pk}/")
+    _shot(page, tmp_path, "job-phone")
+    page.focus("#bids-0-limit")
+    page.keyboard.press("Control+A")
+    page.keyboard.type("4.25")
+    page.keyboard.press("Enter")  # submits the amend form
+    page.wait_for_selector("text=v2 (current)")
+    assert Job.objects.get(pk=job.pk).limits == [{"gpu_type": "H100", "limit": 4_250_000}]
+    page.focus("button:has-text('Cancel job')")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("[data-field=state]:has-text('Cancelled')")
+    _shot(page, tmp_path, "amended-cancelled")
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390  # nothing wider than the phone
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
+
+
+def test_losing_job_shows_its_reason_and_an_outsider_gets_404(
+    world: World, live_server: Any, page: Any, worker: str, tmp_path: Path
+) -> None:
+    from tests.market.round_helpers import make_job
+
+    world.nodes(world.h100, 1, size=8)
+    world.fund(world.alpha, 500)
+    cheap = make_job(world.alpha, world.amy, gpus=1, limits={world.h100: 1.5}, name="cheap")
+    _round_by_worker(worker)
+    _login(page, live_server.url, "amy")
+    page.goto(f"{live_server.url}/t/alpha/jobs/{cheap.pk}/")
+    sentence = page.locator("tr.lost td.reason").first.inner_text()
+    assert sentence == (
+        "Your limit 1.50 is below the H100 reserve price 2.00, so it could not win; bid at least 2.00."
+    )
+    _shot(page, tmp_path, "loser")
+    page.click("header button:has-text('Log out')")
+    _login(page, live_server.url, "bob")
+    response = page.goto(f"{live_server.url}/t/alpha/jobs/{cheap.pk}/")
+    assert response.status == 404
+    _shot(page, tmp_path, "outsider-404")
+
+
+def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
+    world: World, live_server: Any, page: Any, worker: str, tmp_path: Path
+) -> None:
+    from tests.market.round_helpers import make_job
+
+    world.nodes(world.h100, 2, size=8)
+    for tenant, user in ((world.alpha, world.amy), (world.beta, world.bea), (world.gamma, world.cara)):
+        world.fund(tenant, 500)
+        for i in range(3):
+            make_job(tenant, user, gpus=4, limits={world.h100: 3}, name=f"{tenant.slug}-{i}")
+    _history(world, minutes_ago=(50, 40))  # before the change: no guarantee
+    _login(page, live_server.url, "root")
+    page.click("text=Admin console")
+    page.click("text=Alpha")
+    page.fill("#id_weight", "5")
+    page.fill("#id_guarantee-H100", "4")
+    page.click("button:has-text('Save policy')")
+    page.wait_for_selector("text=Saved.")
+    assert page.locator("#id_weight").input_value() == "5"
+
+    _history(world, minutes_ago=(30, 20))
+    _round_by_worker(worker)
+    page.click("nav.subnav >> text=Fairness")
+    row = page.locator("table.data tbody tr", has_text="alpha")
+    assert row.locator("td").first.inner_text() == "5"
+    assert page.locator("svg.chart[aria-label^='alpha · H100']").count() == 1
+    assert page.locator("[data-field=jain]").inner_text() != "–"
+    _shot(page, tmp_path, "fairness", docs=True)
+
+    page.click("nav.subnav >> text=Audit")
+    page.fill("#id_action", "tenant_policy.update")
+    page.click("button:has-text('Filter')")
+    entry = page.locator("table.data tbody tr").first.inner_text()
+    assert "root" in entry and "alpha" in entry and "[1, 5]" in entry and "guarantees.H100" in entry
+    _shot(page, tmp_path, "audit")
+    page.click("nav.subnav >> text=Market")
+    assert page.locator("svg.chart").count() >= 3
+    _shot(page, tmp_path, "market")
+    page.click("nav.subnav >> text=Rounds")
+    page.locator("table.data tbody tr a").first.click()
+    page.wait_for_selector("h2:has-text('Winners')")
+    _shot(page, tmp_path, "round")
+
+
+def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
+    world: World, live_server: Any, page: Any, worker: str, tmp_path: Path
+) -> None:
+    from market.models import JournalEntry
+    from market.tasks import allowance_tick
+
+    _login(page, live_server.url, "root")
+    page.goto(f"{live_server.url}/console/tenants/alpha/")
+    page.fill("#id_allowance_amount", "50")
+    page.select_option("#id_allowance_period", "day")
+    page.fill("#id_allowance_cap", "1000")
+    page.click("button:has-text('Save allowance')")
+    page.wait_for_selector("text=Saved.")
+    assert page.locator("#id_allowance_amount").input_value() == "50.00"
+    _shot(page, tmp_path, "console-tenant")
+    for _ in range(2):  # a second tick in the same period credits nothing
+        allowance_tick.apply_async(queue=worker)
+    deadline = time.monotonic() + 60
+    while (
+        time.monotonic() < deadline and not JournalEntry.objects.filter(key__startswith="allowance:").exists()
+    ):
+        time.sleep(0.25)
+    time.sleep(2)  # let the second tick finish too
+    entries = JournalEntry.objects.filter(key__startswith="allowance:")
+    assert [e.amount for e in entries] == [50_000_000]
+    page.goto(f"{live_server.url}/t/alpha/")
+    history = page.locator("table.data", has_text="Recent allowance credits").locator("tbody tr")
+    assert history.count() == 1 and "50.00" in history.inner_text()
+    assert page.locator("[data-field=available]").inner_text() == "50.00"
+    _shot(page, tmp_path, "allowance")
+
+
+def test_a_bad_form_shows_the_error_beside_the_field(
+    world: World, live_server: Any, page: Any, tmp_path: Path
+) -> None:
+    world.nodes(world.h100, 1, size=8)
+    _login(page, live_server.url, "amy")
+    page.goto(f"{live_server.url}/t/alpha/jobs/new/")
+    page.fill("#id_name", "x")
+    page.fill("#id_command", "run")
+    page.fill("#id_gpus", "0")
+    page.fill("#id_max_hours", "2")
+    page.select_option("#bids-0-gpu_type", "H100")
+    page.fill("#bids-0-limit", "lots")
+    page.click("form button:has-text('Submit job')")
+    # The API's own messages (market/api/jobs_serializers.py), each beside its field.
+    assert "greater than or equal to 1" in page.locator("#id_gpus-error").inner_text()
+    assert page.locator("#bids-0-limit-error").inner_text()
+    assert page.locator("#id_gpus").get_attribute("aria-invalid") == "true"
+    _shot(page, tmp_path, "form-errors")
+
+
+def test_the_spend_csv_downloads_and_parses(
+    world: World, live_server: Any, page: Any, tmp_path: Path
+) -> None:
+    from market.models import Lease
+    from market.services.leases import lease_stopped
+    from market.services.rounds import round_tick
+    from tests.market.round_helpers import make_job
+
+    world.nodes(world.h100, 1, size=8)
+    world.fund(world.alpha, 250)
+    job = make_job(world.alpha, world.amy, gpus=2, limits={world.h100: 3})
+    round_tick()
+    lease = Lease.objects.get(job=job)
+    lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
+    _login(page, live_server.url, "alice")
+    page.goto(f"{live_server.url}/t/alpha/spend/")
+    page.select_option("#id_gpu_type", "H100")
+    page.click("button:has-text('Filter')")
+    page.wait_for_selector("svg.chart")
+    with page.expect_download() as info:
+        page.click("text=Download CSV")
+    path = tmp_path / "spend.csv"
+    info.value.save_as(path)
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    assert [(r["kind"], r["job"], r["charged"], r["available_change"]) for r in rows] == [
+        ("settle", str(job.pk), "4.000000", "0.000000"),  # the whole hold: 2 GPUs x 1 h x 2.00
+        ("hold", str(job.pk), "0.000000", "-4.000000"),
+    ]
+    _shot(page, tmp_path, "spend")
