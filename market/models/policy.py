@@ -19,6 +19,13 @@ class MarketPolicy(models.Model):
     max_reservations = models.PositiveIntegerField(
         default=4, help_text="Starving gangs served with reserved nodes, per type and round."
     )
+    energy_price_kwh = models.BigIntegerField(
+        default=0, help_text="Micro-credits per measured kWh, added to a lease's charge; 0: none."
+    )
+    idle_util_pct = models.PositiveIntegerField(
+        default=0, help_text="A lease whose GPUs stay below this utilisation is released; 0: off."
+    )
+    idle_seconds = models.PositiveIntegerField(default=1800, help_text="How long below idle_util_pct.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -146,7 +146,8 @@ def largest_gangs(*, gpu_types: Iterable[GpuType]) -> dict[int, int]:
         return dict(cached)
     groups = (
         Gpu.objects.filter(node__gpu_type_id__in=ids)
-        .exclude(node__state=Node.State.DOWN)
+        .exclude(node__state__in=[Node.State.DOWN, Node.State.RETIRED])
+        .filter(absent=False)
         .values_list("node__gpu_type_id", "node__topology_domain")
         .annotate(n=Count("pk"))
         .order_by()

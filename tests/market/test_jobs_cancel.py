@@ -30,6 +30,7 @@ from market.selectors.policy import current_fence
 from market.services.jobs import JobFinished, job_cancel, job_submit
 from market.services.leases import lease_request_stop, lease_stopped, settle_key
 from market.services.ledger import ledger_hold
+from nodeagent.models import LeaseUsage
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db
@@ -140,6 +141,8 @@ def test_cancel_running_job_releases_its_lease_then_settles(
     )
     assert Command.objects.filter(lease=lease).count() == 1
 
+    # Settlement charges what the agent measured: its 4 GPUs for the 900 s the job ran.
+    LeaseUsage.objects.create(lease=lease, node=lease.node, gpu_seconds=4 * 900, samples=900)
     lease_stopped(lease_id=lease.pk)
     lease.refresh_from_db()
     job.refresh_from_db()
