@@ -54,10 +54,11 @@ def usage_summaries(*, lease_ids: list[int]) -> dict[int, LeaseCounters]:
     out: dict[int, list[LeaseUsage]] = {}
     for row in rows:
         out.setdefault(row.lease_id, []).append(row)
-    return {lease_id: _combine(parts) for lease_id, parts in out.items()}
+    return {lease_id: usage_combined(parts) for lease_id, parts in out.items()}
 
 
-def _combine(parts: list[LeaseUsage]) -> LeaseCounters:
+def usage_combined(parts: list[LeaseUsage]) -> LeaseCounters:
+    """One lease's rows (one per node of its gang) as one summary."""
     samples = sum(p.samples for p in parts)
 
     def weighted(attr: str) -> float:

@@ -156,8 +156,8 @@ def test_cancel_running_job_releases_its_lease_then_settles(
     assert ledger_problems() == []
 
     client, path = w.client(w.amy), url(job)
-    # auth 3, tenant, job, bids, outcomes, leases, their GPUs, ledger entries, types
-    with django_assert_max_num_queries(11):
+    # auth 3, tenant, job, bids, outcomes, leases, their GPUs, their usage, ledger entries, types
+    with django_assert_max_num_queries(12):
         detail = client.get(path).json()
     (shown,) = detail["leases"]
     assert {k: shown[k] for k in ("id", "node", "tier", "price", "state", "end_reason", "charged")} == {
@@ -169,6 +169,7 @@ def test_cancel_running_job_releases_its_lease_then_settles(
         "end_reason": "cancelled",
         "charged": charge,
     }
+    assert shown["usage"]["gpu_seconds"] == 4 * 900 and shown["usage"]["samples"] == 900
     assert shown["hold_amount"] == hold.amount and shown["hold_amount_credits"] == "24"
     assert [(g["index"], g["uuid"]) for g in shown["bound_gpus"]] == [
         (i, f"GPU-{lease.node.name}-{i}") for i in range(4)
