@@ -19,40 +19,66 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
-from market.models import LeaseGpu, LeaseState
+from market.models import Lease, LeaseGpu, LeaseState
 from market.selectors.policy import market_policy
 from nodeagent.models import LeaseUsage, UsageMark, UsageReport
 from nodeagent.services.usage_parse import LeaseCounters, Report
-
-_COUNTER_COLUMNS = (
-    "lease_id",
-    "node_id",
-    "gpu_seconds",
-    "energy_j",
-    "util_avg",
-    "util_max",
-    "mem_avg_mb",
-    "mem_max_mb",
-    "samples",
-    "log_tail",
-    "idle_since",
-    "updated_at",
-)
 
 
 def _greatest() -> str:
     return "GREATEST" if connection.vendor == "postgresql" else "MAX"
 
 
-def _json() -> str:
-    return "%s::jsonb" if connection.vendor == "postgresql" else "%s"
+def _upsert(model: type[models.Model], columns: dict[str, list[Any]], conflict: str) -> None:
+    """INSERT rows given as columns, then `conflict` (an ON CONFLICT clause): one statement either way.
+
+    PostgreSQL gets the rows by COPY (_pg_upsert); SQLite (the local demo) as a VALUES list."""
+    fields = [model._meta.get_field(name) for name in columns]
+    if connection.vendor == "postgresql":
+        _pg_upsert(model, fields, columns, conflict)
+        return
+    adapt = [_sqlite_adapter(f) for f in fields]
+    rows = [[a(v) for a, v in zip(adapt, row, strict=True)] for row in zip(*columns.values(), strict=True)]
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {model._meta.db_table} ({', '.join(f.column for f in fields)}) "
+            f"VALUES {', '.join([one] * len(rows))} {conflict}",
+            [v for row in rows for v in row],
+        )
 
 
-def _values(rows: Sequence[Sequence[Any]], row_sql: str) -> tuple[str, list[Any]]:
-    return ", ".join([row_sql] * len(rows)), [v for row in rows for v in row]
+def _pg_upsert(
+    model: type[models.Model], fields: list[Any], columns: dict[str, list[Any]], conflict: str
+) -> None:
+    """COPY the rows into a temporary table of this connection (emptied at each commit), then one
+    INSERT ... SELECT with the conflict clause: the rows travel as fast as a raw COPY does."""
+    table = model._meta.db_table
+    stage, cols = f"stage_{table}", ", ".join(f.column for f in fields)
+    jsonb = [f.get_internal_type() == "JSONField" for f in fields]
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    with connection.cursor() as cur:
+        cur.execute(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
+            f"SELECT {cols} FROM {table} WITH NO DATA"
+        )
+        cur.execute(f"DELETE FROM {stage}")  # from an earlier call in this same transaction
+        with cur.cursor.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
+            for row in zip(*columns.values(), strict=True):
+                copy.write_row([dumps(v) if j else v for v, j in zip(row, jsonb, strict=True)])
+        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} {conflict}")
+
+
+def _sqlite_adapter(field: models.Field) -> Any:  # type: ignore[type-arg]
+    kind = field.get_internal_type()
+    if kind == "JSONField":
+        return lambda v: json.dumps(v, separators=(",", ":"))
+    if kind == "DateTimeField":
+        return connection.ops.adapt_datetimefield_value
+    return lambda v: v
 
 
 @transaction.atomic
@@ -61,36 +87,32 @@ def usage_ingest(*, reports: Sequence[tuple[int, Report]], now: datetime | None 
     if not reports:
         return
     now = now or timezone.now()
-    at = connection.ops.adapt_datetimefield_value(now)
-    with connection.cursor() as cur:
-        rows = [
-            (
-                node_id,
-                r.boot_epoch,
-                r.seq,
-                connection.ops.adapt_datetimefield_value(r.sent_at),
-                at,
-                json.dumps(r.gpus, separators=(",", ":")),
-            )
-            for node_id, r in reports
-        ]
-        sql, params = _values(rows, f"(%s, %s, %s, %s, %s, {_json()})")
-        cur.execute(
-            f"INSERT INTO {UsageReport._meta.db_table} (node_id, boot_epoch, seq, sent_at, received_at, samples) "
-            f"VALUES {sql} ON CONFLICT (node_id, boot_epoch, seq) DO NOTHING",
-            params,
-        )
-        marks: dict[tuple[int, int], int] = {}
-        for node_id, r in reports:
-            key = (node_id, r.boot_epoch)
-            marks[key] = max(marks.get(key, 0), r.seq)
-        table = UsageMark._meta.db_table
-        sql, params = _values([(n, e, s) for (n, e), s in marks.items()], "(%s, %s, %s)")
-        cur.execute(
-            f"INSERT INTO {table} (node_id, boot_epoch, seq) VALUES {sql} ON CONFLICT (node_id, boot_epoch) "
-            f"DO UPDATE SET seq = {_greatest()}({table}.seq, excluded.seq)",
-            params,
-        )
+    _upsert(
+        UsageReport,
+        {
+            "node_id": [node_id for node_id, _ in reports],
+            "boot_epoch": [r.boot_epoch for _, r in reports],
+            "seq": [r.seq for _, r in reports],
+            "sent_at": [r.sent_at for _, r in reports],
+            "received_at": [now] * len(reports),
+            "samples": [r.gpus for _, r in reports],
+        },
+        "ON CONFLICT (node_id, boot_epoch, seq) DO NOTHING",
+    )
+    marks: dict[tuple[int, int], int] = {}
+    for node_id, r in reports:
+        key = (node_id, r.boot_epoch)
+        marks[key] = max(marks.get(key, 0), r.seq)
+    table = UsageMark._meta.db_table
+    _upsert(
+        UsageMark,
+        {
+            "node_id": [n for n, _ in marks],
+            "boot_epoch": [e for _, e in marks],
+            "seq": list(marks.values()),
+        },
+        f"ON CONFLICT (node_id, boot_epoch) DO UPDATE SET seq = {_greatest()}({table}.seq, excluded.seq)",
+    )
     idle_pct = market_policy().idle_util_pct
     counters: list[tuple[int, LeaseCounters, datetime | None]] = []
     for node_id, r in reports:
@@ -125,18 +147,43 @@ def _merge(old: tuple[LeaseCounters, datetime | None], new: tuple[LeaseCounters,
     return merged, idle
 
 
+_COUNTERS = (
+    "gpu_seconds",
+    "energy_j",
+    "util_avg",
+    "util_max",
+    "mem_avg_mb",
+    "mem_max_mb",
+    "samples",
+    "log_tail",
+)
+
+
+def _own_leases(pairs: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The (lease, node) pairs whose lease is unsettled and has a GPU on the node. A lease's own `node` is
+    the node of its first GPU, which answers most pairs from the lease rows alone; only the other nodes of a
+    gang spanning several are looked up through its GPUs."""
+    live = dict(
+        Lease.objects.filter(pk__in={lease for lease, _ in pairs})
+        .exclude(state=LeaseState.ENDED)
+        .values_list("pk", "node_id")
+    )
+    ours = {(lease, node) for lease, node in pairs if live.get(lease) == node}
+    others = {(lease, node) for lease, node in pairs if lease in live and live[lease] != node}
+    if others:
+        ours |= others & set(
+            LeaseGpu.objects.filter(
+                lease_id__in={lease for lease, _ in others}, gpu__node_id__in={node for _, node in others}
+            ).values_list("lease_id", "gpu__node_id")
+        )
+    return ours
+
+
 def _save_counters(entries: list[tuple[int, LeaseCounters, datetime | None]], now: datetime) -> None:
     if not entries:
         return
     # Only the node's own, unsettled leases (one query for the batch).
-    ours = set(
-        LeaseGpu.objects.filter(
-            lease_id__in={c.lease for _, c, _ in entries}, gpu__node_id__in={n for n, _, _ in entries}
-        )
-        .exclude(lease__state=LeaseState.ENDED)
-        .values_list("lease_id", "gpu__node_id")
-        .distinct()
-    )
+    ours = _own_leases({(c.lease, n) for n, c, _ in entries})
     merged: dict[tuple[int, int], tuple[LeaseCounters, datetime | None]] = {}
     for node_id, c, idle in entries:
         key = (c.lease, node_id)
@@ -144,43 +191,29 @@ def _save_counters(entries: list[tuple[int, LeaseCounters, datetime | None]], no
             merged[key] = _merge(merged[key], (c, idle)) if key in merged else (c, idle)
     if not merged:
         return
-    ops = connection.ops
-    at = ops.adapt_datetimefield_value(now)
-    rows = [
-        (
-            lease,
-            node,
-            c.gpu_seconds,
-            c.energy_j,
-            c.util_avg,
-            c.util_max,
-            c.mem_avg_mb,
-            c.mem_max_mb,
-            c.samples,
-            c.log_tail,
-            None if idle is None else ops.adapt_datetimefield_value(idle),
-            at,
-        )
-        for (lease, node), (c, idle) in merged.items()
-    ]
+    keys, values = list(merged), list(merged.values())
     t, g = LeaseUsage._meta.db_table, _greatest()
     newer = f"excluded.samples >= {t}.samples"
-    sql, params = _values(rows, "(" + ", ".join(["%s"] * len(_COUNTER_COLUMNS)) + ")")
-    with connection.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {t} ({', '.join(_COUNTER_COLUMNS)}) VALUES {sql} ON CONFLICT (lease_id, node_id) "
-            f"DO UPDATE SET "
-            f"gpu_seconds = {g}({t}.gpu_seconds, excluded.gpu_seconds), "
-            f"energy_j = {g}({t}.energy_j, excluded.energy_j), "
-            f"util_max = {g}({t}.util_max, excluded.util_max), "
-            f"mem_max_mb = {g}({t}.mem_max_mb, excluded.mem_max_mb), "
-            f"util_avg = CASE WHEN {newer} THEN excluded.util_avg ELSE {t}.util_avg END, "
-            f"mem_avg_mb = CASE WHEN {newer} THEN excluded.mem_avg_mb ELSE {t}.mem_avg_mb END, "
-            f"log_tail = CASE WHEN {newer} THEN excluded.log_tail ELSE {t}.log_tail END, "
-            # Busy in the newest report: not idle; idle: idle since the first idle report of the spell.
-            f"idle_since = CASE WHEN NOT ({newer}) THEN {t}.idle_since WHEN excluded.idle_since IS NULL "
-            f"THEN NULL ELSE COALESCE({t}.idle_since, excluded.idle_since) END, "
-            f"samples = {g}({t}.samples, excluded.samples), "
-            f"updated_at = excluded.updated_at",
-            params,
-        )
+    _upsert(
+        LeaseUsage,
+        {
+            "lease_id": [lease for lease, _ in keys],
+            "node_id": [node for _, node in keys],
+            **{name: [getattr(c, name) for c, _ in values] for name in _COUNTERS},
+            "idle_since": [idle for _, idle in values],
+            "updated_at": [now] * len(keys),
+        },
+        "ON CONFLICT (lease_id, node_id) DO UPDATE SET "
+        f"gpu_seconds = {g}({t}.gpu_seconds, excluded.gpu_seconds), "
+        f"energy_j = {g}({t}.energy_j, excluded.energy_j), "
+        f"util_max = {g}({t}.util_max, excluded.util_max), "
+        f"mem_max_mb = {g}({t}.mem_max_mb, excluded.mem_max_mb), "
+        f"util_avg = CASE WHEN {newer} THEN excluded.util_avg ELSE {t}.util_avg END, "
+        f"mem_avg_mb = CASE WHEN {newer} THEN excluded.mem_avg_mb ELSE {t}.mem_avg_mb END, "
+        f"log_tail = CASE WHEN {newer} THEN excluded.log_tail ELSE {t}.log_tail END, "
+        # Busy in the newest report: not idle; idle: idle since the first idle report of the spell.
+        f"idle_since = CASE WHEN NOT ({newer}) THEN {t}.idle_since WHEN excluded.idle_since IS NULL "
+        f"THEN NULL ELSE COALESCE({t}.idle_since, excluded.idle_since) END, "
+        f"samples = {g}({t}.samples, excluded.samples), "
+        "updated_at = excluded.updated_at",
+    )
