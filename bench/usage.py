@@ -25,7 +25,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from _db import fresh_database  # noqa: E402 - bench/ is the script's folder, first on sys.path
+from _db import django_on_fresh_database  # noqa: E402 - bench/ is the script's folder, first on sys.path
 
 GPUS = 8
 LEASES_PER_NODE = 2
@@ -178,22 +178,13 @@ def main() -> None:
     url = os.environ.get(
         "BENCH_USAGE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpumarket_bench_usage"
     )
-    fresh_database(url)
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    os.environ.setdefault("TLS", "0")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    django_on_fresh_database(url)
     from django.db import connection
 
     from nodeagent.models import LeaseUsage, UsageReport
     from nodeagent.services.usage import usage_ingest
     from nodeagent.services.usage_parse import parse_report
 
-    call_command("migrate", verbosity=0)
     layout = _populate(args.nodes)
     start = datetime.now(UTC)
     payloads = [
