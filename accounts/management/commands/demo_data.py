@@ -173,4 +173,6 @@ class Command(BaseCommand):
         out("  API docs:     http://127.0.0.1:8000/api/docs/")
         out(f"  API token:    {secret}  (vision-owner in vision; also in var/demo_token)")
         out(f"  Try:          curl -H 'Authorization: Bearer {secret}' http://127.0.0.1:8000/api/v1/me")
-        out(f"  GPU nodes:    {len(NODES)} simulated agents, state under var/agents/ (scripts/demo_agents.py)")
+        out(
+            f"  GPU nodes:    {len(NODES)} simulated agents, state under var/agents/ (scripts/demo_agents.py)"
+        )
