@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.audit import audit
-from market.models import Command, CommandKind, EndReason, Lease, LeaseState
+from market.models import LIVE_LEASE_STATES, Command, CommandKind, EndReason, Lease, LeaseGpu, LeaseState
 from market.selectors.policy import current_fence
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from nodeagent.models import Gpu, Node
@@ -113,7 +113,16 @@ def nodes_mark_down(*, timeout_s: int, now: datetime | None = None) -> list[int]
                 lost.append(node_id)
         if claimed:
             node_lost(node=node, now=now)
+    # A round that committed while its node was being marked down can leave a lease on a down node: settle it
+    # on the next check.
+    for node in Node.objects.filter(state=Node.State.DOWN, pk__in=_nodes_with_live_leases()):
+        node_lost(node=node, now=now)
     return lost
+
+
+def _nodes_with_live_leases() -> QuerySet[LeaseGpu, int]:
+    live = (*LIVE_LEASE_STATES, LeaseState.STOPPING)
+    return LeaseGpu.objects.filter(lease__state__in=live).values_list("gpu__node_id", flat=True)
 
 
 def node_lost(*, node: Node, now: datetime | None = None) -> list[int]:

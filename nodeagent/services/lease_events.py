@@ -79,6 +79,9 @@ def lease_exited(
     the job on its own). A gang on several nodes is settled at its first exit; the other nodes get a release.
     """
     now = now or timezone.now()
+    # The lease row first, as every settlement path takes it (then the ledger's accounts): repeated or
+    # concurrent exit reports of one lease queue here.
+    Lease.objects.select_for_update().filter(pk=lease.pk).first()
     if usage is not None:
         lease_counters_save(node_id=node.pk, counters=[usage], now=now)
     LeaseUsage.objects.get_or_create(lease=lease, node=node)

@@ -18,7 +18,7 @@ from nodeagent.models import LeaseUsage, Node
 from nodeagent.services.heartbeat import nodes_mark_down
 from nodeagent.services.lease_events import leases_release_idle
 from tests.market.round_helpers import make_job
-from tests.nodeagent.agents import counters
+from tests.nodeagent.agents import counters, register
 
 pytestmark = pytest.mark.django_db
 
@@ -168,3 +168,26 @@ def test_nodes_made_without_an_agent_never_time_out(world):
     (node,) = world.nodes(world.h100, 1)
     assert nodes_mark_down(timeout_s=60, now=timezone.now() + timedelta(days=1)) == []
     assert Node.objects.get(pk=node.pk).state == Node.State.UP
+
+
+def test_a_node_drained_between_freeze_and_commit_gets_no_lease(world):
+    from market.models import BidOutcome, Round, RoundState
+
+    world.fund(world.alpha, 1000)
+    agent = register(world, "n1")
+    job = make_job(world.alpha, world.alice, gpus=2, limits={world.h100: 5})
+    rnd = Round.objects.create(slot=timezone.now(), period_s=300)
+    rounds.round_advance(round_id=rnd.pk, stop_after=RoundState.CLEARED)
+    call_command_out("node", "drain", agent.node.name)
+    done = rounds.round_advance(round_id=rnd.pk)
+    assert (done.winners, done.skipped) == (0, 1)
+    assert BidOutcome.objects.get(job=job).reason == "gpus_unavailable_during_round"
+    assert not job.leases.exists()
+
+
+def test_a_lease_left_on_a_down_node_is_settled_by_the_next_check(running):
+    _, agent, job, lease = running
+    Node.objects.filter(pk=agent.node.pk).update(state=Node.State.DOWN)  # as if the commit raced the check
+    assert nodes_mark_down(timeout_s=60) == []
+    lease.refresh_from_db()
+    assert (lease.state, lease.end_reason) == (LeaseState.ENDED, EndReason.NODE_LOST)
