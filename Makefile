@@ -53,6 +53,7 @@ bench: install
 	$(PY) bench/simulate.py
 	$(PY) bench/round.py
 	$(PY) bench/api.py
+	$(PY) bench/usage.py
 
 clean:
 	rm -rf $(VENV) var

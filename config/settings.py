@@ -178,6 +178,7 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "market.models.jobs.JobState",
         "LeaseStateEnum": "market.models.leases.LeaseState",
         "RoundStateEnum": "market.models.rounds.RoundState",
+        "NodeStateEnum": "nodeagent.models.Node.State",
     },
 }
 
@@ -251,6 +252,16 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": float(env_int("ALLOWANCE_TICK_SECONDS", 300, minimum=10)),
         "options": {"expires": 300.0},
     },
+}
+# Node agents (docs/agent.md): how often they heartbeat and long-poll, and when a silent node is lost.
+AGENT_HEARTBEAT_SECONDS = env_int("AGENT_HEARTBEAT_SECONDS", 15, minimum=1)
+AGENT_POLL_SECONDS = env_int("AGENT_POLL_SECONDS", 20, minimum=1)
+NODE_DOWN_SECONDS = env_int("NODE_DOWN_SECONDS", 60, minimum=AGENT_HEARTBEAT_SECONDS + 1)
+NODE_CHECK_SECONDS = env_int("NODE_CHECK_SECONDS", 15, minimum=1)
+CELERY_BEAT_SCHEDULE["nodes-check"] = {
+    "task": "nodeagent.nodes_check",
+    "schedule": float(NODE_CHECK_SECONDS),
+    "options": {"expires": float(NODE_CHECK_SECONDS)},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

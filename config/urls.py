@@ -13,6 +13,7 @@ from config import api
 api_v1 = [
     path("", include("accounts.urls")),
     path("", include("market.urls")),
+    path("", include("nodeagent.urls")),
 ]
 
 urlpatterns = [

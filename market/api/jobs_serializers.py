@@ -19,6 +19,7 @@ from market.models import Bid, BidOutcome, GpuType, Job, JobState, JournalEntry,
 from market.money import format_credits
 from market.selectors.jobs import gpu_types_by_name
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
+from nodeagent.selectors.usage import usage_combined
 
 HOURS_DECIMALS = 4
 
@@ -294,6 +295,18 @@ class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         read_only_fields = fields
 
 
+class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """What the node agents measured, cumulative from the job's start, summed over the gang's nodes."""
+
+    gpu_seconds = serializers.FloatField(help_text="GPUs held x seconds: what the lease is charged for.")
+    energy_j = serializers.FloatField()
+    util_avg = serializers.FloatField(help_text="Mean GPU utilisation, percent.")
+    util_max = serializers.FloatField()
+    mem_avg_mb = serializers.FloatField()
+    mem_max_mb = serializers.FloatField()
+    samples = serializers.IntegerField()
+
+
 class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -302,6 +315,7 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     hold_amount = serializers.SerializerMethodField(help_text="Micro-credits held for this lease.")
     hold_amount_credits = serializers.SerializerMethodField()
     charged_credits = serializers.SerializerMethodField()
+    usage = serializers.SerializerMethodField()
 
     class Meta:
         model = Lease
@@ -326,8 +340,14 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "end_reason",
             "charged",
             "charged_credits",
+            "usage",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(LeaseUsageSerializer(allow_null=True))
+    def get_usage(self, lease: Lease) -> dict[str, Any] | None:
+        rows = getattr(lease, "usage_rows", None)
+        return dict(LeaseUsageSerializer(usage_combined(rows)).data) if rows else None
 
     def get_price_credits(self, lease: Lease) -> str:
         return format_credits(lease.price)
@@ -400,6 +420,9 @@ class JobDetailSerializer(JobSerializer):
     outcomes = OutcomeSerializer(many=True, source="latest_outcomes", read_only=True)
     leases = LeaseSerializer(many=True, source="lease_rows", read_only=True)
     charges = ChargeSerializer(many=True, read_only=True)
+    log_tail = serializers.SerializerMethodField(
+        help_text="The last 64 KiB of the job's output, from its newest lease that reported any."
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [
@@ -409,5 +432,13 @@ class JobDetailSerializer(JobSerializer):
             "outcomes",
             "leases",
             "charges",
+            "log_tail",
         ]
         read_only_fields = fields
+
+    def get_log_tail(self, job: Job) -> str:
+        for lease in reversed(job.lease_rows):  # type: ignore[attr-defined]
+            tail = usage_combined(lease.usage_rows).log_tail if lease.usage_rows else ""
+            if tail:
+                return tail
+        return ""

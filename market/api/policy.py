@@ -66,6 +66,9 @@ class MarketPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-
     starve_rounds = _knob("starve_rounds", "Rounds a gang waits before nodes are reserved for it.")
     max_reservations = _knob("max_reservations", "Nodes reserved for starving gangs per GPU type, at most.")
     retention_days = _knob("retention_days", "Days round books, bid outcomes and old commands are kept.")
+    energy_price_kwh = _knob("energy_price_kwh", "Micro-credits per measured kWh added to charges; 0: none.")
+    idle_util_pct = _knob("idle_util_pct", "Release leases whose GPUs stay below this utilisation; 0: off.")
+    idle_seconds = _knob("idle_seconds", "How long a lease may stay below idle_util_pct, seconds.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         _refuse_unknown(self, "a market policy setting")

@@ -22,6 +22,7 @@ class EndReason(models.TextChoices):
     EXPIRED = "expired", "Expired"
     CANCELLED = "cancelled", "Cancelled"
     NODE_LOST = "node_lost", "Node lost"
+    IDLE = "idle", "Released idle"  # the idle policy: its GPUs stayed under the threshold too long
 
 
 class Lease(models.Model):

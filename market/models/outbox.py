@@ -30,6 +30,9 @@ class Command(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     acked_at = models.DateTimeField(null=True, blank=True)
+    # The agent's answer (db_default: the round commit inserts commands in bulk, naming its columns): "applied" or "refused" (a stale fence or a passed expiry), and why.
+    result = models.CharField(max_length=16, blank=True, db_default="")
+    result_detail = models.CharField(max_length=500, blank=True, db_default="")
 
     class Meta:
         ordering = ["id"]

@@ -23,6 +23,13 @@ class MarketPolicy(models.Model):
         default=30,
         help_text="Days a round's book, per-bid outcomes and acknowledged commands are kept (summaries stay).",
     )
+    energy_price_kwh = models.BigIntegerField(
+        default=0, help_text="Micro-credits per measured kWh, added to a lease's charge; 0: none."
+    )
+    idle_util_pct = models.PositiveIntegerField(
+        default=0, help_text="A lease whose GPUs stay below this utilisation is released; 0: off."
+    )
+    idle_seconds = models.PositiveIntegerField(default=1800, help_text="How long below idle_util_pct.")
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

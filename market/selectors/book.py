@@ -67,15 +67,16 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
     )
     node_ix = {pk: i for i, (pk, *_rest) in enumerate(node_rows)}
     domains = {d: i for i, d in enumerate(sorted({row[3] for row in node_rows}))}
-    gpus = list(Gpu.objects.values_list("pk", "node_id", "index"))
+    gpus = list(Gpu.objects.values_list("pk", "node_id", "index", "healthy", "absent"))
     capacity = np.zeros(len(node_rows), dtype=np.int32)
-    for _pk, node_id, index in gpus:
+    for _pk, node_id, index, *_health in gpus:
         capacity[node_ix[node_id]] = max(capacity[node_ix[node_id]], index + 1)
     width = int(capacity.max()) if len(node_rows) else 0
     present = np.zeros((len(node_rows), width), dtype=np.bool_)
     gpu_slot: dict[int, tuple[int, int]] = {}
-    for pk, node_id, index in gpus:
-        present[node_ix[node_id], index] = True
+    for pk, node_id, index, healthy, absent in gpus:
+        # An unhealthy GPU, or one missing from its node's last registration, takes no new work.
+        present[node_ix[node_id], index] |= healthy and not absent
         gpu_slot[pk] = (node_ix[node_id], index)
 
     tenants = list(Tenant.objects.filter(active=True).order_by("slug"))
@@ -108,6 +109,7 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
     ]
     leases = _leases(lease_rows, lease_gpus, tenant_ix, type_ix)
 
+    # Only an up node takes new work: not a down, draining or retired one.
     up = np.array([row[4] == Node.State.UP for row in node_rows], dtype=np.bool_)
     nodes = Nodes(
         names=tuple(row[1] for row in node_rows),

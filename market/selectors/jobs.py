@@ -67,7 +67,7 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
 
     The job comes back with these attributes set: `history` (every Bid, oldest first, with its actor),
     `latest_outcomes` (the newest OUTCOMES_SHOWN outcomes) and `outcomes_count`, `lease_rows` (its leases,
-    oldest first, each with `gpus_bound` and `hold_amount`) and `charges` (the journal entries of the
+    oldest first, each with `gpus_bound`, `usage_rows` and `hold_amount`) and `charges` (the journal entries of the
     leases' holds, oldest first, each with its hold and `lease_id`).
     """
     outcome_count = (
@@ -81,7 +81,10 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
     gpus = LeaseGpu.objects.select_related("gpu").order_by("gpu__index", "pk")
     leases = (
         Lease.objects.select_related("node", "gpu_type")
-        .prefetch_related(Prefetch("lease_gpus", queryset=gpus, to_attr="gpus_bound"))
+        .prefetch_related(
+            Prefetch("lease_gpus", queryset=gpus, to_attr="gpus_bound"),
+            Prefetch("usage", to_attr="usage_rows"),  # what the agents measured (nodeagent.LeaseUsage)
+        )
         .order_by("started_at", "pk")
     )
     job = (
@@ -146,7 +149,8 @@ def largest_gangs(*, gpu_types: Iterable[GpuType]) -> dict[int, int]:
         return dict(cached)
     groups = (
         Gpu.objects.filter(node__gpu_type_id__in=ids)
-        .exclude(node__state=Node.State.DOWN)
+        .exclude(node__state__in=[Node.State.DOWN, Node.State.RETIRED])
+        .filter(absent=False)
         .values_list("node__gpu_type_id", "node__topology_domain")
         .annotate(n=Count("pk"))
         .order_by()

@@ -24,6 +24,7 @@ from market.models import (
     LeaseState,
 )
 from market.services.ledger import ledger_settle
+from nodeagent.selectors.usage import measured_charge
 
 # How long an agent has to pick up a stop command before it is considered lost (the agent work re-sends).
 STOP_COMMAND_TTL = timedelta(hours=1)
@@ -36,17 +37,12 @@ _JOB_AFTER = {
     EndReason.EXPIRED: JobState.EXPIRED,
     EndReason.CANCELLED: JobState.CANCELLED,
     EndReason.NODE_LOST: JobState.PENDING,
+    EndReason.IDLE: JobState.FAILED,
 }
 
 
 def settle_key(lease_id: int) -> str:
     return f"lease:{lease_id}:settle"
-
-
-def lease_charge(*, gpus: int, price: int, seconds: float) -> int:
-    """Micro-credits for holding `gpus` for `seconds` at `price` per GPU-hour, rounded up."""
-    whole = max(0, int(seconds))
-    return -((-gpus * price * whole) // 3600)
 
 
 def lease_nodes(lease_id: int) -> list[int]:
@@ -117,8 +113,9 @@ def lease_running(*, lease_id: int, now: datetime | None = None) -> Lease:
 def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: datetime | None = None) -> Lease:
     """The job's processes are gone: free the GPUs, settle the hold, and move the job on.
 
-    The charge is the time held (from allocation to now) at the lease's price, never more than the hold;
-    the rest of the hold is released. `reason` is used only when no stop was requested (the job exited by
+    The charge is what the agents measured (nodeagent.selectors.usage.measured_charge: GPU-seconds at the
+    lease's price, plus energy at the policy's price), never more than the hold; the rest of the hold is
+    released. `reason` is used only when no stop was requested (the job exited by
     itself: completed or failed); a requested stop keeps its own reason.
     """
     now = now or timezone.now()
@@ -128,9 +125,7 @@ def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: dateti
     # Lock order (docs/rounds.md §Lock order): the lease, its job, then the hold and the accounts.
     Job.objects.select_for_update().filter(pk=lease.job_id).first()
     final = EndReason(lease.end_reason) if lease.end_reason else (reason or EndReason.COMPLETED)
-    charge = lease_charge(
-        gpus=lease.gpus, price=lease.price, seconds=(now - lease.started_at).total_seconds()
-    )
+    charge = measured_charge(lease_id=lease.pk, price=lease.price)
     entry = ledger_settle(hold_key=lease.hold_key, charge=charge, key=settle_key(lease.pk))
     LeaseGpu.objects.filter(lease=lease, active=True).update(active=False)
     lease.state, lease.ended_at, lease.end_reason = LeaseState.ENDED, now, final

@@ -31,6 +31,9 @@ POLICY_LIMITS: dict[str, tuple[int, int]] = {
     "starve_rounds": (1, 1_000),
     "max_reservations": (0, 1_000),
     "retention_days": (1, 3_650),
+    "energy_price_kwh": (0, 1_000_000_000),
+    "idle_util_pct": (0, 100),
+    "idle_seconds": (60, 7 * DAY),
 }
 WEIGHT_LIMITS = (1, 1_000_000)
 GUARANTEE_MAX = 1_000_000

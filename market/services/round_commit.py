@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
-from django.db.models import F
+from django.db.models import F, Q
 
 from accounts.models import Tenant
 from allocator import REASON_NAMES, TIER_NAMES, Book, Result
@@ -50,6 +50,7 @@ SKIP_CHANGED = "job_changed_during_round"
 SKIP_GPUS_TAKEN = "gpus_taken_during_round"
 SKIP_BUDGET = "over_budget_at_commit"
 SKIP_HOLD_CONFLICT = "hold_key_conflict"
+SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
 
 
 def hold_key(round_id: int, job_id: int) -> str:
@@ -75,9 +76,9 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     node_id_of = np.array([nodes[name] for name in result.node_names], dtype=np.int64)
     gpu_of = {
         (node_id, index): (pk, uuid)
-        for pk, node_id, index, uuid in Gpu.objects.filter(node_id__in=nodes.values()).values_list(
-            "pk", "node_id", "index", "uuid"
-        )
+        for pk, node_id, index, uuid in Gpu.objects.filter(
+            node_id__in=nodes.values(), absent=False
+        ).values_list("pk", "node_id", "index", "uuid")
     }
 
     w = result.winners
@@ -118,6 +119,12 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
             "gpu_id", flat=True
         )
     )
+    # A node that went down, draining or retired since the freeze, or a GPU reported unhealthy, takes no work.
+    unavailable = set(
+        Gpu.objects.filter(pk__in=[g[0] for gang in gangs for g in gang])
+        .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
+        .values_list("pk", flat=True)
+    )
     skipped: dict[int, str] = {}
     candidates = []
     for i, job_id in enumerate(win_jobs):
@@ -126,6 +133,8 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
             skipped[job_id] = SKIP_CHANGED
         elif any(g[0] in taken for g in gangs[i]):
             skipped[job_id] = SKIP_GPUS_TAKEN
+        elif any(g[0] in unavailable for g in gangs[i]):
+            skipped[job_id] = SKIP_UNAVAILABLE
         else:
             candidates.append(i)
 

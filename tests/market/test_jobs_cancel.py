@@ -30,6 +30,7 @@ from market.selectors.policy import current_fence
 from market.services.jobs import JobFinished, job_cancel, job_submit
 from market.services.leases import lease_request_stop, lease_stopped, settle_key
 from market.services.ledger import ledger_hold
+from nodeagent.models import LeaseUsage
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db
@@ -140,6 +141,8 @@ def test_cancel_running_job_releases_its_lease_then_settles(
     )
     assert Command.objects.filter(lease=lease).count() == 1
 
+    # Settlement charges what the agent measured: its 4 GPUs for the 900 s the job ran.
+    LeaseUsage.objects.create(lease=lease, node=lease.node, gpu_seconds=4 * 900, samples=900)
     lease_stopped(lease_id=lease.pk)
     lease.refresh_from_db()
     job.refresh_from_db()
@@ -153,8 +156,8 @@ def test_cancel_running_job_releases_its_lease_then_settles(
     assert ledger_problems() == []
 
     client, path = w.client(w.amy), url(job)
-    # auth 3, tenant, job, bids, outcomes, leases, their GPUs, ledger entries, types
-    with django_assert_max_num_queries(11):
+    # auth 3, tenant, job, bids, outcomes, leases, their GPUs, their usage, ledger entries, types
+    with django_assert_max_num_queries(12):
         detail = client.get(path).json()
     (shown,) = detail["leases"]
     assert {k: shown[k] for k in ("id", "node", "tier", "price", "state", "end_reason", "charged")} == {
@@ -166,6 +169,7 @@ def test_cancel_running_job_releases_its_lease_then_settles(
         "end_reason": "cancelled",
         "charged": charge,
     }
+    assert shown["usage"]["gpu_seconds"] == 4 * 900 and shown["usage"]["samples"] == 900
     assert shown["hold_amount"] == hold.amount and shown["hold_amount_credits"] == "24"
     assert [(g["index"], g["uuid"]) for g in shown["bound_gpus"]] == [
         (i, f"GPU-{lease.node.name}-{i}") for i in range(4)

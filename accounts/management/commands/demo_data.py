@@ -3,6 +3,7 @@ per tenant, and an API token. Running it again changes nothing that is already t
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +16,14 @@ from accounts import services as accounts_services
 from accounts.models import ApiToken, Role, Tenant, User
 from accounts.tokens import TOKEN_PREFIX, token_create
 from market.money import MICRO
+from market.selectors.jobs import largest_gangs
 from market.services import gpu_types, ledger
 from market.services.allowance import allowance_set
 
 DEMO_PASSWORD = "demo-password-123"
 GPU_TYPES = [("H100", 80, 2.0, 20.0), ("A100", 80, 1.2, 12.0)]
-# Simulated GPU machines: (name, type, topology domain, GPUs). Real nodes register through their agents.
+# Simulated GPU machines: (name, type, topology domain, GPUs). Each registers through its own agent (sim
+# backend), started by scripts/demo_agents.py from the Procfile, as a real machine would.
 NODES = [
     ("sim-h100-0", "H100", "rack-a", 8),
     ("sim-h100-1", "H100", "rack-a", 8),
@@ -36,6 +39,8 @@ DEMO_JOBS = [
     ("nlp", "tokenizer-eval", 1, [("A100", 1.5)], 1),
     ("speech", "asr-small", 4, [("A100", 1.8)], 4),
 ]
+# The demo jobs really run (on the simulated nodes' agents): the daemon's demo job, computing for a while.
+DEMO_JOB_SECONDS = 300
 # (slug, name, weight, guarantees by type, budget in credits)
 TENANTS = [
     ("vision", "Vision", 2, {"H100": 4, "A100": 4}, 5_000),
@@ -60,7 +65,7 @@ class Command(BaseCommand):
                 )
                 for name, mem, r, m in GPU_TYPES
             }
-            self._nodes(types)
+            self._nodes(types, admin)
             for slug, name, weight, guarantees, budget in TENANTS:
                 tenant = Tenant.objects.filter(slug=slug).first() or accounts_services.tenant_create(
                     name=name, slug=slug, weight=weight, actor=admin
@@ -89,19 +94,25 @@ class Command(BaseCommand):
                 )
             self._jobs(types)
             secret = self._demo_token()
-        self._print_help(secret)
+        if options["verbosity"] > 0:
+            self._print_help(secret)
 
     def _jobs(self, types: dict[str, Any]) -> None:
-        """A few pending jobs, so the first rounds have something to clear (idempotency keys: no repeats)."""
+        """A few pending jobs, so the first rounds have something to clear (idempotency keys: no repeats).
+
+        A job is submitted once nodes of its types have registered (a gang larger than any node group is
+        refused); scripts/demo_agents.py runs this command again once its agents have registered."""
         from market.services.jobs import job_submit
 
         for slug, name, gpus, bids, hours in DEMO_JOBS:
             tenant = Tenant.objects.get(slug=slug)
+            if gpus > max(largest_gangs(gpu_types=[types[t] for t, _ in bids]).values()):
+                continue
             job_submit(
                 tenant=tenant,
                 submitter=User.objects.get(username=f"{slug}-member"),
                 name=name,
-                command=f"python train.py --run {name}",
+                command=f"python -m nodeagent.agent.demo_job --seconds {DEMO_JOB_SECONDS}",
                 gpus=gpus,
                 bids=[(types[t], int(price * MICRO)) for t, price in bids],
                 max_seconds=int(hours * 3600),
@@ -110,19 +121,29 @@ class Command(BaseCommand):
                 request_digest=f"demo-{name}",
             )
 
-    def _nodes(self, types: dict[str, Any]) -> None:
-        from nodeagent.models import Gpu, Node
+    def _nodes(self, types: dict[str, Any], admin: User) -> None:
+        """One state directory per demo node under var/agents/, where scripts/demo_agents.py starts a
+        simulated agent: a node not registered yet gets a bootstrap token there (kept while still usable);
+        a registered one keeps the credential its agent wrote there."""
+        from nodeagent.models import Node
+        from nodeagent.services.registration import bootstrap_token_create, bootstrap_token_usable
 
         for name, type_name, domain, count in NODES:
-            node, _ = Node.objects.get_or_create(
-                name=name, defaults={"gpu_type": types[type_name], "topology_domain": domain}
+            state = Path(settings.VAR_DIR) / "agents" / name
+            state.mkdir(parents=True, exist_ok=True)
+            (state / "demo.json").write_text(
+                json.dumps({"gpus": count, "model": f"NVIDIA {type_name} 80GB (simulated)"}) + "\n"
             )
-            for index in range(count):
-                Gpu.objects.get_or_create(
-                    node=node,
-                    index=index,
-                    defaults={"uuid": f"GPU-SIM-{name}-{index}", "model": f"NVIDIA {type_name} (simulated)"},
-                )
+            if Node.objects.filter(name=name).exists():
+                continue
+            token = state / "bootstrap_token"
+            if token.exists() and bootstrap_token_usable(raw=token.read_text().strip()) is not None:
+                continue
+            secret = bootstrap_token_create(
+                actor=admin, name=name, gpu_type=types[type_name], topology_domain=domain
+            ).secret
+            token.write_text(secret + "\n")
+            token.chmod(0o600)
 
     def _user(self, username: str, *, staff: bool = False) -> User:
         user = User.objects.filter(username=username).first()
@@ -161,3 +182,6 @@ class Command(BaseCommand):
         out("  API docs:     http://127.0.0.1:8000/api/docs/")
         out(f"  API token:    {secret}  (vision-owner in vision; also in var/demo_token)")
         out(f"  Try:          curl -H 'Authorization: Bearer {secret}' http://127.0.0.1:8000/api/v1/me")
+        out(
+            f"  GPU nodes:    {len(NODES)} simulated agents, state under var/agents/ (scripts/demo_agents.py)"
+        )

@@ -1,0 +1,234 @@
+"""Shapes of the agent API and the admins' node API (docs/agent.md)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from market.models import GpuType
+from nodeagent.models import BootstrapToken, Gpu, Node
+from nodeagent.services.registration import GpuInfo
+from nodeagent.services.usage_parse import LOG_TAIL_MAX, MAX_GPUS, MAX_LEASES
+
+# Agent requests
+
+
+class GpuInfoSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    uuid = serializers.CharField(max_length=96)
+    index = serializers.IntegerField(min_value=0, max_value=255)
+    model = serializers.CharField(max_length=128, allow_blank=True)
+    memory_mb = serializers.IntegerField(min_value=0, max_value=10**8)
+
+
+class RegisterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.RegexField(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=128,
+        required=False,
+        allow_blank=True,
+        help_text="The node's name (letters, digits, . _ -); a bootstrap token that names one overrides it.",
+    )
+    agent_version = serializers.CharField(max_length=64, allow_blank=True, default="")
+    gpus = GpuInfoSerializer(many=True, help_text="Every GPU NVML reports on the machine.")
+
+    def gpu_infos(self) -> list[GpuInfo]:
+        return [GpuInfo(**g) for g in self.validated_data["gpus"]]
+
+
+class GpuHealthSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    uuid = serializers.CharField(max_length=96)
+    healthy = serializers.BooleanField()
+    error = serializers.CharField(max_length=500, allow_blank=True, default="")
+
+
+class HeartbeatSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    boot_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+    gpus = GpuHealthSerializer(many=True, required=False, default=list)
+    leases = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        max_length=MAX_LEASES,
+        required=False,
+        default=list,
+        help_text="Leases whose jobs the agent has running.",
+    )
+
+
+class CommandsQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    after = serializers.IntegerField(min_value=0, default=0, help_text="The last command id already seen.")
+    wait = serializers.IntegerField(
+        min_value=0, max_value=25, default=0, help_text="Seconds to hold the request until a command exists."
+    )
+
+
+class AckSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    result = serializers.ChoiceField(choices=["applied", "refused"])
+    detail = serializers.CharField(max_length=500, allow_blank=True, default="")
+
+
+class StartedSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class CountersSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Cumulative from the job's start on this node."""
+
+    gpu_seconds = serializers.FloatField(min_value=0, help_text="GPUs held x seconds since the job started.")
+    energy_j = serializers.FloatField(min_value=0)
+    util_avg = serializers.FloatField(min_value=0, max_value=100)
+    util_max = serializers.FloatField(min_value=0, max_value=100)
+    mem_avg_mb = serializers.FloatField(min_value=0)
+    mem_max_mb = serializers.FloatField(min_value=0)
+    samples = serializers.IntegerField(min_value=0)
+    log_tail = serializers.CharField(
+        required=False, allow_blank=True, help_text=f"The job's last {LOG_TAIL_MAX} characters of output."
+    )
+
+
+class LeaseCountersSerializer(CountersSerializer):
+    lease = serializers.IntegerField(min_value=1)
+
+
+class ExitedSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    exit_code = serializers.IntegerField(allow_null=True, min_value=-(2**31), max_value=2**31 - 1)
+    signal = serializers.IntegerField(
+        allow_null=True, required=False, default=None, min_value=0, max_value=128
+    )
+    stopped_by = serializers.ChoiceField(
+        choices=["preempt", "release", "expiry"], allow_null=True, required=False, default=None
+    )
+    usage = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The final counters (see CountersSerializer).",
+    )
+
+
+class ProcessSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    pid = serializers.IntegerField(min_value=0)
+    used_mb = serializers.FloatField(min_value=0)
+    lease = serializers.IntegerField(allow_null=True, help_text="null: no lease of this node covers the GPU.")
+
+
+class GpuSampleSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    uuid = serializers.CharField(max_length=96)
+    at = serializers.DateTimeField()
+    healthy = serializers.BooleanField()
+    util_pct = serializers.FloatField(min_value=0, max_value=100)
+    mem_used_mb = serializers.FloatField(min_value=0)
+    power_w = serializers.FloatField(min_value=0)
+    energy_j = serializers.FloatField(min_value=0, help_text="The GPU's total energy counter.")
+    processes = ProcessSerializer(many=True)
+
+
+class UsageReportSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Documents the report for the schema; nodeagent.services.usage_parse checks it (field by field, fast)."""
+
+    boot_epoch = serializers.IntegerField(min_value=0)
+    seq = serializers.IntegerField(min_value=1, help_text="From 1 in each boot epoch, one more per report.")
+    sent_at = serializers.DateTimeField()
+    gpus = GpuSampleSerializer(many=True, help_text=f"At most {MAX_GPUS}.")
+    leases = LeaseCountersSerializer(many=True, help_text=f"At most {MAX_LEASES}.")
+
+
+# Agent responses
+
+
+class RegisteredSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    node = serializers.IntegerField()
+    name = serializers.CharField()
+    credential = serializers.CharField(required=False, help_text="gpn_…, only on the first registration.")
+    heartbeat_seconds = serializers.IntegerField()
+    poll_seconds = serializers.IntegerField()
+
+
+class HeartbeatReplySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    state = serializers.ChoiceField(choices=Node.State.choices)
+    fence = serializers.IntegerField(help_text="The newest round's id.")
+    server_time = serializers.DateTimeField()
+
+
+class CommandSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    id = serializers.IntegerField()
+    kind = serializers.CharField()
+    lease = serializers.IntegerField(source="lease_id")
+    fence = serializers.IntegerField()
+    expires_at = serializers.DateTimeField()
+    payload = serializers.JSONField()
+
+
+class CommandsSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    commands = CommandSerializer(many=True)
+
+
+class AckedSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    acked = serializers.IntegerField()
+
+
+class LeaseReplySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    lease = serializers.IntegerField(source="pk")
+    state = serializers.CharField()
+    end_reason = serializers.CharField()
+    charged = serializers.IntegerField(allow_null=True, help_text="Micro-credits, once settled.")
+
+
+# Admin
+
+
+class BootstrapCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = serializers.RegexField(
+        r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128, required=False, allow_blank=True, default=""
+    )
+    gpu_type = serializers.SlugRelatedField(
+        slug_field="name", queryset=GpuType.objects.all(), required=False, allow_null=True, default=None
+    )
+    topology_domain = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    ttl_hours = serializers.IntegerField(min_value=1, max_value=720, default=24)
+
+
+class BootstrapTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    token = serializers.SerializerMethodField(help_text="The secret, shown this once.")
+
+    class Meta:
+        model = BootstrapToken
+        fields = ["id", "prefix", "token", "name", "gpu_type", "topology_domain", "created_at", "expires_at"]
+        read_only_fields = fields
+
+    def get_token(self, obj: BootstrapToken) -> str:
+        return str(self.context["secret"])
+
+
+class GpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    class Meta:
+        model = Gpu
+        fields = ["index", "uuid", "model", "memory_mb", "healthy", "error", "absent"]
+        read_only_fields = fields
+
+
+class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpus = GpuSerializer(many=True, source="gpu_rows", read_only=True)
+
+    class Meta:
+        model = Node
+        fields = [
+            "id",
+            "name",
+            "gpu_type",
+            "topology_domain",
+            "state",
+            "agent_version",
+            "boot_epoch",
+            "last_heartbeat",
+            "down_since",
+            "drained_at",
+            "retired_at",
+            "created_at",
+            "gpus",
+        ]
+        read_only_fields = fields
+
+
+class NodeFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    state = serializers.ChoiceField(choices=Node.State.choices, required=False)

@@ -1,0 +1,135 @@
+"""Liveness: heartbeats bring a node up, the timeout takes it down (docs/agent.md §Protocol, `heartbeat`).
+
+A node down past the timeout loses its leases: each is settled for what its agents reported and its job goes
+back to pending (end reason node_lost). A node that heartbeats again comes back in the state its admin left it
+(up or draining); the jobs it still runs for leases that were settled meanwhile get a release command.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from accounts.audit import audit
+from market.models import LIVE_LEASE_STATES, Command, CommandKind, EndReason, Lease, LeaseGpu, LeaseState
+from market.selectors.policy import current_fence
+from market.services.leases import STOP_COMMAND_TTL, stop_payload
+from nodeagent.models import Gpu, Node
+from nodeagent.services.admin import live_lease_ids
+from nodeagent.services.lease_events import lease_abandon
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GpuHealth:
+    uuid: str
+    healthy: bool
+    error: str
+
+
+def _state_when_back(node: Node) -> str:
+    if node.retired_at is not None:
+        return Node.State.RETIRED
+    return Node.State.DRAINING if node.drained_at is not None else Node.State.UP
+
+
+@transaction.atomic
+def node_heartbeat(
+    *, node: Node, boot_epoch: int, gpus: list[GpuHealth], leases: list[int], now: datetime | None = None
+) -> Node:
+    """Record that the node is alive, its GPUs' health and the leases whose jobs it runs."""
+    now = now or timezone.now()
+    node = Node.objects.select_for_update().get(pk=node.pk)
+    fields = ["last_heartbeat", "boot_epoch"]
+    node.last_heartbeat, node.boot_epoch = now, max(node.boot_epoch, boot_epoch)
+    if node.state == Node.State.DOWN:
+        node.state, node.down_since = _state_when_back(node), None
+        fields += ["state", "down_since"]
+        audit(actor=None, tenant=None, action="node.up", detail={"node": node.name, "state": node.state})
+    node.save(update_fields=fields)
+    _gpu_health(node, gpus)
+    _release_settled(node, leases, now)
+    return node
+
+
+def _gpu_health(node: Node, gpus: list[GpuHealth]) -> None:
+    """Update only the GPUs whose health changed (a heartbeat usually changes nothing)."""
+    current = {u: (h, e) for u, h, e in Gpu.objects.filter(node=node).values_list("uuid", "healthy", "error")}
+    for gpu in gpus:
+        if gpu.uuid in current and current[gpu.uuid] != (gpu.healthy, gpu.error):
+            Gpu.objects.filter(node=node, uuid=gpu.uuid).update(healthy=gpu.healthy, error=gpu.error[:500])
+            if not gpu.healthy:
+                log.warning("node %s: GPU %s unhealthy: %s", node.name, gpu.uuid, gpu.error)
+
+
+def _release_settled(node: Node, leases: list[int], now: datetime) -> None:
+    """Jobs the agent runs for leases already settled (the node was declared lost meanwhile) must stop."""
+    ended = Lease.objects.filter(pk__in=leases, state=LeaseState.ENDED, lease_gpus__gpu__node=node).distinct()
+    for lease in ended:
+        Command.objects.get_or_create(
+            lease=lease,
+            node=node,
+            kind=CommandKind.RELEASE,
+            defaults={
+                "payload": stop_payload(lease, CommandKind.RELEASE),
+                "fence": current_fence(),
+                "expires_at": now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
+            },
+        )
+
+
+def nodes_mark_down(*, timeout_s: int, now: datetime | None = None) -> list[int]:
+    """Mark DOWN every agent-registered node silent for timeout_s, then settle its leases (node_lost).
+
+    Each node is claimed with a conditional UPDATE, so two beats at once lose each node once. Nodes made
+    without an agent (no credential) have no heartbeat to miss and are left alone.
+    """
+    now = now or timezone.now()
+    cutoff = now - timedelta(seconds=timeout_s)
+    silent = Q(last_heartbeat__lt=cutoff) | Q(last_heartbeat__isnull=True, created_at__lt=cutoff)
+    candidates = (
+        Node.objects.filter(state__in=[Node.State.UP, Node.State.DRAINING])
+        .exclude(credential_digest="")
+        .filter(silent)
+        .values_list("pk", flat=True)
+    )
+    lost = []
+    for node_id in candidates:
+        with transaction.atomic():
+            claimed = (
+                Node.objects.filter(pk=node_id, state__in=[Node.State.UP, Node.State.DRAINING])
+                .filter(silent)
+                .update(state=Node.State.DOWN, down_since=now)
+            )
+            if claimed:
+                node = Node.objects.get(pk=node_id)
+                audit(actor=None, tenant=None, action="node.down", detail={"node": node.name})
+                lost.append(node_id)
+        if claimed:
+            node_lost(node=node, now=now)
+    # A round that committed while its node was being marked down can leave a lease on a down node: settle it
+    # on the next check.
+    for node in Node.objects.filter(state=Node.State.DOWN, pk__in=_nodes_with_live_leases()):
+        node_lost(node=node, now=now)
+    return lost
+
+
+def _nodes_with_live_leases() -> QuerySet[LeaseGpu, int]:
+    live = (*LIVE_LEASE_STATES, LeaseState.STOPPING)
+    return LeaseGpu.objects.filter(lease__state__in=live).values_list("gpu__node_id", flat=True)
+
+
+def node_lost(*, node: Node, now: datetime | None = None) -> list[int]:
+    """Settle every lease with a GPU on the node for what was reported; their jobs go back to pending."""
+    ids = live_lease_ids(node)
+    for lease_id in ids:
+        lease_abandon(lease_id=lease_id, reason=EndReason.NODE_LOST, now=now)
+    if ids:
+        log.warning("node %s lost: leases %s settled, their jobs requeued", node.name, ids)
+    return ids

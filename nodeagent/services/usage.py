@@ -1,0 +1,219 @@
+"""Usage ingestion (ARCHITECTURE.md §Money: "node+epoch+seq for usage"; docs/agent.md §Billing).
+
+A batch of reports is written in a fixed number of statements, whatever its size:
+
+- the reports themselves, `ON CONFLICT DO NOTHING` on (node, boot epoch, seq): a repeated report is stored once;
+- the high-water mark per (node, boot epoch): the largest seq seen;
+- each lease's counters on each node: every cumulative counter keeps the largest value seen (GREATEST), and the
+  averages and the log tail come from the report with the most samples, so a duplicated or late report
+  changes nothing and reports may arrive in any order.
+
+Counters for a lease the node has no GPU of, or for a lease already settled, are dropped: a node acts only on
+its own leases, and a settled lease's charge is final.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, models, transaction
+from django.utils import timezone
+
+from market.models import Lease, LeaseGpu, LeaseState
+from market.selectors.policy import market_policy
+from nodeagent.models import LeaseUsage, UsageMark, UsageReport
+from nodeagent.services.usage_parse import LeaseCounters, Report
+
+
+def _greatest() -> str:
+    return "GREATEST" if connection.vendor == "postgresql" else "MAX"
+
+
+def _upsert(model: type[models.Model], columns: dict[str, list[Any]], conflict: str) -> None:
+    """INSERT rows given as columns, then `conflict` (an ON CONFLICT clause): one statement either way.
+
+    PostgreSQL gets the rows by COPY (_pg_upsert); SQLite (the local demo) as a VALUES list."""
+    fields = [model._meta.get_field(name) for name in columns]
+    if connection.vendor == "postgresql":
+        _pg_upsert(model, fields, columns, conflict)
+        return
+    adapt = [_sqlite_adapter(f) for f in fields]
+    rows = [[a(v) for a, v in zip(adapt, row, strict=True)] for row in zip(*columns.values(), strict=True)]
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {model._meta.db_table} ({', '.join(f.column for f in fields)}) "
+            f"VALUES {', '.join([one] * len(rows))} {conflict}",
+            [v for row in rows for v in row],
+        )
+
+
+def _pg_upsert(
+    model: type[models.Model], fields: list[Any], columns: dict[str, list[Any]], conflict: str
+) -> None:
+    """COPY the rows into a temporary table of this connection (emptied at each commit), then one
+    INSERT ... SELECT with the conflict clause: the rows travel as fast as a raw COPY does."""
+    table = model._meta.db_table
+    stage, cols = f"stage_{table}", ", ".join(f.column for f in fields)
+    jsonb = [f.get_internal_type() == "JSONField" for f in fields]
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    with connection.cursor() as cur:
+        cur.execute(
+            f"CREATE TEMPORARY TABLE IF NOT EXISTS {stage} ON COMMIT DELETE ROWS AS "
+            f"SELECT {cols} FROM {table} WITH NO DATA"
+        )
+        cur.execute(f"DELETE FROM {stage}")  # from an earlier call in this same transaction
+        with cur.cursor.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
+            for row in zip(*columns.values(), strict=True):
+                copy.write_row([dumps(v) if j else v for v, j in zip(row, jsonb, strict=True)])
+        cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} {conflict}")
+
+
+def _sqlite_adapter(field: models.Field) -> Any:  # type: ignore[type-arg]
+    kind = field.get_internal_type()
+    if kind == "JSONField":
+        return lambda v: json.dumps(v, separators=(",", ":"))
+    if kind == "DateTimeField":
+        return connection.ops.adapt_datetimefield_value
+    return lambda v: v
+
+
+@transaction.atomic
+def usage_ingest(*, reports: Sequence[tuple[int, Report]], now: datetime | None = None) -> None:
+    """Store a batch of (node id, report) pairs; repeating any part of it changes nothing."""
+    if not reports:
+        return
+    now = now or timezone.now()
+    _upsert(
+        UsageReport,
+        {
+            "node_id": [node_id for node_id, _ in reports],
+            "boot_epoch": [r.boot_epoch for _, r in reports],
+            "seq": [r.seq for _, r in reports],
+            "sent_at": [r.sent_at for _, r in reports],
+            "received_at": [now] * len(reports),
+            "samples": [r.gpus for _, r in reports],
+        },
+        "ON CONFLICT (node_id, boot_epoch, seq) DO NOTHING",
+    )
+    marks: dict[tuple[int, int], int] = {}
+    for node_id, r in reports:
+        key = (node_id, r.boot_epoch)
+        marks[key] = max(marks.get(key, 0), r.seq)
+    table = UsageMark._meta.db_table
+    _upsert(
+        UsageMark,
+        {
+            "node_id": [n for n, _ in marks],
+            "boot_epoch": [e for _, e in marks],
+            "seq": list(marks.values()),
+        },
+        f"ON CONFLICT (node_id, boot_epoch) DO UPDATE SET seq = {_greatest()}({table}.seq, excluded.seq)",
+    )
+    idle_pct = market_policy().idle_util_pct
+    counters: list[tuple[int, LeaseCounters, datetime | None]] = []
+    for node_id, r in reports:
+        util = r.lease_util() if idle_pct else {}
+        for c in r.leases:
+            idle = r.sent_at if idle_pct and util.get(c.lease, 0.0) < idle_pct else None
+            counters.append((node_id, c, idle))
+    _save_counters(counters, now)
+
+
+def lease_counters_save(*, node_id: int, counters: list[LeaseCounters], now: datetime) -> None:
+    """Counters from outside a report (an exit report's final ones), with the same max-wins rule."""
+    _save_counters([(node_id, c, None) for c in counters], now)
+
+
+def _merge(old: tuple[LeaseCounters, datetime | None], new: tuple[LeaseCounters, datetime | None]) -> Any:
+    """Two entries for one (lease, node) in one batch, combined as the SQL would combine them in turn."""
+    (a, a_idle), (b, b_idle) = old, new
+    newer, newer_idle = (b, b_idle) if b.samples >= a.samples else (a, a_idle)
+    merged = LeaseCounters(
+        lease=a.lease,
+        gpu_seconds=max(a.gpu_seconds, b.gpu_seconds),
+        energy_j=max(a.energy_j, b.energy_j),
+        util_avg=newer.util_avg,
+        util_max=max(a.util_max, b.util_max),
+        mem_avg_mb=newer.mem_avg_mb,
+        mem_max_mb=max(a.mem_max_mb, b.mem_max_mb),
+        samples=max(a.samples, b.samples),
+        log_tail=newer.log_tail,
+    )
+    idle = None if newer_idle is None else min(t for t in (a_idle, b_idle) if t is not None)
+    return merged, idle
+
+
+_COUNTERS = (
+    "gpu_seconds",
+    "energy_j",
+    "util_avg",
+    "util_max",
+    "mem_avg_mb",
+    "mem_max_mb",
+    "samples",
+    "log_tail",
+)
+
+
+def _own_leases(pairs: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """The (lease, node) pairs whose lease is unsettled and has a GPU on the node. A lease's own `node` is
+    the node of its first GPU, which answers most pairs from the lease rows alone; only the other nodes of a
+    gang spanning several are looked up through its GPUs."""
+    live = dict(
+        Lease.objects.filter(pk__in={lease for lease, _ in pairs})
+        .exclude(state=LeaseState.ENDED)
+        .values_list("pk", "node_id")
+    )
+    ours = {(lease, node) for lease, node in pairs if live.get(lease) == node}
+    others = {(lease, node) for lease, node in pairs if lease in live and live[lease] != node}
+    if others:
+        ours |= others & set(
+            LeaseGpu.objects.filter(
+                lease_id__in={lease for lease, _ in others}, gpu__node_id__in={node for _, node in others}
+            ).values_list("lease_id", "gpu__node_id")
+        )
+    return ours
+
+
+def _save_counters(entries: list[tuple[int, LeaseCounters, datetime | None]], now: datetime) -> None:
+    if not entries:
+        return
+    # Only the node's own, unsettled leases (one query for the batch).
+    ours = _own_leases({(c.lease, n) for n, c, _ in entries})
+    merged: dict[tuple[int, int], tuple[LeaseCounters, datetime | None]] = {}
+    for node_id, c, idle in entries:
+        key = (c.lease, node_id)
+        if key in ours:
+            merged[key] = _merge(merged[key], (c, idle)) if key in merged else (c, idle)
+    if not merged:
+        return
+    keys, values = list(merged), list(merged.values())
+    t, g = LeaseUsage._meta.db_table, _greatest()
+    newer = f"excluded.samples >= {t}.samples"
+    _upsert(
+        LeaseUsage,
+        {
+            "lease_id": [lease for lease, _ in keys],
+            "node_id": [node for _, node in keys],
+            **{name: [getattr(c, name) for c, _ in values] for name in _COUNTERS},
+            "idle_since": [idle for _, idle in values],
+            "updated_at": [now] * len(keys),
+        },
+        "ON CONFLICT (lease_id, node_id) DO UPDATE SET "
+        f"gpu_seconds = {g}({t}.gpu_seconds, excluded.gpu_seconds), "
+        f"energy_j = {g}({t}.energy_j, excluded.energy_j), "
+        f"util_max = {g}({t}.util_max, excluded.util_max), "
+        f"mem_max_mb = {g}({t}.mem_max_mb, excluded.mem_max_mb), "
+        f"util_avg = CASE WHEN {newer} THEN excluded.util_avg ELSE {t}.util_avg END, "
+        f"mem_avg_mb = CASE WHEN {newer} THEN excluded.mem_avg_mb ELSE {t}.mem_avg_mb END, "
+        f"log_tail = CASE WHEN {newer} THEN excluded.log_tail ELSE {t}.log_tail END, "
+        # Busy in the newest report: not idle; idle: idle since the first idle report of the spell.
+        f"idle_since = CASE WHEN NOT ({newer}) THEN {t}.idle_since WHEN excluded.idle_since IS NULL "
+        f"THEN NULL ELSE COALESCE({t}.idle_since, excluded.idle_since) END, "
+        f"samples = {g}({t}.samples, excluded.samples), "
+        "updated_at = excluded.updated_at",
+    )

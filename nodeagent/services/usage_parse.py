@@ -1,0 +1,196 @@
+"""Usage reports as the agent sends them (docs/agent.md §Protocol, `POST usage`), checked field by field.
+
+Hand-written rather than a DRF serializer: the ingest path takes thousands of GPU samples a second
+(bench/usage.py) and a nested serializer costs more per report than the whole database write. The API's
+request serializer (nodeagent/api/serializers.py) documents the same shape in the OpenAPI schema. Every
+refusal names the field (`gpus[3].util_pct`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from nodeagent.errors import NodeError
+
+LOG_TAIL_MAX = 64 * 1024
+MAX_GPUS = 64
+MAX_LEASES = 256
+MAX_PROCESSES = 1024
+INT_MAX = 2**62
+
+
+@dataclass(frozen=True)
+class LeaseCounters:
+    """One lease's cumulative counters on one node, from the job's start."""
+
+    lease: int
+    gpu_seconds: float
+    energy_j: float
+    util_avg: float
+    util_max: float
+    mem_avg_mb: float
+    mem_max_mb: float
+    samples: int
+    log_tail: str
+
+
+@dataclass(frozen=True)
+class Report:
+    boot_epoch: int
+    seq: int
+    sent_at: datetime
+    gpus: list[dict[str, Any]]
+    leases: list[LeaseCounters]
+
+    def lease_util(self) -> dict[int, float]:
+        """Each lease's utilisation now: the busiest GPU it has a process on (0 when it has none)."""
+        util: dict[int, float] = {c.lease: 0.0 for c in self.leases}
+        for gpu in self.gpus:
+            for proc in gpu["processes"]:
+                lease = proc["lease"]
+                if lease in util:
+                    util[lease] = max(util[lease], gpu["util_pct"])
+        return util
+
+
+class _Bad(Exception):
+    """A refusal inside one object; the caller that knows where the object sits names the field. Paths are
+    built only on this path, never for a good report."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key, self.message = key, message
+
+
+def _obj(data: Any) -> dict[str, Any]:
+    if type(data) is not dict:
+        raise _Bad("", "must be an object")
+    return data
+
+
+def _int(data: dict[str, Any], key: str, low: int = 0, high: int = INT_MAX) -> int:
+    value = data.get(key)
+    if type(value) is int and low <= value <= high:
+        return value
+    raise _Bad(key, f"must be a whole number between {low} and {high}")
+
+
+def _num(data: dict[str, Any], key: str, high: float = 1e15) -> float:
+    value = data.get(key)
+    # NaN fails both comparisons and infinity the upper one: no separate finiteness test needed.
+    if (type(value) is float or type(value) is int) and 0 <= value <= high:
+        return float(value)
+    raise _Bad(key, f"must be a number between 0 and {high:g}")
+
+
+def _when(data: dict[str, Any], key: str) -> tuple[datetime, str]:
+    """The time and its text as sent (kept as it is in the stored samples)."""
+    value = data.get(key)
+    try:
+        # fromisoformat (C) reads what the agent sends ("...+00:00" or "...Z") at a tenth of a regex's cost.
+        parsed = datetime.fromisoformat(value) if type(value) is str and len(value) <= 40 else None
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise _Bad(key, "must be an ISO 8601 time with a zone")
+    return parsed, value  # type: ignore[return-value]
+
+
+def _list(data: dict[str, Any], key: str, most: int) -> list[Any]:
+    value = data.get(key, [])
+    if type(value) is not list:
+        raise _Bad(key, "must be a list")
+    if len(value) > most:
+        raise _Bad(key, f"has {len(value)} entries; at most {most}")
+    return value
+
+
+def _process(data: Any) -> dict[str, Any]:
+    proc = _obj(data)
+    lease = proc.get("lease")
+    if lease is not None and type(lease) is not int:
+        raise _Bad("lease", "must be a lease id or null")
+    return {"pid": _int(proc, "pid"), "used_mb": _num(proc, "used_mb"), "lease": lease}
+
+
+def _gpu(data: Any) -> dict[str, Any]:
+    gpu = _obj(data)
+    uuid = gpu.get("uuid")
+    if type(uuid) is not str or not 0 < len(uuid) <= 96:
+        raise _Bad("uuid", "must be a GPU UUID (1 to 96 characters)")
+    healthy = gpu.get("healthy", True)
+    if type(healthy) is not bool:
+        raise _Bad("healthy", "must be true or false")
+    processes = []
+    for j, raw in enumerate(_list(gpu, "processes", MAX_PROCESSES)):
+        try:
+            processes.append(_process(raw))
+        except _Bad as exc:
+            raise _Bad(f"processes[{j}]" + (f".{exc.key}" if exc.key else ""), exc.message) from None
+    return {
+        "uuid": uuid,
+        "at": _when(gpu, "at")[1],
+        "healthy": healthy,
+        "util_pct": _num(gpu, "util_pct", 100),
+        "mem_used_mb": _num(gpu, "mem_used_mb"),
+        "power_w": _num(gpu, "power_w"),
+        "energy_j": _num(gpu, "energy_j"),
+        "processes": processes,
+    }
+
+
+def _counters(data: Any) -> LeaseCounters:
+    c = _obj(data)
+    tail = c.get("log_tail", "")
+    if type(tail) is not str:
+        raise _Bad("log_tail", "must be text")
+    return LeaseCounters(
+        lease=_int(c, "lease", 1),
+        gpu_seconds=_num(c, "gpu_seconds"),
+        energy_j=_num(c, "energy_j"),
+        util_avg=_num(c, "util_avg", 100),
+        util_max=_num(c, "util_max", 100),
+        mem_avg_mb=_num(c, "mem_avg_mb"),
+        mem_max_mb=_num(c, "mem_max_mb"),
+        samples=_int(c, "samples"),
+        # The newest 64 KiB is what the owner wants to read; an agent sending more is cut, not refused.
+        log_tail=tail[-LOG_TAIL_MAX:].replace("\x00", ""),
+    )
+
+
+def _each(items: list[Any], name: str, check: Any) -> list[Any]:
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(check(item))
+        except _Bad as exc:
+            raise NodeError(exc.message, field=f"{name}[{i}]" + (f".{exc.key}" if exc.key else "")) from None
+    return out
+
+
+def parse_counters(data: Any, *, lease: int, path: str = "usage") -> LeaseCounters:
+    """The `usage` of an exit report: the counters without their lease id, which the URL gives."""
+    if type(data) is not dict:
+        raise NodeError("must be an object", field=path)
+    try:
+        return _counters({**data, "lease": lease})
+    except _Bad as exc:
+        raise NodeError(exc.message, field=f"{path}.{exc.key}") from None
+
+
+def parse_report(data: Any) -> Report:
+    try:
+        body = _obj(data)
+        head = (_int(body, "boot_epoch", 0, 2**31 - 1), _int(body, "seq", 1), _when(body, "sent_at")[0])
+        gpus, leases = _list(body, "gpus", MAX_GPUS), _list(body, "leases", MAX_LEASES)
+    except _Bad as exc:
+        raise NodeError(exc.message, field=exc.key or "body") from None
+    return Report(
+        boot_epoch=head[0],
+        seq=head[1],
+        sent_at=head[2],
+        gpus=_each(gpus, "gpus", _gpu),
+        leases=_each(leases, "leases", _counters),
+    )
