@@ -29,7 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from accounts.models import AuditEvent, Guarantee
 from market.models import DONE_STATES, LIVE_LEASE_STATES, BidOutcome, Lease, MarketPolicy, Round, RoundState
 from ops.models import WorkerHeartbeat
-from tests.integration.test_celery_round import ROOT, _database_url
+from tests.integration.conftest import ROOT
+from tests.integration.conftest import database_url as _database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
 
