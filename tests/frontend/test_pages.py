@@ -222,8 +222,11 @@ def test_audit_csv_streams_the_filtered_rows(market: Market) -> None:
 def test_spend_csv_has_the_rows_of_the_page_with_job_and_type(market: Market) -> None:
     from market.models import Lease
     from market.services.leases import lease_stopped
+    from nodeagent.models import LeaseUsage
 
     lease = Lease.objects.get(job=market.winner)
+    # What the agent measured: settlement bills it (2 GPUs held for an hour).
+    LeaseUsage.objects.create(lease=lease, node=lease.node, gpu_seconds=2 * 3600, samples=3600)
     lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
     client = login(Client(), market.world.amy)
     response = client.get("/t/alpha/spend.csv?gpu_type=H100")
