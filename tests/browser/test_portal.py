@@ -31,6 +31,15 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCS_SHOTS = ROOT / "docs" / "screenshots"
 
 
+def _measured(lease: Any, *, seconds: int) -> None:
+    """What the agent would have reported for the lease: its GPUs held for `seconds` (billing is measured)."""
+    from nodeagent.models import LeaseUsage
+
+    LeaseUsage.objects.update_or_create(
+        lease=lease, node=lease.node, defaults={"gpu_seconds": lease.gpus * seconds, "samples": seconds}
+    )
+
+
 def _database_url() -> str:
     from django.db import connection
 
@@ -92,6 +101,7 @@ def _history(world: World, *, minutes_ago: tuple[int, ...]) -> None:
         round_advance(round_id=rnd.pk)
         ended = Lease.objects.filter(state=LeaseState.ALLOCATED).order_by("pk").first()
         if ended is not None:  # it ran a quarter of an hour
+            _measured(ended, seconds=15 * 60)
             lease_stopped(lease_id=ended.pk, reason="completed", now=ended.started_at + timedelta(minutes=15))
         for tenant, user in ((world.alpha, world.amy), (world.beta, world.bea)):
             make_job(tenant, user, gpus=2, limits={world.h100: 3}, name=f"{tenant.slug}-{minutes}")
@@ -160,6 +170,7 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     assert page.locator("tr", has_text="H100").locator("svg.spark").count() == 1
     _shot(page, tmp_path, "dashboard", docs=True)
     # ... and the exit half an hour later: 4 GPUs x 0.5 h x 2.00 credits.
+    _measured(lease, seconds=30 * 60)
     lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(minutes=30))
     page.goto(f"{live_server.url}/t/alpha/jobs/{job.pk}/")
     assert page.locator("[data-field=state]").inner_text() == "Completed"
@@ -325,6 +336,7 @@ def test_the_spend_csv_downloads_and_parses(
     job = make_job(world.alpha, world.amy, gpus=2, limits={world.h100: 3})
     round_tick()
     lease = Lease.objects.get(job=job)
+    _measured(lease, seconds=3600)
     lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
     _login(page, live_server.url, "alice")
     page.goto(f"{live_server.url}/t/alpha/spend/")
