@@ -28,8 +28,6 @@ _PG_TYPES = {
     "TextField": "text",
     "DateTimeField": "timestamptz",
     "JSONField": "jsonb",
-    "FloatField": "double precision",
-    "PositiveBigIntegerField": "bigint",
 }
 
 
@@ -48,32 +46,21 @@ def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> l
         ]
         return [obj.pk for obj in model._default_manager.bulk_create(rows, batch_size=2000)]
     meta = model._meta
-    insert, params = insert_select(model, columns)
-    sql = f"{insert} RETURNING {connection.ops.quote_name(meta.pk.column)}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
-
-
-def insert_select(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> tuple[str, list[str]]:
-    """PostgreSQL only: `INSERT INTO table (columns) SELECT * FROM unnest(...)` and its parameters (one array
-    literal per column), for a caller to finish (RETURNING, ON CONFLICT ...)."""
-    meta = model._meta
     fields = [meta.get_field(name) for name in columns]  # get_field knows attnames ("round_id") too
-    casts = [pg_type(f) for f in fields]
+    casts = []
+    for f in fields:
+        target = f.target_field if isinstance(f, models.ForeignKey) else f
+        casts.append(_PG_TYPES[target.get_internal_type()])
     params = [_literal(values, cast) for values, cast in zip(columns.values(), casts, strict=True)]
     cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     unnest = ", ".join(f"%s::{cast}[]" for cast in casts)
-    return (
-        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({cols}) SELECT * FROM unnest({unnest})",
-        params,
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({cols}) "
+        f"SELECT * FROM unnest({unnest}) RETURNING {connection.ops.quote_name(meta.pk.column)}"
     )
-
-
-def pg_type(field: models.Field) -> str:  # type: ignore[type-arg]
-    """The PostgreSQL type of a field's column (a foreign key's is its target's)."""
-    target = field.target_field if isinstance(field, models.ForeignKey) else field
-    return _PG_TYPES[target.get_internal_type()]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _literal(values: Sequence[Any], cast: str) -> str:
