@@ -4,6 +4,18 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
+def _job_fillfactor(value):
+    """Each round updates every pending job's rounds_waited: with room left in each page those updates are
+    HOT (no index entry written); PostgreSQL only."""
+
+    def run(apps, schema_editor):
+        if schema_editor.connection.vendor == "postgresql":
+            schema_editor.execute(f"ALTER TABLE market_job SET (fillfactor = {value})")
+
+    return run
+
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -26,4 +38,5 @@ class Migration(migrations.Migration):
             name='round',
             field=models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, related_name='outcomes', to='market.round'),
         ),
+        migrations.RunPython(_job_fillfactor(70), _job_fillfactor(100)),
     ]
