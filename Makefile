@@ -53,6 +53,7 @@ bench: install
 	$(PY) bench/simulate.py
 	$(PY) bench/round.py
 	$(PY) bench/api.py
+	$(PY) bench/retention.py
 
 clean:
 	rm -rf $(VENV) var
