@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, models
+from django.db.models.expressions import RawSQL
 
 _PG_TYPES = {
     "AutoField": "integer",
@@ -63,9 +64,20 @@ def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> l
         return [row[0] for row in cursor.fetchall()]
 
 
+def any_of(values: Sequence[int] | Sequence[str], cast: str = "bigint") -> Sequence[Any] | RawSQL:
+    """For `filter(pk__in=any_of(ids))` with thousands of values: on PostgreSQL one array parameter
+    (`IN (SELECT unnest(%s::bigint[]))`) instead of a placeholder per value, which Django compiles and
+    psycopg adapts one by one (a tenth of a second per 10,000); elsewhere the plain list."""
+    if connection.vendor != "postgresql":
+        return values
+    return RawSQL(f"SELECT unnest(%s::{cast}[])", [list(values)])
+
+
 def _literal(values: Sequence[Any], cast: str) -> str:
     """A PostgreSQL array literal of `values` (None is NULL)."""
     if cast in ("bigint", "integer", "smallint"):
+        if None not in values:  # the common case, at C speed (values are ints already)
+            return "{" + ",".join(map(str, values)) + "}"
         return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
     if cast == "boolean":
         return "{" + ",".join("NULL" if v is None else ("t" if v else "f") for v in values) + "}"
