@@ -149,25 +149,27 @@ def _with(body: dict[str, Any], field: str, raw_value: str) -> bytes:
     return text.replace(json.dumps(marker), raw_value).encode()
 
 
-@pytest.mark.parametrize("poison", POISON)
 @pytest.mark.parametrize(
     ("endpoint", "field"), [(name, f) for name, e in ENDPOINTS.items() for f in e.fields]
 )
-def test_a_poisoned_field_is_refused_and_named(market: World, endpoint: str, field: str, poison: str) -> None:
+def test_a_poisoned_field_is_refused_and_named(market: World, endpoint: str, field: str) -> None:
     e = ENDPOINTS[endpoint]
-    if field in e.text and poison.endswith("exponent"):
-        pytest.skip("a number-like string is valid free text")
-    error = _send(market, e, _with(e.body, field, POISON[poison]), "application/json")
-    named = set(error.get("fields", {}))
-    assert named and all(n == "body" or n.split(".")[0].split("[")[0] == field for n in named), error
+    for poison, raw in POISON.items():
+        if field in e.text and poison.endswith("exponent"):
+            continue  # a number-like string is valid free text
+        error = _send(market, e, _with(e.body, field, raw), "application/json")
+        named = set(error.get("fields", {}))
+        assert named and all(n == "body" or n.split(".")[0].split("[")[0] == field for n in named), (
+            poison,
+            error,
+        )
 
 
-@pytest.mark.parametrize("body", BODIES)
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
-def test_a_bad_body_is_refused(market: World, endpoint: str, body: str) -> None:
-    raw, content_type = BODIES[body]
-    error = _send(market, ENDPOINTS[endpoint], raw, content_type)
-    assert set(error.get("fields", {})) & {"body", "Content-Type"}, error
+def test_a_bad_body_is_refused(market: World, endpoint: str) -> None:
+    for body, (raw, content_type) in BODIES.items():
+        error = _send(market, ENDPOINTS[endpoint], raw, content_type)
+        assert set(error.get("fields", {})) & {"body", "Content-Type"}, (body, error)
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS)
