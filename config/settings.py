@@ -165,6 +165,10 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.api.schema_error_responses",
+    ],
     # Several models have a `state` field; name each choice set after its model instead of a hash.
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "market.models.jobs.JobState",
