@@ -6,9 +6,6 @@ and pointed at the test database; the test sends the beat's task over the broker
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,64 +13,26 @@ from io import StringIO
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
-from django.db import connection
 
 from allocator import clear
 from market.models import Command, CommandKind, Hold, Job, JobState, Round, RoundState
 from market.selectors.book import Snapshot
 from market.services.round_commit import hold_key
 from tests.market.round_helpers import make_job
+from tests.workers import start_worker, stop_worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _database_url() -> str:
-    s = connection.settings_dict
-    user = s.get("USER") or "postgres"
-    return f"postgres://{user}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
 
 
 @pytest.fixture
 def worker_queue(tmp_path: Path) -> Iterator[str]:
     queue = f"test-{uuid.uuid4().hex[:12]}"
-    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.CELERY_BROKER_URL}
-    log = (tmp_path / "worker.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "config",
-            "worker",
-            "--pool",
-            "solo",
-            "-Q",
-            queue,
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            "info",
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    proc = start_worker(queue, tmp_path / "worker.log")
     try:
         yield queue
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop_worker(proc)
         print((tmp_path / "worker.log").read_text()[-4000:])
 
 
