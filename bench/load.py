@@ -6,8 +6,8 @@ postgres://postgres@127.0.0.1:5432/gpumarket_bench_load: dropped and re-created)
 workers) on loopback; drives it from a separate process of client threads, each acting for a random tenant:
 submit (60%, with an Idempotency-Key, a tenth of them retried with the same key), amend the bid of one of
 its jobs (20%), cancel one (20%). Meanwhile this process runs a round tick every second with the market's
-period set to 10 s, so a round clears every 10 s, and a short no-op phase (GET /api/v1/me) measured first
-gives the baseline. Afterwards every job a 201 named must exist in a state, the ledger must check, and one
+period set to 10 s, so a round clears every 10 s, and a short no-op phase (GET /api/v1/me) measured first,
+after a warm-up, gives the baseline. Afterwards every job a 201 named must exist in a state, the ledger must check, and one
 JSON line is printed:
 
     {"bench": "load", "requests": ..., "errors_5xx": ..., "p50_ms": ..., "p99_ms": ..., "rounds": ...,
@@ -201,6 +201,7 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _drive(plan: dict[str, Any]) -> dict[str, Any]:
+    Driver(plan).run(plan["baseline_s"], noop=True)  # warm-up: workers import, connect, build their URLs
     baseline = Driver(plan)
     baseline.run(plan["baseline_s"], noop=True)
     driver = Driver(plan)
