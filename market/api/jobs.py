@@ -227,6 +227,7 @@ class JobCancelView(APIView):
     def post(self, request: Request, slug: str, job_id: int) -> Response:
         tenant = access_tenant(request.user, slug, auth=request.auth)
         job = _job(tenant, job_id)
+        request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
         try:
             job = services.job_cancel(job=job, actor=request.user)
         except services.JobError as exc:
