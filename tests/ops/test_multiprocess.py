@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_celery_round import ROOT, _database_url
+from tests.workers import ROOT
+from tests.workers import database_url as _database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
