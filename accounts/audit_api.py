@@ -126,3 +126,11 @@ class AuditView(APIView):
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(events, request, view=self)
         return paginator.get_paginated_response(AuditEventSerializer(page, many=True).data)
+
+    def handle_exception(self, exc: Exception) -> Response:
+        # An error is the API's JSON error whatever format was asked for: a CSV client gets a body it can read
+        # and the schema's documented error type.
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = JSONRenderer.media_type
+        return response
