@@ -74,8 +74,9 @@ def test_sign_in_is_locked_after_repeated_failures(world: World, settings: Any, 
 
     for _ in range(3):
         assert sign_in("wrong").status_code == 200  # the form again, with its error
-    # Locked: even the right password is refused, and no session is made.
-    assert sign_in(PASSWORD).status_code == 200
+    # Locked: even the right password is refused, no session is made, and the page says why.
+    locked = sign_in(PASSWORD)
+    assert locked.status_code == 200 and "Too many failed sign-ins" in locked.content.decode()
     assert "_auth_user_id" not in client.session
     # Another user from the same address is not locked by root's failures.
     other = Client()
