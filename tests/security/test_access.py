@@ -107,3 +107,10 @@ def test_html_pages_carry_a_content_security_policy(world: World, path: str) -> 
     if path != "/api/docs/":
         assert "script-src 'self';" in policy  # no inline script on our own pages
     assert "Content-Security-Policy" not in Client().get("/api/schema/")
+
+
+def test_force_login_sessions_still_load_their_user(world: World) -> None:
+    """force_login names the first backend, the guard: it must load the user like the password backend."""
+    client = Client()
+    client.force_login(world.amy)
+    assert client.get("/").status_code == 200
