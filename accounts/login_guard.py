@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.core.exceptions import PermissionDenied
@@ -44,6 +45,13 @@ class LoginGuardBackend:
 
     def authenticate(self, request: Any, username: str | None = None, **credentials: Any) -> None:
         if request is not None and username is not None and locked_out(username, request):
+            # The form still says the sign-in failed; this says why, and that retrying now is useless.
+            minutes = -(-ratelimit.seconds_left(settings.LOGIN_LOCKOUT_SECONDS) // 60)
+            messages.error(
+                request,
+                f"Too many failed sign-ins; try again in {minutes} minute{'s' if minutes != 1 else ''}.",
+                fail_silently=True,
+            )
             raise PermissionDenied("Too many failed sign-ins; try again later.")
         return None
 

@@ -74,8 +74,9 @@ def test_sign_in_is_locked_after_repeated_failures(world: World, settings: Any, 
 
     for _ in range(3):
         assert sign_in("wrong").status_code == 200  # the form again, with its error
-    # Locked: even the right password is refused, and no session is made.
-    assert sign_in(PASSWORD).status_code == 200
+    # Locked: even the right password is refused, no session is made, and the page says why.
+    locked = sign_in(PASSWORD)
+    assert locked.status_code == 200 and "Too many failed sign-ins" in locked.content.decode()
     assert "_auth_user_id" not in client.session
     # Another user from the same address is not locked by root's failures.
     other = Client()
@@ -106,3 +107,10 @@ def test_html_pages_carry_a_content_security_policy(world: World, path: str) -> 
     if path != "/api/docs/":
         assert "script-src 'self';" in policy  # no inline script on our own pages
     assert "Content-Security-Policy" not in Client().get("/api/schema/")
+
+
+def test_force_login_sessions_still_load_their_user(world: World) -> None:
+    """force_login names the first backend, the guard: it must load the user like the password backend."""
+    client = Client()
+    client.force_login(world.amy)
+    assert client.get("/").status_code == 200
