@@ -7,8 +7,10 @@ Money is exported in credits (1 credit = 1,000,000 micro-credits), times in seco
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
+from django.db import DatabaseError
 from django.utils import timezone
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -21,19 +23,40 @@ from prometheus_client.registry import Collector
 from market.selectors.prices import price_board
 from ops import selectors
 
+log = logging.getLogger(__name__)
+
 MICRO = 1_000_000
 # Round states grouped as the outcome a dashboard cares about.
 _OUTCOME = {"dispatched": "committed", "failed": "failed"}
 
 
 class MarketCollector(Collector):
+    """Each group of series is read on its own: a group whose query fails is left out of this scrape and
+    counted in gpumarket_scrape_errors, and the rest (and the process's own series) still answer."""
+
     def collect(self) -> Iterator[Metric]:
-        yield from _rounds()
-        yield from _prices()
-        yield from _gpus()
-        yield from _tenants()
-        yield from _ledger()
-        yield from _agents()
+        failed = []
+        for name, group in (
+            ("rounds", _rounds),
+            ("prices", _prices),
+            ("gpus", _gpus),
+            ("tenants", _tenants),
+            ("ledger", _ledger),
+            ("agents", _agents),
+        ):
+            try:
+                families = list(group())
+            except DatabaseError:
+                log.exception("metrics: reading the %s series failed", name)
+                failed.append(name)
+                continue
+            yield from families
+        errors = GaugeMetricFamily(
+            "gpumarket_scrape_errors", "Groups of market series this scrape could not read.", labels=["group"]
+        )
+        for name in failed:
+            errors.add_metric([name], 1)
+        yield errors
 
 
 def _rounds() -> Iterator[Metric]:

@@ -108,3 +108,20 @@ def test_agent_usage_and_command_series() -> None:
     assert metrics.USAGE_REPORTS.labels("refused")._value.get() == before + 2
     with pytest.raises(ValueError):
         metrics.usage_reports("lost", node="n1")
+
+
+def test_a_failing_query_leaves_its_group_out_and_says_so(settings, monkeypatch) -> None:
+    from django.db import OperationalError
+
+    from ops import selectors
+
+    def broken() -> None:
+        raise OperationalError("connection lost")
+
+    settings.METRICS_TOKEN = "t0ken-for-broken"
+    monkeypatch.setattr(selectors, "ledger_totals", broken)
+    body = scrape(HTTP_AUTHORIZATION="Bearer t0ken-for-broken")
+    s = samples(body)
+    assert s["gpumarket_scrape_errors", (("group", "ledger"),)] == 1
+    assert "gpumarket_ledger_balance_credits" not in body
+    assert ("gpumarket_rounds_total", (("outcome", "committed"),)) in s
