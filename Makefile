@@ -53,6 +53,7 @@ bench: install
 	$(PY) bench/simulate.py
 	$(PY) bench/round.py
 	$(PY) bench/api.py
+	$(PY) bench/agent.py
 
 clean:
 	rm -rf $(VENV) var
