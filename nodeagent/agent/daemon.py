@@ -47,6 +47,7 @@ class Settings:
     bootstrap_token: str
     interval: float
     checkpoint_root: Path
+    job_user: tuple[int, int] | None = None  # (uid, gid) jobs run as; None: the agent's own user
 
 
 class Agent:
@@ -103,7 +104,11 @@ class Agent:
 
     def run(self) -> None:
         while not self.stopping:
-            self.local_step(time.time())
+            try:
+                self.local_step(time.time())
+            except Exception:  # a daemon logs a fault and goes on; the next step tries again
+                log.exception("local step failed")
+                self.next_sample = time.monotonic() + self.settings.interval
             if self.stopping:
                 break
             self.server_step()
@@ -233,6 +238,11 @@ class Agent:
             delay = self.backoff.next_delay()
             self.next_try = time.monotonic() + delay
             log.error("server refused the agent: %s; retrying in %.0f s", exc, delay)
+            return
+        except Exception:  # an answer the agent cannot use: pushed back like an outage, never a crash loop
+            delay = self.backoff.next_delay()
+            self.next_try = time.monotonic() + delay
+            log.exception("server step failed; retrying in %.1f s", delay)
             return
         if self.backoff.failures:
             log.info("server reachable again")
@@ -409,6 +419,7 @@ class Agent:
             work_dir=str(run / "work"),
             log_path=str(log_path),
             exit_path=str(exit_path),
+            run_as=list(self.settings.job_user) if self.settings.job_user else None,
         )
         self.state.save_job(job)  # before the spawn: a crash in between leaves a record without a pid
         try:
