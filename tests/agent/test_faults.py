@@ -95,3 +95,17 @@ def test_jobs_that_ended_while_the_agent_was_away_are_reported(server, agent):
         None,
     )  # unknown: counted as failed by the server
     assert sorted(server.exit_calls) == [3, 4]
+
+
+def test_a_5xx_is_retried_and_a_refused_report_is_set_aside_without_blocking_the_rest(server, agent):
+    registered(server, agent.start())
+    n = len(server.usage)
+    server.usage_answers = [503, 503, 400]
+    wait_for(lambda: len(server.usage) >= n + 5, what="reports after the faults")
+    (s1, e1, q1), (s2, e2, q2), (s3, e3, q3) = server.usage_refused
+    assert (s1, s2, s3) == (503, 503, 400) and (e1, q1) == (e2, q2) == (e3, q3)  # the same report, retried
+    rejected = agent.state_dir / "spool" / "rejected" / f"{e3:010d}-{q3:012d}.json"
+    assert rejected.exists()
+    keys = _keys(server)
+    assert (e3, q3) not in keys and keys == sorted(keys) and len(keys) == len(set(keys))
+    assert "HTTP 503" in agent.log and "refused: HTTP 400: test answered 400" in agent.log

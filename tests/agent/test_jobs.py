@@ -159,6 +159,10 @@ def test_commands_with_a_stale_fence_or_past_expiry_are_refused(server, agent, t
     )  # fmt: skip
     bad_quote = server.bind(4, "python 'unterminated", gpus=gpus)
     foreign = server.bind(5, "true", gpus=["GPU-not-here"])
+    malformed = server.queue(
+        "bind", 6, {"lease": 6, "job": 6, "command": "true", "gpus": gpus}
+    )  # no max_seconds
+    strange = server.queue("reboot", 7, {})
     unknown = server.stop_lease("preempt", 99)
     wait_for(lambda: unknown in server.acks, what="all acknowledgements")
     acks = server.acks
@@ -168,8 +172,10 @@ def test_commands_with_a_stale_fence_or_past_expiry_are_refused(server, agent, t
     assert acks[bad_quote]["result"] == "refused" and "cannot be split" in acks[bad_quote]["detail"]
     assert acks[foreign]["result"] == "refused" and "GPUs is on this node" in acks[foreign]["detail"]
     assert acks[unknown]["result"] == "refused" and "no job for lease 99" in acks[unknown]["detail"]
+    assert acks[malformed] == {"result": "refused", "detail": "malformed command: KeyError: 'max_seconds'"}
+    assert acks[strange] == {"result": "refused", "detail": "unknown command kind 'reboot'"}
     assert not (tmp_path / "b.json").exists()
-    assert not {2, 3, 4, 5} & set(server.started)
+    assert not {2, 3, 4, 5, 6} & set(server.started)
 
 
 def test_sigterm_leaves_jobs_running_and_exits_zero(server, agent):
