@@ -90,7 +90,7 @@ class Agent:
                 raise StartupError(f"cannot reach the server at {self.settings.server}: {exc}") from None
             # A known node goes on without the server: its jobs still need watching (docs/agent.md §Autonomy).
             log.warning("server unreachable at start (%s); running autonomously, registering later", exc)
-            self.next_try = time.monotonic() + self.backoff.next_delay()
+            self._back_off()
 
     def install_signals(self) -> None:
         """SIGTERM and SIGINT end the loop after the current step; the jobs go on running."""
@@ -229,25 +229,26 @@ class Agent:
             if time.monotonic() >= self.next_poll:
                 self.fetch_commands()
         except Unavailable as exc:
-            delay = self.backoff.next_delay()
-            self.next_try = time.monotonic() + delay
-            log.warning("server unavailable: %s; retry %d in %.1f s", exc, self.backoff.failures, delay)
+            log.warning(
+                "server unavailable: %s; retry %d in %.1f s", exc, self.backoff.failures + 1, self._back_off()
+            )
             return
         except Rejected as exc:  # the credential revoked, the node deleted: nothing to do but ask again later
             self.backoff.failures = max(self.backoff.failures, 6)
-            delay = self.backoff.next_delay()
-            self.next_try = time.monotonic() + delay
-            log.error("server refused the agent: %s; retrying in %.0f s", exc, delay)
+            log.error("server refused the agent: %s; retrying in %.0f s", exc, self._back_off())
             return
         except Exception:  # an answer the agent cannot use: pushed back like an outage, never a crash loop
-            delay = self.backoff.next_delay()
-            self.next_try = time.monotonic() + delay
-            log.exception("server step failed; retrying in %.1f s", delay)
+            log.exception("server step failed; retrying in %.1f s", self._back_off())
             return
         if self.backoff.failures:
             log.info("server reachable again")
         self.backoff.reset()
         self.next_try = time.monotonic()
+
+    def _back_off(self) -> float:
+        delay = self.backoff.next_delay()
+        self.next_try = time.monotonic() + delay
+        return delay
 
     def register(self) -> None:
         self.client.secret = self.state.credential or self.settings.bootstrap_token

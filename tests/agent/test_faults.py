@@ -110,3 +110,22 @@ def test_a_5xx_is_retried_and_a_refused_report_is_set_aside_without_blocking_the
     keys = _keys(server)
     assert (e3, q3) not in keys and keys == sorted(keys) and len(keys) == len(set(keys))
     assert "HTTP 503" in agent.log and "refused: HTTP 400: test answered 400" in agent.log
+
+
+def test_a_known_node_starts_without_the_server_and_registers_when_it_returns(server, agent):
+    gpus = registered(server, agent.start())
+    server.bind(5, demo(120), gpus=gpus[:1])
+    wait_for(lambda: 5 in server.started, what="the start report")
+    assert agent.terminate() == 0
+    samples = agent.job(5)["counters"]["samples"]
+    server.stop()
+    agent.start()
+    wait_for(lambda: "running autonomously" in agent.log, what="the autonomous start")
+    time.sleep(1)
+    assert agent.proc.poll() is None  # still running: it has a job to watch, and measures it
+    assert agent.job(5)["counters"]["samples"] > samples
+    server.start()
+    wait_for(lambda: len(server.registrations) == 2, timeout=30, what="the registration after the outage")
+    wait_for(
+        lambda: any(r["boot_epoch"] == 2 and r["leases"] for r in server.usage), what="reports of epoch 2"
+    )
