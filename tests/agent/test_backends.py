@@ -15,7 +15,7 @@ import pytest
 from nodeagent.agent import jobs, usage
 from nodeagent.agent.nvml import NvmlBackend, NvmlUnavailable
 from nodeagent.agent.records import Job
-from nodeagent.agent.sim import SimBackend
+from nodeagent.agent.sim import SimBackend, gpu_uuid
 
 MB = 1024 * 1024
 UUIDS = ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
@@ -160,6 +160,7 @@ def test_sim_gpus_read_busy_under_a_computing_job_and_idle_under_a_sleeping_one(
         g.uuid for g in SimBackend(name="node-s", count=3, model="x", state_dir=tmp_path).inventory()
     ]
     assert backend.inventory()[0].memory_mb == 40 * 1024
+    assert gpus[2] == gpu_uuid("node-s", 2) != gpu_uuid("node-t", 2)
     busy = _spawn(tmp_path, 1, gpus[0], "-m", "nodeagent.agent.demo_job", "--seconds", "30")
     idle = _spawn(tmp_path, 2, gpus[1], "-m", "nodeagent.agent.demo_job", "--seconds", "30", "--idle")
     try:
