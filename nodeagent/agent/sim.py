@@ -25,6 +25,11 @@ _NAMESPACE = uuid.UUID("6f1c2a5e-8a4b-4d7e-9c1f-2b3a4c5d6e7f")
 MB = 1024 * 1024
 
 
+def gpu_uuid(name: str, index: int) -> str:
+    """The simulated GPU `index` of node `name`: the same on every start (demo data may create it ahead)."""
+    return f"GPU-{uuid.uuid5(_NAMESPACE, f'{name}/{index}')}"
+
+
 def memory_of(model: str) -> int:
     """MiB from the model string ("... 80GB ..." -> 81920), 81920 when it names none."""
     found = re.search(r"(\d+)\s*GB", model)
@@ -33,10 +38,7 @@ def memory_of(model: str) -> int:
 
 class SimBackend:
     def __init__(self, *, name: str, count: int, model: str, state_dir: Path) -> None:
-        self._gpus = [
-            GpuInfo(f"GPU-{uuid.uuid5(_NAMESPACE, f'{name}/{i}')}", i, model, memory_of(model))
-            for i in range(count)
-        ]
+        self._gpus = [GpuInfo(gpu_uuid(name, i), i, model, memory_of(model)) for i in range(count)]
         self._energy_path = state_dir / "sim-energy.json"
         saved = read_json(self._energy_path) or {}
         self._energy = {g.uuid: float(saved.get(g.uuid, 0.0)) for g in self._gpus}
