@@ -27,6 +27,8 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 def job_environment(job: Job) -> dict[str, str]:
     env = {k: os.environ[k] for k in PASSED_ON if k in os.environ}
     env.setdefault("PATH", DEFAULT_PATH)
+    # A UTF-8 locale, so the shim's Python does not coerce a C locale by adding LC_CTYPE to the job's env.
+    env.setdefault("LANG", "C.UTF-8")
     env.update(
         CUDA_VISIBLE_DEVICES=",".join(job.gpus),
         GPUMARKET_JOB_ID=str(job.job),
@@ -66,11 +68,13 @@ def is_alive(job: Job) -> bool:
 def signal_job(job: Job, signum: int) -> None:
     """signum to the job's process group, and to every process of its session started after the job (one that
     moved to a group of its own included; a later process that reused an old pid excluded)."""
-    if is_alive(job):
+    group = is_alive(job)
+    if group:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(job.pid, signum)
     for member in procfs.sessions({job.pid})[job.pid]:
-        if member.start_ticks >= job.pid_start:
+        # Once each: a second SIGTERM could land while the job's Python exits, its handler already gone.
+        if member.start_ticks >= job.pid_start and not (group and member.pgrp == job.pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(member.pid, signum)
 

@@ -70,6 +70,10 @@ class AgentProcess:
         self.proc.kill()
         self.proc.wait(10)
 
+    def job_log(self, lease: int) -> str:
+        path = self.state_dir / "logs" / f"{lease}.log"
+        return path.read_text() if path.exists() else ""
+
     def job(self, lease: int) -> dict[str, Any]:
         for sub in ("jobs", "jobs/done"):
             path = self.state_dir / sub / f"{lease}.json"

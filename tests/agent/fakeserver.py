@@ -32,6 +32,7 @@ class FakeServer:
         self.started: dict[int, dict[str, Any]] = {}
         self.exited: dict[int, dict[str, Any]] = {}
         self.exit_order: list[tuple[int, int]] = []  # (lease, number of usage reports received before it)
+        self.exit_calls: list[int] = []
         self.fence = 1
         self.port = 0
         self._httpd: ThreadingHTTPServer | None = None
@@ -130,6 +131,7 @@ class FakeServer:
                     self.started.setdefault(lease, body)
                     return 200, {"lease": lease, "state": "running"}
                 if parts[2] == "exited":
+                    self.exit_calls.append(lease)
                     if lease not in self.exited:
                         self.exit_order.append((lease, len(self.usage)))
                     self.exited.setdefault(lease, body)
