@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pwd
 import socket
 import sys
 from collections.abc import Sequence
@@ -116,6 +117,11 @@ def parser() -> argparse.ArgumentParser:
         help="node name at registration (GPUMARKET_NODE_NAME; default the host name)",
     )
     p.add_argument(
+        "--job-user",
+        default=env("GPUMARKET_JOB_USER"),
+        help="run jobs as this Unix user, not the agent's (needs the agent to run as root; GPUMARKET_JOB_USER)",
+    )
+    p.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         default=env("GPUMARKET_LOG_LEVEL", "info"),
@@ -132,6 +138,21 @@ def _bootstrap_token(args: argparse.Namespace) -> str:
         return Path(args.bootstrap_token_file).read_text().strip()
     except OSError as exc:
         raise StartupError(f"cannot read the bootstrap token file: {exc}") from None
+
+
+def _job_user(name: str | None) -> tuple[int, int] | None:
+    """The uid and gid jobs run as. Without it a job runs as the agent's user and could read the credential."""
+    if not name:
+        return None
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise StartupError(f"--job-user: no user {name!r}") from None
+    if os.geteuid() != 0:
+        raise StartupError("--job-user needs the agent to run as root (it switches user for each job)")
+    if entry.pw_uid == 0:
+        raise StartupError("--job-user must not be root")
+    return entry.pw_uid, entry.pw_gid
 
 
 def _backend(args: argparse.Namespace) -> GpuBackend:
@@ -168,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             bootstrap_token=_bootstrap_token(args),
             interval=args.interval,
             checkpoint_root=args.checkpoint_root or args.state_dir / "checkpoints",
+            job_user=_job_user(args.job_user),
         )
         agent = Agent(settings=settings, backend=backend, state=state, client=Client(args.server))
         agent.install_signals()

@@ -47,6 +47,7 @@ class Settings:
     bootstrap_token: str
     interval: float
     checkpoint_root: Path
+    job_user: tuple[int, int] | None = None  # (uid, gid) jobs run as; None: the agent's own user
 
 
 class Agent:
@@ -103,7 +104,11 @@ class Agent:
 
     def run(self) -> None:
         while not self.stopping:
-            self.local_step(time.time())
+            try:
+                self.local_step(time.time())
+            except Exception:  # a daemon logs a fault and goes on; the next step tries again
+                log.exception("local step failed")
+                self.next_sample = time.monotonic() + self.settings.interval
             if self.stopping:
                 break
             self.server_step()
@@ -128,10 +133,10 @@ class Agent:
         mono, wall = time.monotonic(), time.time()
         due = [self.next_sample]
         for job in self.jobs.values():
-            if job.running:
+            if job.running and job.stopped_by is None:
                 due.append(mono + job.started_at + job.max_seconds - wall)
-                if job.kill_at is not None and not job.killed:
-                    due.append(mono + job.kill_at - wall)
+            if job.running and job.kill_at is not None and not job.killed:
+                due.append(mono + job.kill_at - wall)
         return min(due)
 
     def running_count(self) -> int:
@@ -200,7 +205,6 @@ class Agent:
             now=now,
             samples=self.health,
             jobs=running + final,
-            tails=self.tails,
         )
         self.state.spool_put(name, report)
         for job in final:
@@ -234,6 +238,11 @@ class Agent:
             delay = self.backoff.next_delay()
             self.next_try = time.monotonic() + delay
             log.error("server refused the agent: %s; retrying in %.0f s", exc, delay)
+            return
+        except Exception:  # an answer the agent cannot use: pushed back like an outage, never a crash loop
+            delay = self.backoff.next_delay()
+            self.next_try = time.monotonic() + delay
+            log.exception("server step failed; retrying in %.1f s", delay)
             return
         if self.backoff.failures:
             log.info("server reachable again")
@@ -282,6 +291,10 @@ class Agent:
     def send_spool(self) -> None:
         for path in self.state.spooled():
             report: dict[str, Any] = read_json(path)
+            # The log tail is read now, not spooled: the freshest tail, and a long outage does not fill the
+            # disk with 64 KiB per job per sample. The server keeps the tail of the newest report.
+            for counters in report["leases"]:
+                counters["log_tail"] = self.tails.tail(str(self.state.job_paths(counters["lease"])[2]))
             try:
                 self.client.call("POST", "usage", report)
             except Rejected as exc:  # kept aside for the operator; it must not block the reports behind it
@@ -406,6 +419,7 @@ class Agent:
             work_dir=str(run / "work"),
             log_path=str(log_path),
             exit_path=str(exit_path),
+            run_as=list(self.settings.job_user) if self.settings.job_user else None,
         )
         self.state.save_job(job)  # before the spawn: a crash in between leaves a record without a pid
         try:

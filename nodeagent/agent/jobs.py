@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -29,6 +30,8 @@ def job_environment(job: Job) -> dict[str, str]:
     env.setdefault("PATH", DEFAULT_PATH)
     # A UTF-8 locale, so the shim's Python does not coerce a C locale by adding LC_CTYPE to the job's env.
     env.setdefault("LANG", "C.UTF-8")
+    if job.run_as:
+        env["HOME"] = pwd.getpwuid(job.run_as[0]).pw_dir
     env.update(
         CUDA_VISIBLE_DEVICES=",".join(job.gpus),
         GPUMARKET_JOB_ID=str(job.job),
@@ -39,13 +42,19 @@ def job_environment(job: Job) -> dict[str, str]:
 
 
 def spawn(job: Job) -> subprocess.Popen[bytes]:
-    """Start the job's shim; fill in its pid, start time and the job's start."""
-    Path(job.checkpoint_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
-    Path(job.work_dir).mkdir(parents=True, exist_ok=True, mode=0o700)
+    """Start the job's shim; fill in its pid, start time and the job's start. With run_as, the job (not the
+    shim) runs as that user, owning its checkpoint and working directories."""
+    shim = [sys.executable, "-I", SHIM, job.exit_path]
+    for directory in (job.checkpoint_dir, job.work_dir):
+        Path(directory).mkdir(parents=True, exist_ok=True, mode=0o700)
+        if job.run_as:
+            os.chown(directory, *job.run_as)
+    if job.run_as:
+        shim += ["--as", f"{job.run_as[0]}:{job.run_as[1]}"]
     Path(job.exit_path).unlink(missing_ok=True)
     with open(job.log_path, "ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-I", SHIM, job.exit_path, "--", *job.argv],
+            [*shim, "--", *job.argv],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -31,7 +31,9 @@ def stat(pid: int) -> Stat | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
-    except (FileNotFoundError, ProcessLookupError):
+    except OSError:  # gone (ENOENT, ESRCH) between listing and reading
+        return None
+    if b")" not in raw:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
     fields = raw[raw.rindex(b")") + 2 :].split()

@@ -53,6 +53,7 @@ class Job:
     work_dir: str
     log_path: str
     exit_path: str
+    run_as: list[int] | None = None  # [uid, gid] the job runs as (--job-user); None: the agent's user
     pid: int = 0  # the shim: session and process group leader of the job
     pid_start: int = 0  # its start time in clock ticks after boot (/proc/<pid>/stat field 22)
     started_at: float = 0.0  # wall time of the spawn

@@ -1,7 +1,8 @@
-"""The job's supervisor: `python -I shim.py EXIT_JSON -- ARGV...` (standard library only, run by path).
+"""The job's supervisor: `python -I shim.py EXIT_JSON [--as UID:GID] -- ARGV...` (standard library only).
 
 The agent starts it as the leader of a new session and process group, with the job's environment, working
-directory and log file. It runs ARGV directly (no shell), waits for it and writes EXIT_JSON atomically
+directory and log file. It runs ARGV directly (no shell), as UID:GID with no other groups when given (the
+shim itself stays the agent's user, so the job cannot touch its exit record), waits for it and writes EXIT_JSON atomically
 ({"exit_code", "signal", "ended_at"}), so the job's outcome is known even when the agent was down when the job
 ended. It ignores SIGTERM, SIGINT and SIGHUP itself (the job gets them through the group: a stop signals the
 whole group), then kills whatever the job left behind in its group.
@@ -31,14 +32,19 @@ def _write_exit(path: str, outcome: dict[str, object]) -> None:
 
 
 def main(argv: list[str]) -> int:
+    run_as: dict[str, object] = {}
+    if len(argv) >= 4 and argv[2] == "--as":
+        uid, gid = (int(x) for x in argv[3].split(":"))
+        run_as = {"user": uid, "group": gid, "extra_groups": []}
+        argv = argv[:2] + argv[4:]
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: shim.py EXIT_JSON -- COMMAND [ARG...]", file=sys.stderr)
+        print("usage: shim.py EXIT_JSON [--as UID:GID] -- COMMAND [ARG...]", file=sys.stderr)
         return 2
     exit_path, command = argv[1], argv[3:]
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _ignore)
     try:
-        child = subprocess.Popen(command)
+        child = subprocess.Popen(command, **run_as)  # type: ignore[call-overload]
     except OSError as exc:  # not found, not executable: the shell's codes
         print(f"gpumarket-agent: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr, flush=True)
         code = 127 if isinstance(exc, FileNotFoundError) else 126

@@ -33,6 +33,8 @@ class FakeServer:
         self.exited: dict[int, dict[str, Any]] = {}
         self.exit_order: list[tuple[int, int]] = []  # (lease, number of usage reports received before it)
         self.exit_calls: list[int] = []
+        self.usage_answers: list[int] = []
+        self.usage_refused: list[tuple[int, int, int]] = []
         self.fence = 1
         self.port = 0
         self._httpd: ThreadingHTTPServer | None = None
@@ -120,6 +122,14 @@ class FakeServer:
                 self.heartbeats.append(body)
                 return 200, {"state": "up", "fence": self.fence, "server_time": datetime.now(UTC).isoformat()}
             if path == "usage" and method == "POST":
+                if self.usage_answers:  # a status a test queued: 503 (retried), 400 (refused, set aside)
+                    status = self.usage_answers.pop(0)
+                    self.usage_refused.append((status, body["boot_epoch"], body["seq"]))
+                    return status, {
+                        "error": "test",
+                        "detail": f"answered {status}",
+                        "fields": {"seq": ["bad"]},
+                    }
                 self.usage.append(body)
                 return 200, {"acked": body["seq"]}
             if parts[0] == "commands" and len(parts) == 3 and parts[2] == "ack" and method == "POST":

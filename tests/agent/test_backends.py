@@ -142,9 +142,7 @@ def test_nvml_processes_are_tied_to_the_lease_holding_the_gpu_or_reported_foreig
         samples = backend.sample({})
         job = _job(41, [UUIDS[0]], ours.pid)
         usage.measure([job], samples, time.time())
-        report = usage.report(
-            boot_epoch=1, seq=1, now=time.time(), samples=samples, jobs=[job], tails=usage.LogTails()
-        )
+        report = usage.report(boot_epoch=1, seq=1, now=time.time(), samples=samples, jobs=[job])
         procs = {g["uuid"]: [(p["pid"], p["lease"]) for p in g["processes"]] for g in report["gpus"]}
         assert procs[UUIDS[0]] == [(ours.pid, 41), (os.getpid(), None)]
         assert procs[UUIDS[2]] == [(ours.pid, None)]

@@ -20,8 +20,11 @@ def test_reports_are_spooled_through_an_outage_and_delivered_in_order_once(serve
     wait_for(lambda: server.lease_reports(1), what="a first report on the lease")
     server.stop()
     time.sleep(2.5)  # a dozen samples at 0.2 s
-    spooled = sorted(p.name for p in (agent.state_dir / "spool").glob("*.json"))
+    spool = sorted((agent.state_dir / "spool").glob("*.json"))
+    spooled = [p.name for p in spool]
     assert len(spooled) >= 5
+    # Log tails are added when sent: 64 KiB a job a sample stays off the disk.
+    assert "log_tail" not in spool[-1].read_text()
     server.start()
     wait_for(
         lambda: not list((agent.state_dir / "spool").glob("*.json")), timeout=30, what="the spool to drain"
@@ -36,6 +39,7 @@ def test_reports_are_spooled_through_an_outage_and_delivered_in_order_once(serve
     counters = server.lease_reports(1)
     assert all(a["gpu_seconds"] <= b["gpu_seconds"] for a, b in zip(counters, counters[1:], strict=False))
     assert all(a["samples"] <= b["samples"] for a, b in zip(counters, counters[1:], strict=False))
+    assert "starting from scratch" in counters[-1]["log_tail"]
     assert "retry" in agent.log and "server reachable again" in agent.log
 
 
@@ -91,3 +95,17 @@ def test_jobs_that_ended_while_the_agent_was_away_are_reported(server, agent):
         None,
     )  # unknown: counted as failed by the server
     assert sorted(server.exit_calls) == [3, 4]
+
+
+def test_a_5xx_is_retried_and_a_refused_report_is_set_aside_without_blocking_the_rest(server, agent):
+    registered(server, agent.start())
+    n = len(server.usage)
+    server.usage_answers = [503, 503, 400]
+    wait_for(lambda: len(server.usage) >= n + 5, what="reports after the faults")
+    (s1, e1, q1), (s2, e2, q2), (s3, e3, q3) = server.usage_refused
+    assert (s1, s2, s3) == (503, 503, 400) and (e1, q1) == (e2, q2) == (e3, q3)  # the same report, retried
+    rejected = agent.state_dir / "spool" / "rejected" / f"{e3:010d}-{q3:012d}.json"
+    assert rejected.exists()
+    keys = _keys(server)
+    assert (e3, q3) not in keys and keys == sorted(keys) and len(keys) == len(set(keys))
+    assert "HTTP 503" in agent.log and "refused: HTTP 400: test answered 400" in agent.log

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shlex
+import shutil
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 from tests.agent.conftest import AgentProcess
@@ -156,6 +159,10 @@ def test_commands_with_a_stale_fence_or_past_expiry_are_refused(server, agent, t
     )  # fmt: skip
     bad_quote = server.bind(4, "python 'unterminated", gpus=gpus)
     foreign = server.bind(5, "true", gpus=["GPU-not-here"])
+    malformed = server.queue(
+        "bind", 6, {"lease": 6, "job": 6, "command": "true", "gpus": gpus}
+    )  # no max_seconds
+    strange = server.queue("reboot", 7, {})
     unknown = server.stop_lease("preempt", 99)
     wait_for(lambda: unknown in server.acks, what="all acknowledgements")
     acks = server.acks
@@ -165,8 +172,10 @@ def test_commands_with_a_stale_fence_or_past_expiry_are_refused(server, agent, t
     assert acks[bad_quote]["result"] == "refused" and "cannot be split" in acks[bad_quote]["detail"]
     assert acks[foreign]["result"] == "refused" and "GPUs is on this node" in acks[foreign]["detail"]
     assert acks[unknown]["result"] == "refused" and "no job for lease 99" in acks[unknown]["detail"]
+    assert acks[malformed] == {"result": "refused", "detail": "malformed command: KeyError: 'max_seconds'"}
+    assert acks[strange] == {"result": "refused", "detail": "unknown command kind 'reboot'"}
     assert not (tmp_path / "b.json").exists()
-    assert not {2, 3, 4, 5} & set(server.started)
+    assert not {2, 3, 4, 5, 6} & set(server.started)
 
 
 def test_sigterm_leaves_jobs_running_and_exits_zero(server, agent):
@@ -177,3 +186,29 @@ def test_sigterm_leaves_jobs_running_and_exits_zero(server, agent):
     pid = agent.job(8)["pid"]
     os.kill(pid, 0)  # still there
     assert "job(s) left running" in agent.log
+
+
+def test_with_job_user_the_job_runs_unprivileged_and_cannot_read_the_credential(server, tmp_path):
+    """--job-user: the job runs as nobody and the state directory is closed to it. As a non-root agent the
+    flag is refused at start instead (it needs root to switch users)."""
+    root = Path(tempfile.mkdtemp(prefix="gpumarket-ckpt-"))
+    root.chmod(0o755)  # the job user must reach its checkpoint directory
+    agent = AgentProcess(server, tmp_path, **{"job-user": "nobody", "checkpoint-root": root})
+    agent.start()
+    if os.geteuid() != 0:
+        assert agent.proc.wait(20) == 1 and "--job-user needs the agent to run as root" in agent.log
+        return
+    try:
+        gpus = registered(server, agent)
+        script = "id -u; echo HOME=$HOME; cat ../../../credential || echo no-credential; touch $GPUMARKET_CHECKPOINT_DIR/ok"
+        server.bind(9, f"/bin/sh -c {shlex.quote(script)}", gpus=gpus[:1])
+        wait_for(lambda: 9 in server.exited, what="the exit report")
+        log = agent.job_log(9)
+        assert int(log.splitlines()[0]) == pwd.getpwnam("nobody").pw_uid
+        assert "no-credential" in log and server.credential not in log
+        assert "HOME=/root" not in log
+        assert (root / "1009" / "ok").exists() and os.stat(root / "1009" / "ok").st_uid != 0
+    finally:
+        if agent.proc.poll() is None:
+            agent.terminate()
+        shutil.rmtree(root)
