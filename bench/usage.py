@@ -9,7 +9,9 @@ timed part). The baseline, in the same run, batch by batch: the same report rows
 a copy of the report table (same columns and indexes), serialising the samples the same way.
 
 Prints one JSON line: {"bench": "usage", "samples_per_s": ..., "copy_samples_per_s": ..., "ratio": ...}
-plus the sample and report counts. Target (issue 16): samples_per_s >= 20,000 and ratio >= 0.25.
+plus the sample and report counts and `agent_cpu_pct_of_core`, the agent's own CPU cost as bench/agent.py
+measures it (run here as a subprocess; --agent-seconds 0 skips it). Targets (issue 16): samples_per_s >= 20,000,
+ratio >= 0.25, agent under 2% of one core.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
@@ -169,11 +172,29 @@ def _copy(connection: Any, batch: list[tuple[int, dict[str, Any]]]) -> None:
             )
 
 
+def _agent_cpu(seconds: float = 20.0) -> dict[str, Any]:
+    """bench/agent.py's JSON line (it starts its own agent and fake server)."""
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "agent.py"), "--seconds", str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--nodes", type=int, default=1_000)
     parser.add_argument("--rounds", type=int, default=10, help="reports per node")
     parser.add_argument("--batch", type=int, default=500, help="reports per ingest call")
+    parser.add_argument(
+        "--agent-seconds",
+        type=float,
+        default=20.0,
+        help="how long bench/agent.py measures the agent (0: skip)",
+    )
     args = parser.parse_args()
     url = os.environ.get(
         "BENCH_USAGE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpumarket_bench_usage"
@@ -212,6 +233,7 @@ def main() -> None:
     assert LeaseUsage.objects.filter(samples=args.rounds).count() == args.nodes * LEASES_PER_NODE
 
     rate, copy_rate = samples / ingest_s, samples / copy_s
+    agent = _agent_cpu() if args.agent_seconds else None
     print(
         json.dumps(
             {
@@ -222,6 +244,8 @@ def main() -> None:
                 "samples": samples,
                 "reports": len(payloads),
                 "batch": args.batch,
+                # The other side's cost, from bench/agent.py: one agent sampling 8 simulated GPUs every second.
+                "agent_cpu_pct_of_core": None if agent is None else agent["cpu_pct_of_core"],
             }
         )
     )

@@ -65,7 +65,7 @@ def agent_command(state: Path) -> list[str]:
         "--name",
         state.name,
         "--interval",
-        "2",  # a sample every 2 s, so the demo's usage moves while you watch
+        "5",  # a sample every 5 s, so the demo's usage moves while you watch
     ]
     token = state / "bootstrap_token"
     if token.exists() and not (state / "credential").exists():

@@ -11,7 +11,8 @@ from market.models import CommandKind, EndReason, EntryKind, Hold, JobState, Jou
 from market.selectors.policy import market_policy
 from market.services.leases import lease_request_stop, settle_key
 from nodeagent.selectors.usage import charge_for
-from tests.nodeagent.agents import counters
+from tests.market.round_helpers import make_job
+from tests.nodeagent.agents import counters, leased, register
 
 pytestmark = pytest.mark.django_db
 
@@ -124,3 +125,22 @@ def test_the_owner_reads_the_usage_and_log_tail(running):
     assert detail["log_tail"] == "step 1 loss 0.9\n"
     # Someone outside the tenant sees nothing of it.
     assert w.client(w.bob).get(f"/api/v1/tenants/alpha/jobs/{job.pk}").status_code == 404
+
+
+def test_a_gang_on_two_nodes_is_charged_both_nodes_measure_and_settled_at_its_first_exit(world):
+    world.fund(world.alpha, 1000)
+    n1, n2 = register(world, "n1"), register(world, "n2")
+    job = make_job(world.alpha, world.alice, gpus=16, limits={world.h100: 5})
+    lease = leased(job)
+    assert {g.gpu.node_id for g in lease.lease_gpus.select_related("gpu")} == {n1.node.pk, n2.node.pk}
+    n2.post("usage", n2.report([counters(lease, 150.0)]))
+    response = n1.post(f"leases/{lease.pk}/exited", {"exit_code": 0, "usage": _final(lease, 100.0)})
+    assert response.json()["state"] == "ended"
+    lease.refresh_from_db()
+    assert lease.charged == -(-250 * lease.price // 3600)
+    # Its bind is no longer handed out (the lease is settled); the release is.
+    assert [c["kind"] for c in n2.commands() if c["lease"] == lease.pk] == ["release"]
+    late = n2.post(f"leases/{lease.pk}/exited", {"exit_code": 0, "usage": _final(lease, 400.0)})
+    assert late.json()["charged"] == lease.charged
+    assert _settles(lease) == 1
+    call_command("ledger_check", stdout=StringIO())

@@ -40,7 +40,7 @@ DEMO_JOBS = [
     ("speech", "asr-small", 4, [("A100", 1.8)], 4),
 ]
 # The demo jobs really run (on the simulated nodes' agents): the daemon's demo job, computing for a while.
-DEMO_JOB_SECONDS = 300
+DEMO_JOB_SECONDS = 120
 # (slug, name, weight, guarantees by type, budget in credits)
 TENANTS = [
     ("vision", "Vision", 2, {"H100": 4, "A100": 4}, 5_000),
