@@ -45,12 +45,13 @@ def report_usage(
     *,
     seconds: int,
     every: int = 60,
-    util: tuple[float, ...] = (20.0, 95.0, 90.0),
+    util: tuple[float, ...] | None = None,
     log_tail: str = "",
 ) -> None:
     """What the lease's node agent reports over `seconds` from the job's start, one report every `every`
     seconds, stored through the real parse and ingest services (docs/agent.md `POST usage`): each GPU of the
-    lease at utilisation util[k % len(util)], 300 W, 30 GB used; the lease's cumulative counters."""
+    lease at utilisation util[k % len(util)] (by default a warm-up at 15% then 88-96%), 300 W, 30 GB used;
+    the lease's cumulative counters."""
     from datetime import timedelta
 
     from market.models import LeaseGpu
@@ -60,10 +61,12 @@ def report_usage(
     gpus = list(LeaseGpu.objects.filter(lease=lease).select_related("gpu__node"))
     node = gpus[0].gpu.node
     start = lease.running_at or lease.started_at
-    reports = []
+    reports: list[Any] = []
+    seen: list[float] = []
     for k in range(1, seconds // every + 1):
         at = (start + timedelta(seconds=k * every)).isoformat()
-        pct = util[k % len(util)]
+        pct = util[k % len(util)] if util else (15.0 if k <= 3 else 88.0 + (k * 5) % 9)
+        seen.append(pct)
         samples = [
             {
                 "uuid": g.gpu.uuid, "at": at, "healthy": True, "util_pct": pct, "mem_used_mb": 30_000,
@@ -74,7 +77,7 @@ def report_usage(
         ]  # fmt: skip
         counters = {
             "lease": lease.pk, "gpu_seconds": float(len(gpus) * k * every),
-            "energy_j": 300.0 * len(gpus) * k * every, "util_avg": pct, "util_max": max(util[: k + 1]),
+            "energy_j": 300.0 * len(gpus) * k * every, "util_avg": sum(seen) / k, "util_max": max(seen),
             "mem_avg_mb": 30_000, "mem_max_mb": 30_000, "samples": k, "log_tail": log_tail,
         }  # fmt: skip
         body = {"boot_epoch": 1, "seq": k, "sent_at": at, "gpus": samples, "leases": [counters]}
