@@ -54,6 +54,7 @@ bench: install
 	$(PY) bench/round.py
 	$(PY) bench/api.py
 	$(PY) bench/usage.py
+	$(PY) bench/retention.py
 
 clean:
 	rm -rf $(VENV) var

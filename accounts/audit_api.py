@@ -22,7 +22,8 @@ from rest_framework.views import APIView
 from accounts.access import require_admin
 from accounts.models import AuditEvent, Tenant, User
 from accounts.selectors import audit_events
-from config.api import Pagination
+from config.api import Pagination, QuerySerializer
+from market.api.ledger_serializers import InstantField
 
 CSV_COLUMNS = ["id", "created_at", "action", "actor", "tenant", "detail"]
 
@@ -54,7 +55,7 @@ class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         read_only_fields = fields
 
 
-class AuditFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class AuditFilterSerializer(QuerySerializer):
     action = serializers.CharField(
         required=False, max_length=64, help_text='e.g. "policy.update", or a prefix such as "ledger".'
     )
@@ -64,8 +65,9 @@ class AuditFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
     actor = serializers.SlugRelatedField(
         slug_field="username", queryset=User.objects.all(), required=False, help_text="A user's username."
     )
-    since = serializers.DateTimeField(required=False, help_text="ISO 8601; events at or after it.")
-    until = serializers.DateTimeField(required=False, help_text="ISO 8601; events before it.")
+    # The ledger's instant policy (calendar edges and offsets are a 400, not a 500).
+    since = InstantField(required=False, help_text="ISO 8601 date or datetime; events at or after it.")
+    until = InstantField(required=False, help_text="ISO 8601 date or datetime; events before it.")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if "since" in attrs and "until" in attrs and attrs["since"] >= attrs["until"]:

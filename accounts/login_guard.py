@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
@@ -46,8 +47,10 @@ class LoginGuardBackend:
             raise PermissionDenied("Too many failed sign-ins; try again later.")
         return None
 
-    def get_user(self, user_id: int) -> None:
-        return None
+    def get_user(self, user_id: int) -> Any:
+        # A session names the backend that signed it in; `force_login` (and any login that does not say which
+        # backend) names the first one, this guard, so it must load the user as the password backend does.
+        return ModelBackend().get_user(user_id)
 
 
 @receiver(user_login_failed, dispatch_uid="login-guard-failed")

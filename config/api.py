@@ -26,6 +26,14 @@ class Pagination(PageNumberPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
 
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        for parameter in parameters:
+            parameter["schema"]["minimum"] = 1
+            if parameter["name"] == self.page_size_query_param:
+                parameter["schema"]["maximum"] = self.max_page_size
+        return parameters
+
     def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> list[Any] | None:
         for name, top in (("page", None), (self.page_size_query_param, self.max_page_size)):
             _positive_param(request.query_params, name, top)
@@ -137,3 +145,54 @@ def json_500(request: Any) -> JsonResponse:
     return JsonResponse(
         {"error": "server_error", "detail": "Internal error; it has been logged."}, status=500
     )
+
+
+ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "error": {"type": "string", "description": "A code: invalid, not_found, key_conflict, ..."},
+        "detail": {"type": "string"},
+        "fields": {
+            "type": "object",
+            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+            "description": "For invalid input: each offending field (or body, a header, a query parameter).",
+        },
+    },
+    "required": ["error", "detail"],
+}
+_ERRORS = {
+    "400": "Invalid input: `fields` names each culprit.",
+    "401": "No credentials, or a token that is invalid or revoked.",
+    "403": "Signed in, but without the role this needs.",
+    "404": "No such object, or one outside the caller's tenants.",
+    "429": "Rate limit reached; see Retry-After.",
+}
+_WRITE_ERRORS = {
+    "409": "Refused in the current state (key reused, not pending, insufficient funds, ...).",
+    "413": "The body is larger than the server accepts.",
+    "415": "The body is not JSON.",
+}
+
+
+def schema_error_responses(
+    result: dict[str, Any], generator: Any, request: Any, public: bool
+) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: every operation documents the errors every operation can give
+    (400, 401, 403, 404, 429; writes also 409, 413, 415) with the one error shape, keeping any description
+    a view gave its own; string query parameters and headers are documented as non-empty."""
+    result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
+    body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
+    for operations in result.get("paths", {}).values():
+        for method, operation in operations.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            for parameter in operation.get("parameters", []):
+                # An empty query parameter or header is refused (QuerySerializer), so say so.
+                if parameter.get("in") in ("query", "header") and parameter["schema"].get("type") == "string":
+                    parameter["schema"].setdefault("minLength", 1)
+            errors = _ERRORS | (_WRITE_ERRORS if method != "get" else {})
+            responses = operation.setdefault("responses", {})
+            for code, description in errors.items():
+                response = responses.setdefault(code, {"description": description})
+                response.setdefault("content", body)
+    return result

@@ -173,6 +173,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "config.api.schema_error_responses",
+    ],
     # Several models have a `state` field; name each choice set after its model instead of a hash.
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "market.models.jobs.JobState",

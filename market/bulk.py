@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, models
+from django.db.models.expressions import RawSQL
 
 _PG_TYPES = {
     "AutoField": "integer",
@@ -28,8 +29,6 @@ _PG_TYPES = {
     "TextField": "text",
     "DateTimeField": "timestamptz",
     "JSONField": "jsonb",
-    "FloatField": "double precision",
-    "PositiveBigIntegerField": "bigint",
 }
 
 
@@ -48,37 +47,37 @@ def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> l
         ]
         return [obj.pk for obj in model._default_manager.bulk_create(rows, batch_size=2000)]
     meta = model._meta
-    insert, params = insert_select(model, columns)
-    sql = f"{insert} RETURNING {connection.ops.quote_name(meta.pk.column)}"
+    fields = [meta.get_field(name) for name in columns]  # get_field knows attnames ("round_id") too
+    casts = []
+    for f in fields:
+        target = f.target_field if isinstance(f, models.ForeignKey) else f
+        casts.append(_PG_TYPES[target.get_internal_type()])
+    params = [_literal(values, cast) for values, cast in zip(columns.values(), casts, strict=True)]
+    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
+    unnest = ", ".join(f"%s::{cast}[]" for cast in casts)
+    sql = (
+        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({cols}) "
+        f"SELECT * FROM unnest({unnest}) RETURNING {connection.ops.quote_name(meta.pk.column)}"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return [row[0] for row in cursor.fetchall()]
 
 
-def insert_select(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> tuple[str, list[str]]:
-    """PostgreSQL only: `INSERT INTO table (columns) SELECT * FROM unnest(...)` and its parameters (one array
-    literal per column), for a caller to finish (RETURNING, ON CONFLICT ...)."""
-    meta = model._meta
-    fields = [meta.get_field(name) for name in columns]  # get_field knows attnames ("round_id") too
-    casts = [pg_type(f) for f in fields]
-    params = [_literal(values, cast) for values, cast in zip(columns.values(), casts, strict=True)]
-    cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
-    unnest = ", ".join(f"%s::{cast}[]" for cast in casts)
-    return (
-        f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({cols}) SELECT * FROM unnest({unnest})",
-        params,
-    )
-
-
-def pg_type(field: models.Field) -> str:  # type: ignore[type-arg]
-    """The PostgreSQL type of a field's column (a foreign key's is its target's)."""
-    target = field.target_field if isinstance(field, models.ForeignKey) else field
-    return _PG_TYPES[target.get_internal_type()]
+def any_of(values: Sequence[int] | Sequence[str], cast: str = "bigint") -> Sequence[Any] | RawSQL:
+    """For `filter(pk__in=any_of(ids))` with thousands of values: on PostgreSQL one array parameter
+    (`IN (SELECT unnest(%s::bigint[]))`) instead of a placeholder per value, which Django compiles and
+    psycopg adapts one by one (a tenth of a second per 10,000); elsewhere the plain list."""
+    if connection.vendor != "postgresql":
+        return values
+    return RawSQL(f"SELECT unnest(%s::{cast}[])", [list(values)])
 
 
 def _literal(values: Sequence[Any], cast: str) -> str:
     """A PostgreSQL array literal of `values` (None is NULL)."""
     if cast in ("bigint", "integer", "smallint"):
+        if None not in values:  # the common case, at C speed (values are ints already)
+            return "{" + ",".join(map(str, values)) + "}"
         return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
     if cast == "boolean":
         return "{" + ",".join("NULL" if v is None else ("t" if v else "f") for v in values) + "}"

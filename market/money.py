@@ -19,7 +19,9 @@ def parse_credits(value: object) -> int:
         amount = parse_decimal(value, places=6, noun="a number of credits")
     except InputError as exc:
         message = str(exc)
-        raise AmountError(message.replace("more than 6 decimals", "more decimals than a micro-credit (6)")) from exc
+        raise AmountError(
+            message.replace("more than 6 decimals", "more decimals than a micro-credit (6)")
+        ) from exc
     return int(amount * MICRO)
 
 

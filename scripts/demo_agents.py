@@ -62,6 +62,10 @@ def agent_command(state: Path) -> list[str]:
         demo["model"],
         "--checkpoint-root",
         str(VAR / "checkpoints"),
+        "--name",
+        state.name,
+        "--interval",
+        "2",  # a sample every 2 s, so the demo's usage moves while you watch
     ]
     token = state / "bootstrap_token"
     if token.exists() and not (state / "credential").exists():

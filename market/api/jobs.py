@@ -15,7 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import access_tenant
-from accounts.models import Tenant
+from accounts.models import ApiToken, Tenant
 from accounts.services import PolicyError
 from config.api import Pagination
 from market.api.jobs_serializers import (
@@ -167,6 +167,9 @@ class JobListView(APIView):
                     request_digest=digest,
                     first_response=lambda job: _render(job, gpu_types=types),
                     replay_checked=True,
+                    # A token is for one tenant (access_tenant checked it is this one) and its
+                    # authentication already proved the user a member: no need to ask again.
+                    member_checked=isinstance(request.auth, ApiToken),
                     **args,
                 )
         except (services.JobError, PolicyError) as exc:
@@ -224,6 +227,7 @@ class JobCancelView(APIView):
     def post(self, request: Request, slug: str, job_id: int) -> Response:
         tenant = access_tenant(request.user, slug, auth=request.auth)
         job = _job(tenant, job_id)
+        request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
         try:
             job = services.job_cancel(job=job, actor=request.user)
         except services.JobError as exc:

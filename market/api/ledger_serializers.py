@@ -136,8 +136,8 @@ class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     amount_credits = serializers.SerializerMethodField()
     key = serializers.SerializerMethodField(help_text="The key as its caller gave it.")
-    hold = serializers.SlugRelatedField(slug_field="key", read_only=True)
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    hold = serializers.SlugRelatedField(slug_field="key", read_only=True, allow_null=True)
+    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
     postings = PostingSerializer(many=True, read_only=True)
 

@@ -73,13 +73,27 @@ class RoundPrice(models.Model):
 class BidOutcome(models.Model):
     """What one round decided for one bid: won (tier, type, price) or lost (reason and its figure)."""
 
-    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="outcomes")
-    job = models.ForeignKey("market.Job", on_delete=models.CASCADE, related_name="outcomes")
+    # Every round writes one row per bid (20,000 at a time), so these references are kept by the code, not by
+    # the database: the round commit writes them for the round it holds locked and the jobs it just read, in
+    # one transaction, and nothing else writes outcomes. A foreign key constraint would add three checks per
+    # row at COMMIT (most of the commit's own time at 20,000 bids: docs/rounds.md §Speed); Django still
+    # cascades deletes. No index that no query needs either: the unique (job, round) index below serves
+    # lookups by job, and nothing looks outcomes up by GPU type.
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="outcomes", db_constraint=False)
+    job = models.ForeignKey(
+        "market.Job", on_delete=models.CASCADE, related_name="outcomes", db_index=False, db_constraint=False
+    )
     bid_version = models.PositiveIntegerField()
     won = models.BooleanField()
     tier = models.CharField(max_length=1, blank=True)
     gpu_type = models.ForeignKey(
-        "market.GpuType", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "market.GpuType",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_index=False,
+        db_constraint=False,
     )
     price = models.BigIntegerField(null=True, blank=True)
     reason = models.CharField(max_length=40, blank=True)

@@ -200,7 +200,6 @@ def job_replay(*, tenant: Tenant, idempotency_key: str, request_digest: str) -> 
     return job
 
 
-@transaction.atomic
 def job_submit(
     *,
     tenant: Tenant,
@@ -215,22 +214,25 @@ def job_submit(
     request_digest: str = "",
     first_response: Callable[[Job], dict[str, Any]] | None = None,
     replay_checked: bool = False,
+    member_checked: bool = False,
 ) -> tuple[Job, bool]:
     """Create a pending job with bid version 1; returns (job, created).
 
     With an idempotency key, a job already submitted under it (same tenant, same request digest) is returned
     with created=False and nothing is written; a different digest raises IdempotencyKeyReused. Two concurrent
-    submits with one key meet on the unique index: the second waits for the first, fails in its savepoint
-    and re-reads. `first_response`, given a key, renders the response to store for replays, in this same
+    submits with one key meet on the unique index: the second waits for the first, its transaction fails and
+    it re-reads. `first_response`, given a key, renders the response to store for replays, in the same
     transaction, so a replay never sees the job without it. `replay_checked`: the caller has just looked the
     key up (the API does, before validating the body), so only the unique index guards a concurrent repeat.
+    `member_checked`: the caller authenticated with a token of this tenant, which already proved membership.
     """
     idempotency_key = check_idempotency_key(idempotency_key)
     if not replay_checked:
         found = job_replay(tenant=tenant, idempotency_key=idempotency_key, request_digest=request_digest)
         if found is not None:
             return found, False
-    _check_member(submitter, tenant)
+    if not member_checked:
+        _check_member(submitter, tenant)
     _check_pending_limit(tenant)
     fields = {
         "name": _check_name(name),
@@ -241,25 +243,38 @@ def job_submit(
         "grace_seconds": _check_grace(grace_seconds),
     }
     try:
-        with transaction.atomic():
-            job = Job.objects.create(
-                tenant=tenant,
-                submitter=submitter,
-                idempotency_key=idempotency_key,
-                request_digest=request_digest if idempotency_key else "",
-                **fields,
-            )
+        # Its own transaction (a savepoint inside a caller's), so a repeated key fails it without a savepoint
+        # round trip on every submit; the unique index makes the repeat wait for the first and fail.
+        return _job_create(tenant, submitter, idempotency_key, request_digest, first_response, fields), True
     except IntegrityError:
         found = job_replay(tenant=tenant, idempotency_key=idempotency_key, request_digest=request_digest)
         if found is None:
             raise
         return found, False
+
+
+@transaction.atomic
+def _job_create(
+    tenant: Tenant,
+    submitter: User,
+    idempotency_key: str,
+    request_digest: str,
+    first_response: Callable[[Job], dict[str, Any]] | None,
+    fields: dict[str, Any],
+) -> Job:
+    job = Job.objects.create(
+        tenant=tenant,
+        submitter=submitter,
+        idempotency_key=idempotency_key,
+        request_digest=request_digest if idempotency_key else "",
+        **fields,
+    )
     Bid.objects.create(job=job, version=1, limits=job.limits, actor=submitter, created_at=job.submitted_at)
     if idempotency_key and first_response is not None:
         job.first_response = first_response(job)
         job.save(update_fields=["first_response"])
     audit(actor=submitter, tenant=tenant, action="job.submit", detail=_detail(job))
-    return job, True
+    return job
 
 
 # Amend and cancel: the job row is locked, so they serialise with each other and with a round's commit.

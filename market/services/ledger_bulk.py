@@ -52,7 +52,7 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
     existing = {
         key: (tenant_id, amount)
         for key, tenant_id, amount in JournalEntry.objects.filter(
-            key__in=[r.key for r in requests]
+            key__in=bulk.any_of([r.key for r in requests], "text")
         ).values_list("key", "tenant_id", "amount")
     }
     replayed, conflicted = [], []

@@ -99,7 +99,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     jobs = {
         row[0]: row
         for row in Job.objects.select_for_update()
-        .filter(pk__in=win_jobs + victim_jobs)
+        .filter(pk__in=bulk.any_of(win_jobs + victim_jobs))
         .order_by("pk")
         .values_list("pk", "state", "bid_version", "name", "command", "grace_seconds", "max_seconds", "gpus")
     }
@@ -115,13 +115,13 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     for i in range(len(win_jobs)):
         gangs.append([(*gpu_of[slot_node[j], slot_idx[j]], slot_node[j]) for j in range(ptr[i], ptr[i + 1])])
     taken = set(
-        LeaseGpu.objects.filter(active=True, gpu_id__in=[g[0] for gang in gangs for g in gang]).values_list(
-            "gpu_id", flat=True
-        )
+        LeaseGpu.objects.filter(
+            active=True, gpu_id__in=bulk.any_of([g[0] for gang in gangs for g in gang])
+        ).values_list("gpu_id", flat=True)
     )
     # A node that went down, draining or retired since the freeze, or a GPU reported unhealthy, takes no work.
     unavailable = set(
-        Gpu.objects.filter(pk__in=[g[0] for gang in gangs for g in gang])
+        Gpu.objects.filter(pk__in=bulk.any_of([g[0] for gang in gangs for g in gang]))
         .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
         .values_list("pk", flat=True)
     )
@@ -140,7 +140,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
 
     # Losers wait one more round. Pending jobs, so taken after the winners' locks but before any account.
     lost = result.losers.job.tolist() + list(skipped)
-    Job.objects.filter(pk__in=lost, state=JobState.PENDING).update(
+    Job.objects.filter(pk__in=bulk.any_of(lost), state=JobState.PENDING).update(
         rounds_waited=F("rounds_waited") + 1, updated_at=now
     )
 
@@ -230,11 +230,13 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
             ):
                 commands[key].append(value)
     bulk.insert(Command, commands)
-    Job.objects.filter(pk__in=[win_jobs[i] for i in placed]).update(
+    Job.objects.filter(pk__in=bulk.any_of([win_jobs[i] for i in placed])).update(
         state=JobState.ALLOCATED, rounds_waited=0, updated_at=now
     )
     if retiered:  # locked above
-        Lease.objects.filter(pk__in=retiered, state__in=LIVE_LEASE_STATES).update(tier="G", preemptible=False)
+        Lease.objects.filter(pk__in=bulk.any_of(retiered), state__in=LIVE_LEASE_STATES).update(
+            tier="G", preemptible=False
+        )
 
     _outcomes(rnd, snapshot, result, placed, skipped, type_id_of)
     _prices(rnd, book, result, type_id_of)
@@ -288,54 +290,33 @@ def _outcomes(
     skipped: dict[int, str],
     type_id_of: list[int],
 ) -> None:
+    """One row per bid: winners placed, winners skipped at commit (with why), losers (with why). Built as
+    columns, a list per field, since a round writes 20,000 of them."""
     versions = snapshot.bid_versions
     w, lo = result.winners, result.losers
     win_jobs, tiers, wtypes, prices = w.job.tolist(), w.tier.tolist(), w.gpu_type.tolist(), w.price.tolist()
-    cols: dict[str, list[object]] = {
-        k: []
-        for k in (
-            "round_id",
-            "job_id",
-            "bid_version",
-            "won",
-            "tier",
-            "gpu_type_id",
-            "price",
-            "reason",
-            "figure",
-        )
-    }
-
-    def add(
-        job: int, won: bool, tier: str, type_ix: int, price: int | None, reason: str, figure: int | None
-    ) -> None:
-        for key, value in (
-            ("round_id", rnd.pk),
-            ("job_id", job),
-            ("bid_version", versions[job]),
-            ("won", won),
-            ("tier", tier),
-            ("gpu_type_id", type_id_of[type_ix]),
-            ("price", price),
-            ("reason", reason),
-            ("figure", figure),
-        ):
-            cols[key].append(value)
-
-    for i in placed:
-        add(win_jobs[i], True, TIER_NAMES[tiers[i]], wtypes[i], prices[i], "", None)
     by_job = {job: i for i, job in enumerate(win_jobs)}
-    for job, reason in skipped.items():
-        add(job, False, "", wtypes[by_job[job]], prices[by_job[job]], reason, None)
-    ljobs, reasons, ltypes, figures = (
-        lo.job.tolist(),
-        lo.reason.tolist(),
-        lo.gpu_type.tolist(),
-        lo.figure.tolist(),
+    skip_rows = [by_job[job] for job in skipped]
+    lose_jobs = lo.job.tolist()
+    jobs = [win_jobs[i] for i in placed] + list(skipped) + lose_jobs
+    n_won, n = len(placed), len(jobs)
+    reason_names = [REASON_NAMES[r] for r in lo.reason.tolist()]
+    bulk.insert(
+        BidOutcome,
+        {
+            "round_id": [rnd.pk] * n,
+            "job_id": jobs,
+            "bid_version": [versions[job] for job in jobs],
+            "won": [True] * n_won + [False] * (n - n_won),
+            "tier": [TIER_NAMES[tiers[i]] for i in placed] + [""] * (n - n_won),
+            "gpu_type_id": [
+                type_id_of[t] for t in [wtypes[i] for i in placed + skip_rows] + lo.gpu_type.tolist()
+            ],
+            "price": [prices[i] for i in placed + skip_rows] + [None] * len(lose_jobs),
+            "reason": [""] * n_won + list(skipped.values()) + reason_names,
+            "figure": [None] * (n_won + len(skipped)) + [None if f < 0 else f for f in lo.figure.tolist()],
+        },
     )
-    for i, job in enumerate(ljobs):
-        add(job, False, "", ltypes[i], None, REASON_NAMES[reasons[i]], None if figures[i] < 0 else figures[i])
-    bulk.insert(BidOutcome, cols)
 
 
 def _prices(rnd: Round, book: Book, result: Result, type_id_of: list[int]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from market.models import GpuType
@@ -87,6 +88,12 @@ class LeaseCountersSerializer(CountersSerializer):
     lease = serializers.IntegerField(min_value=1)
 
 
+@extend_schema_field(CountersSerializer(allow_null=True))
+class CountersJSONField(serializers.JSONField):
+    """The final counters, documented as CountersSerializer and checked by usage_parse.parse_counters (the same
+    rules as in a usage report)."""
+
+
 class ExitedSerializer(serializers.Serializer):  # type: ignore[type-arg]
     at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     exit_code = serializers.IntegerField(allow_null=True, min_value=-(2**31), max_value=2**31 - 1)
@@ -96,12 +103,7 @@ class ExitedSerializer(serializers.Serializer):  # type: ignore[type-arg]
     stopped_by = serializers.ChoiceField(
         choices=["preempt", "release", "expiry"], allow_null=True, required=False, default=None
     )
-    usage = serializers.JSONField(
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="The final counters (see CountersSerializer).",
-    )
+    usage = CountersJSONField(required=False, allow_null=True, default=None, help_text="The final counters.")
 
 
 class ProcessSerializer(serializers.Serializer):  # type: ignore[type-arg]

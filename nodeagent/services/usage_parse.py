@@ -107,12 +107,21 @@ def _list(data: dict[str, Any], key: str, most: int) -> list[Any]:
     return value
 
 
+_PROCESS_KEYS = frozenset({"pid", "used_mb", "lease"})
+_GPU_KEYS = frozenset(
+    {"uuid", "at", "healthy", "util_pct", "mem_used_mb", "power_w", "energy_j", "processes"}
+)
+
+
 def _process(data: Any) -> dict[str, Any]:
     proc = _obj(data)
     lease = proc.get("lease")
     if lease is not None and type(lease) is not int:
         raise _Bad("lease", "must be a lease id or null")
-    return {"pid": _int(proc, "pid"), "used_mb": _num(proc, "used_mb"), "lease": lease}
+    _int(proc, "pid")
+    _num(proc, "used_mb")
+    # Stored as sent when it has exactly the known keys (the agent's case): no copy to build.
+    return proc if proc.keys() == _PROCESS_KEYS else {k: proc.get(k) for k in _PROCESS_KEYS}
 
 
 def _gpu(data: Any) -> dict[str, Any]:
@@ -120,25 +129,22 @@ def _gpu(data: Any) -> dict[str, Any]:
     uuid = gpu.get("uuid")
     if type(uuid) is not str or not 0 < len(uuid) <= 96:
         raise _Bad("uuid", "must be a GPU UUID (1 to 96 characters)")
-    healthy = gpu.get("healthy", True)
-    if type(healthy) is not bool:
+    if type(gpu.get("healthy", True)) is not bool:
         raise _Bad("healthy", "must be true or false")
-    processes = []
-    for j, raw in enumerate(_list(gpu, "processes", MAX_PROCESSES)):
+    _when(gpu, "at")
+    _num(gpu, "util_pct", 100)
+    for key in ("mem_used_mb", "power_w", "energy_j"):
+        _num(gpu, key)
+    processes = _list(gpu, "processes", MAX_PROCESSES)
+    checked = []
+    for j, raw in enumerate(processes):
         try:
-            processes.append(_process(raw))
+            checked.append(_process(raw))
         except _Bad as exc:
             raise _Bad(f"processes[{j}]" + (f".{exc.key}" if exc.key else ""), exc.message) from None
-    return {
-        "uuid": uuid,
-        "at": _when(gpu, "at")[1],
-        "healthy": healthy,
-        "util_pct": _num(gpu, "util_pct", 100),
-        "mem_used_mb": _num(gpu, "mem_used_mb"),
-        "power_w": _num(gpu, "power_w"),
-        "energy_j": _num(gpu, "energy_j"),
-        "processes": processes,
-    }
+    if gpu.keys() == _GPU_KEYS and all(a is b for a, b in zip(checked, processes, strict=True)):
+        return gpu
+    return {**{k: gpu.get(k) for k in _GPU_KEYS}, "healthy": gpu.get("healthy", True), "processes": checked}
 
 
 def _counters(data: Any) -> LeaseCounters:

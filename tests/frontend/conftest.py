@@ -35,8 +35,7 @@ def market(world: World) -> Market:
 
 
 def login(client: Any, user: Any) -> Any:
-    # The password backend by name: the first configured one is the login guard, which never owns a session.
-    client.force_login(user, backend="django.contrib.auth.backends.ModelBackend")
+    client.force_login(user)
     return client
 
 

@@ -171,7 +171,7 @@ def test_node_actions_are_for_platform_admins_only(market: Market) -> None:
 def test_node_actions_need_the_csrf_token(market: Market) -> None:
     node = Lease.objects.get(job=market.winner).node
     client = Client(enforce_csrf_checks=True)
-    client.force_login(market.world.admin, backend="django.contrib.auth.backends.ModelBackend")
+    client.force_login(market.world.admin)
     assert client.post(f"/console/nodes/{node.name}/drain/").status_code == 403
     assert client.post("/console/nodes/bootstrap-token/").status_code == 403
     assert Node.objects.get(pk=node.pk).state == "up" and not BootstrapToken.objects.exists()

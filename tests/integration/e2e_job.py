@@ -1,9 +1,9 @@
 """The job the end-to-end tests submit (run by the agent as `python tests/integration/e2e_job.py SECONDS`).
 
-It records what it was given (CUDA_VISIBLE_DEVICES and the GPUMARKET_* variables) in its checkpoint directory,
-computes for SECONDS (so the simulated GPUs show it busy), and exits 0. On SIGTERM it writes a checkpoint
-file and then ignores the rest of its grace period, so the agent has to SIGKILL it. On start it reports
-whether it found a checkpoint from an earlier run.
+It records what it was given (CUDA_VISIBLE_DEVICES, the GPUMARKET_* variables, its pid) in its checkpoint
+directory, computes for SECONDS (so the simulated GPUs show it busy), and exits 0. On SIGTERM it writes a
+checkpoint file and then ignores the rest of its grace period, so the agent has to SIGKILL it. A run that
+finds a checkpoint from an earlier one says so and has only RESUMED_SECONDS of work left.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+RESUMED_SECONDS = 2.0
+
 
 def main() -> None:
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 5.0
@@ -23,7 +25,9 @@ def main() -> None:
     lease = os.environ.get("GPUMARKET_LEASE_ID", "?")
     resumed = (ckpt / "checkpoint").exists()
     seen = {k: v for k, v in os.environ.items() if k == "CUDA_VISIBLE_DEVICES" or k.startswith("GPUMARKET_")}
-    (ckpt / f"env-{lease}.json").write_text(json.dumps({**seen, "resumed": resumed}))
+    if resumed:
+        seconds = RESUMED_SECONDS
+    (ckpt / f"env-{lease}.json").write_text(json.dumps({**seen, "resumed": resumed, "pid": os.getpid()}))
     print(
         f"lease {lease} CUDA_VISIBLE_DEVICES={seen.get('CUDA_VISIBLE_DEVICES')} resumed={resumed}", flush=True
     )

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import services as accounts_services
-from accounts.models import ApiToken, Role, Tenant, User
+from accounts.models import ApiToken, Guarantee, Role, Tenant, User
 from accounts.tokens import TOKEN_PREFIX, token_create
 from market.money import MICRO
 from market.selectors.jobs import largest_gangs
@@ -70,7 +70,10 @@ class Command(BaseCommand):
                 tenant = Tenant.objects.filter(slug=slug).first() or accounts_services.tenant_create(
                     name=name, slug=slug, weight=weight, actor=admin
                 )
+                held = dict(Guarantee.objects.filter(tenant=tenant).values_list("gpu_type__name", "gpus"))
                 for gpu_name, gpus in guarantees.items():
+                    if held.get(gpu_name) == gpus:
+                        continue  # set by an earlier run (checking it again needs every node registered)
                     accounts_services.guarantee_set(
                         tenant=tenant, gpu_type=types[gpu_name], gpus=gpus, actor=admin
                     )

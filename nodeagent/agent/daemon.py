@@ -1,0 +1,431 @@
+"""The agent's loop (docs/agent.md §The daemon).
+
+One thread, two kinds of step. Local steps never wait for the server: they notice jobs that ended, enforce
+lease expiry and grace periods, sample the GPUs and spool a usage report. Server steps send what is pending
+(acknowledgements, starts, spooled reports in order, exits once their reports are acknowledged), heartbeat and
+fetch commands; when the server cannot be reached they back off (1 s doubling to 60 s, with jitter) while the
+local steps go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+import shlex
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from nodeagent.agent import VERSION, jobs, usage
+from nodeagent.agent.backend import GpuBackend, GpuSample
+from nodeagent.agent.client import Backoff, Client, Rejected, Unavailable
+from nodeagent.agent.fsutil import read_json
+from nodeagent.agent.records import Job
+from nodeagent.agent.state import StateDir
+
+log = logging.getLogger("gpumarket.agent")
+LONG_POLL_MAX_S = 25
+
+
+class StartupError(Exception):
+    """A reason not to start at all, said in one line."""
+
+
+class Refuse(Exception):
+    """A command the agent refuses; the message goes back in the acknowledgement."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    server: str
+    name: str
+    bootstrap_token: str
+    interval: float
+    checkpoint_root: Path
+
+
+class Agent:
+    def __init__(self, *, settings: Settings, backend: GpuBackend, state: StateDir, client: Client) -> None:
+        self.settings, self.backend, self.state, self.client = settings, backend, state, client
+        self.inventory = {g.uuid: g for g in backend.inventory()}
+        self.jobs: dict[int, Job] = {}
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.tails = usage.LogTails()
+        self.backoff = Backoff()
+        self.health: list[GpuSample] = []
+        self.boot_epoch = 0
+        self.seq = 0
+        self.registered = False
+        self.server_state = "up"
+        node = state.node()
+        self.heartbeat_s = float(node.get("heartbeat_seconds", 15))
+        now = time.monotonic()
+        self.next_try = self.next_poll = self.next_heartbeat = self.next_sample = now
+        self.stopping = False
+        self._wake_r, self._wake_w = os.pipe()
+
+    # ------------------------------------------------------------------ start and stop
+    def start(self) -> None:
+        """Raise the boot epoch, adopt the jobs of the last run, register (StartupError when that cannot be)."""
+        self.boot_epoch = self.state.new_boot_epoch()
+        self.adopt()
+        credential = self.state.credential
+        if not credential and not self.settings.bootstrap_token:
+            raise StartupError(
+                f"no node credential in {self.state.root} and no bootstrap token "
+                "(set GPUMARKET_BOOTSTRAP_TOKEN or --bootstrap-token-file)"
+            )
+        try:
+            self.register()
+        except Rejected as exc:
+            raise StartupError(f"{self.settings.server} refused the registration: {exc}") from None
+        except Unavailable as exc:
+            if not credential:
+                raise StartupError(f"cannot reach the server at {self.settings.server}: {exc}") from None
+            # A known node goes on without the server: its jobs still need watching (docs/agent.md §Autonomy).
+            log.warning("server unreachable at start (%s); running autonomously, registering later", exc)
+            self.next_try = time.monotonic() + self.backoff.next_delay()
+
+    def install_signals(self) -> None:
+        """SIGTERM and SIGINT end the loop after the current step; the jobs go on running."""
+        os.set_blocking(self._wake_w, False)
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.stopping = True
+
+    def run(self) -> None:
+        while not self.stopping:
+            self.local_step(time.time())
+            if self.stopping:
+                break
+            self.server_step()
+            self._sleep(self._until_next())
+        for job in self.jobs.values():
+            self.state.save_job(job)
+        log.info("stopping; %d job(s) left running, adopted at the next start", self.running_count())
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0 and not self.stopping:
+            ready, _, _ = select.select([self._wake_r], [], [], seconds)
+            if ready:
+                os.read(self._wake_r, 512)
+
+    def _until_next(self) -> float:
+        now = time.monotonic()
+        server = self.next_try if self.backoff.failures else min(self.next_poll, self.next_heartbeat)
+        return max(0.0, min(self._local_deadline(), server) - now)
+
+    def _local_deadline(self) -> float:
+        """The monotonic time of the next local duty: a sample, an expiry, the end of a grace period."""
+        mono, wall = time.monotonic(), time.time()
+        due = [self.next_sample]
+        for job in self.jobs.values():
+            if job.running:
+                due.append(mono + job.started_at + job.max_seconds - wall)
+                if job.kill_at is not None and not job.killed:
+                    due.append(mono + job.kill_at - wall)
+        return min(due)
+
+    def running_count(self) -> int:
+        return sum(job.running for job in self.jobs.values())
+
+    # ------------------------------------------------------------------ adoption
+    def adopt(self) -> None:
+        """Take over the jobs the last run started. A record without a pid was never started (the agent died
+        while binding); its bind command comes again, because it was never acknowledged."""
+        for lease, job in sorted(self.state.jobs().items()):
+            if not job.pid:
+                self.state.drop_job(lease)
+                continue
+            self.jobs[lease] = job
+            if job.running:
+                alive = jobs.is_alive(job)
+                log.info(
+                    "lease %d: job %s (pid %d) %s", lease, job.job, job.pid, "adopted" if alive else "ended"
+                )
+
+    # ------------------------------------------------------------------ local steps
+    def local_step(self, now: float) -> None:
+        ended = False
+        for job in self.jobs.values():
+            if not job.running:
+                continue
+            outcome = jobs.outcome(job, self.children.get(job.lease), now)
+            if outcome is not None:
+                job.outcome = outcome
+                usage.finish(job)
+                self.children.pop(job.lease, None)
+                ended = True
+                log.info(
+                    "lease %d: job ended: exit code %s, signal %s",
+                    job.lease,
+                    outcome.exit_code,
+                    outcome.signal,
+                )
+                continue
+            if job.stopped_by is None and now >= job.started_at + job.max_seconds:
+                log.info("lease %d: expired after %.0f s: SIGTERM", job.lease, job.max_seconds)
+                jobs.stop(job, "expiry", now)
+                self.state.save_job(job)
+            if jobs.kill_due(job, now):
+                log.info("lease %d: grace period over: SIGKILL", job.lease)
+                self.state.save_job(job)
+        if ended or time.monotonic() >= self.next_sample:
+            self.sample(now)
+
+    def sample(self, now: float) -> None:
+        """Sample every GPU, add to the counters and spool one report (on disk before it is ever sent)."""
+        self.next_sample = time.monotonic() + self.settings.interval
+        running = [job for job in self.jobs.values() if job.running]
+        bound: dict[str, list[int]] = {}
+        for job in running:
+            for uuid in job.gpus:
+                bound.setdefault(uuid, []).append(job.pid)
+        self.health = self.backend.sample(bound)
+        usage.measure(running, self.health, now)
+        final = [j for j in self.jobs.values() if not j.running and j.final_report is None]
+        self.seq += 1
+        name = self.state.report_name(self.boot_epoch, self.seq)
+        report = usage.report(
+            boot_epoch=self.boot_epoch,
+            seq=self.seq,
+            now=now,
+            samples=self.health,
+            jobs=running + final,
+            tails=self.tails,
+        )
+        self.state.spool_put(name, report)
+        for job in final:
+            job.final_report = name
+            self.state.save_job(job)
+        for job in running:
+            self.state.save_job(job, durable=False)
+
+    # ------------------------------------------------------------------ server steps
+    def server_step(self) -> None:
+        if time.monotonic() < self.next_try:
+            return
+        try:
+            if not self.registered:
+                self.register()
+            self.send_acks()
+            self.send_started()
+            self.send_spool()
+            self.send_exits()
+            if time.monotonic() >= self.next_heartbeat:
+                self.heartbeat()
+            if time.monotonic() >= self.next_poll:
+                self.fetch_commands()
+        except Unavailable as exc:
+            delay = self.backoff.next_delay()
+            self.next_try = time.monotonic() + delay
+            log.warning("server unavailable: %s; retry %d in %.1f s", exc, self.backoff.failures, delay)
+            return
+        except Rejected as exc:  # the credential revoked, the node deleted: nothing to do but ask again later
+            self.backoff.failures = max(self.backoff.failures, 6)
+            delay = self.backoff.next_delay()
+            self.next_try = time.monotonic() + delay
+            log.error("server refused the agent: %s; retrying in %.0f s", exc, delay)
+            return
+        if self.backoff.failures:
+            log.info("server reachable again")
+        self.backoff.reset()
+        self.next_try = time.monotonic()
+
+    def register(self) -> None:
+        self.client.secret = self.state.credential or self.settings.bootstrap_token
+        body = {
+            "name": self.settings.name,
+            "agent_version": VERSION,
+            "gpus": [asdict(g) for g in self.inventory.values()],
+        }
+        answer = self.client.call("POST", "register", body)
+        if answer.get("credential"):
+            self.state.credential = answer["credential"]
+            self.client.secret = answer["credential"]
+        node = {k: answer.get(k) for k in ("node", "name", "heartbeat_seconds", "poll_seconds")}
+        self.state.save_node(node)
+        self.heartbeat_s = float(node["heartbeat_seconds"] or 15)
+        self.registered = True
+        log.info("registered as node %s (%s) with %d GPU(s)", node["node"], node["name"], len(self.inventory))
+
+    def send_acks(self) -> None:
+        while self.state.meta.acks:
+            ack = self.state.meta.acks[0]
+            try:
+                self.client.call(
+                    "POST", f"commands/{ack['id']}/ack", {"result": ack["result"], "detail": ack["detail"]}
+                )
+            except Rejected as exc:
+                log.error("command %s: acknowledgement refused: %s", ack["id"], exc)
+            self.state.meta.acks.pop(0)
+            self.state.save_meta()
+
+    def send_started(self) -> None:
+        for job in self.jobs.values():
+            if not job.started_reported:
+                try:
+                    self.client.call("POST", f"leases/{job.lease}/started", {"at": usage.iso(job.started_at)})
+                except Rejected as exc:
+                    log.error("lease %d: start report refused: %s", job.lease, exc)
+                job.started_reported = True
+                self.state.save_job(job)
+
+    def send_spool(self) -> None:
+        for path in self.state.spooled():
+            report: dict[str, Any] = read_json(path)
+            try:
+                self.client.call("POST", "usage", report)
+            except Rejected as exc:  # kept aside for the operator; it must not block the reports behind it
+                log.error("usage report %s refused: %s", path.name, exc)
+                self.state.spool_reject(path)
+                continue
+            self.state.spool_done(path)
+
+    def send_exits(self) -> None:
+        for job in list(self.jobs.values()):
+            if job.outcome is None or job.final_report is None or not job.started_reported:
+                continue
+            if (self.state.root / "spool" / job.final_report).exists():
+                continue  # its last counters are not acknowledged yet
+            body = {
+                "at": usage.iso(job.outcome.ended_at),
+                "exit_code": job.outcome.exit_code,
+                "signal": job.outcome.signal,
+                "stopped_by": job.stopped_by,
+                "usage": {**job.counters.summary(), "log_tail": self.tails.tail(job.log_path)},
+            }
+            try:
+                self.client.call("POST", f"leases/{job.lease}/exited", body)
+            except Rejected as exc:
+                log.error("lease %d: exit report refused: %s", job.lease, exc)
+            job.exit_reported = True
+            self.state.retire_job(job)
+            self.tails.forget(job.log_path)
+            del self.jobs[job.lease]
+
+    def heartbeat(self) -> None:
+        gpus = [{"uuid": s.uuid, "healthy": s.healthy, "error": s.error} for s in self.health]
+        leases = sorted(job.lease for job in self.jobs.values() if job.running)
+        answer = self.client.call(
+            "POST", "heartbeat", {"boot_epoch": self.boot_epoch, "gpus": gpus, "leases": leases}
+        )
+        state = answer.get("state", "up")
+        if state != self.server_state:
+            log.info("the server says this node is %s", state)
+            self.server_state = state
+        self.next_heartbeat = time.monotonic() + self.heartbeat_s
+
+    def fetch_commands(self) -> None:
+        mono = time.monotonic()
+        wait = int(max(0.0, min(LONG_POLL_MAX_S, self._local_deadline() - mono, self.next_heartbeat - mono)))
+        answer = self.client.call(
+            "GET", f"commands?after={self.state.meta.last_command}&wait={wait}", wait=wait
+        )
+        # A poll that did not wait is not repeated at once: at most one a second.
+        self.next_poll = time.monotonic() + (0.0 if wait else 1.0)
+        for command in sorted(answer.get("commands", []), key=lambda c: int(c["id"])):
+            if int(command["id"]) <= self.state.meta.last_command:
+                continue
+            result, detail = self.apply(command)
+            log.info(
+                "command %s (%s, lease %s): %s %s",
+                command["id"],
+                command.get("kind"),
+                command.get("lease"),
+                result,
+                detail,
+            )
+            self.state.meta.last_command = int(command["id"])
+            self.state.meta.acks.append({"id": int(command["id"]), "result": result, "detail": detail[:500]})
+            self.state.save_meta()
+            self.send_acks()
+            self.send_started()
+
+    # ------------------------------------------------------------------ commands
+    def apply(self, command: dict[str, Any]) -> tuple[str, str]:
+        """("applied" | "refused", detail). Fenced: a command from before a fence already applied is stale
+        (the round that wrote it was superseded); an expired one is too late to act on."""
+        meta = self.state.meta
+        try:
+            fence = int(command.get("fence") or 0)
+            if fence < meta.fence:
+                raise Refuse(f"fence {fence} is below the highest applied fence {meta.fence}")
+            expires = command.get("expires_at")
+            if expires and datetime.fromisoformat(expires).timestamp() < time.time():
+                raise Refuse(f"expired at {expires}")
+            payload = command.get("payload") or {}
+            kind = command.get("kind")
+            if kind == "bind":
+                detail = self.bind(payload)
+            elif kind in ("preempt", "release"):
+                detail = self.stop_lease(int(payload.get("lease") or command["lease"]), kind, payload)
+            else:
+                raise Refuse(f"unknown command kind {kind!r}")
+        except Refuse as exc:
+            return "refused", str(exc)
+        except (KeyError, TypeError, ValueError) as exc:
+            return "refused", f"malformed command: {type(exc).__name__}: {exc}"
+        meta.fence = max(meta.fence, fence)
+        return "applied", detail
+
+    def bind(self, payload: dict[str, Any]) -> str:
+        lease = int(payload["lease"])
+        if self.state.knows(lease):
+            return "already bound"
+        try:
+            argv = shlex.split(str(payload["command"]))
+        except ValueError as exc:
+            raise Refuse(f"command cannot be split into arguments: {exc}") from None
+        if not argv:
+            raise Refuse("command is empty")
+        gpus = [str(u) for u in payload["gpus"] if u in self.inventory]
+        if not gpus:
+            raise Refuse("none of the lease's GPUs is on this node")
+        busy = {u for j in self.jobs.values() if j.running and j.kill_at is None for u in j.gpus} & set(gpus)
+        if busy:
+            log.warning("lease %d: GPUs %s are still held by a running job", lease, sorted(busy))
+        run, exit_path, log_path = self.state.job_paths(lease)
+        job = Job(
+            lease=lease,
+            job=int(payload["job"]),
+            name=str(payload.get("name", "")),
+            argv=argv,
+            gpus=gpus,
+            max_seconds=float(payload["max_seconds"]),
+            grace_seconds=float(payload.get("grace_seconds", 30)),
+            checkpoint_dir=str(self.settings.checkpoint_root / str(int(payload["job"]))),
+            work_dir=str(run / "work"),
+            log_path=str(log_path),
+            exit_path=str(exit_path),
+        )
+        self.state.save_job(job)  # before the spawn: a crash in between leaves a record without a pid
+        try:
+            self.children[lease] = jobs.spawn(job)
+        except OSError as exc:
+            self.state.drop_job(lease)
+            raise Refuse(f"cannot start the job: {exc}") from None
+        self.jobs[lease] = job
+        self.state.save_job(job)
+        return f"started as pid {job.pid}"
+
+    def stop_lease(self, lease: int, kind: str, payload: dict[str, Any]) -> str:
+        job = self.jobs.get(lease)
+        if job is None:
+            if self.state.knows(lease):
+                return "the job had already exited"
+            raise Refuse(f"no job for lease {lease} on this node")
+        if not job.running:
+            return "the job had already exited"
+        grace = float(payload.get("grace_seconds", job.grace_seconds))
+        jobs.stop(job, kind, time.time(), grace)
+        self.state.save_job(job)
+        return f"SIGTERM sent; SIGKILL if still running after {grace:g} s"

@@ -1,0 +1,99 @@
+"""The real backend: NVML through nvidia-ml-py (`import pynvml`).
+
+Every NVML call is checked on its own: a GPU whose readings fail is reported unhealthy with the error text
+and the agent goes on with the others. A reading the GPU does not support (power or energy on some boards)
+is not a fault: power reads 0, energy is integrated from power by the agent instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pynvml
+
+from nodeagent.agent.backend import GpuInfo, GpuProcess, GpuSample, unhealthy
+
+log = logging.getLogger(__name__)
+MB = 1024 * 1024
+
+
+class NvmlUnavailable(Exception):
+    """NVML cannot start (no driver, no library): the agent cannot run with this backend."""
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)  # old bindings return bytes
+
+
+def _error(exc: pynvml.NVMLError) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # the message lookup needs the library; the type name is enough
+        return type(exc).__name__
+
+
+class NvmlBackend:
+    def __init__(self) -> None:
+        try:
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            raise NvmlUnavailable(_error(exc)) from exc
+        self._gpus: list[tuple[GpuInfo, Any]] = []
+        for index in range(count):
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+                info = GpuInfo(
+                    uuid=_text(pynvml.nvmlDeviceGetUUID(handle)),
+                    index=index,
+                    model=_text(pynvml.nvmlDeviceGetName(handle)),
+                    memory_mb=int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) // MB,
+                )
+            except pynvml.NVMLError as exc:  # without its UUID a GPU cannot be registered or leased
+                log.error("GPU %d left out: %s", index, _error(exc))
+                continue
+            self._gpus.append((info, handle))
+        self._integrated: dict[str, tuple[float, float]] = {}  # uuid -> (energy J, monotonic time)
+
+    def inventory(self) -> list[GpuInfo]:
+        return [info for info, _ in self._gpus]
+
+    def sample(self, bound: Mapping[str, Sequence[int]]) -> list[GpuSample]:
+        return [self._sample(info.uuid, handle) for info, handle in self._gpus]
+
+    def _sample(self, uuid: str, handle: Any) -> GpuSample:
+        try:
+            util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            mem = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used) / MB
+            power = _optional(pynvml.nvmlDeviceGetPowerUsage, handle) / 1000.0  # mW
+            energy_mj = _optional(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle, -1)
+            running = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        except pynvml.NVMLError as exc:
+            return unhealthy(uuid, _error(exc))
+        energy = energy_mj / 1000.0 if energy_mj >= 0 else self._integrate(uuid, power)
+        processes = tuple(GpuProcess(int(p.pid), (p.usedGpuMemory or 0) / MB) for p in running)
+        return GpuSample(uuid, True, "", util, round(mem, 1), power, energy, processes)
+
+    def _integrate(self, uuid: str, power_w: float) -> float:
+        now = time.monotonic()
+        energy, at = self._integrated.get(uuid, (0.0, now))
+        energy += power_w * (now - at)
+        self._integrated[uuid] = (energy, now)
+        return energy
+
+    def close(self) -> None:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError as exc:
+            log.warning("nvmlShutdown: %s", _error(exc))
+
+
+def _optional(call: Callable[[Any], Any], handle: Any, default: float = 0.0) -> float:
+    """A reading some GPUs lack: NOT_SUPPORTED gives default; any other error is a fault of the GPU."""
+    try:
+        return float(call(handle))
+    except pynvml.NVMLError_NotSupported:
+        return default

@@ -1,0 +1,126 @@
+"""From GPU samples to usage reports (docs/agent.md, `POST usage`): per-lease cumulative counters, each
+GPU's processes tied to the lease that owns them, the job's log tail."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from nodeagent.agent import procfs
+from nodeagent.agent.backend import GpuSample
+from nodeagent.agent.records import Job
+
+LOG_TAIL_BYTES = 64 * 1024
+
+
+def iso(when: float) -> str:
+    return datetime.fromtimestamp(when, UTC).isoformat()
+
+
+def measure(jobs: Iterable[Job], samples: list[GpuSample], now: float) -> None:
+    """Add one sample to the counters of each running job. A GPU's energy since the last sample is shared
+    between the jobs on it (two overlap while a preempted job's grace runs into the next one's start)."""
+    by_uuid = {s.uuid: s for s in samples}
+    jobs = list(jobs)
+    sharing: dict[str, int] = {}
+    for job in jobs:
+        for uuid in job.gpus:
+            sharing[uuid] = sharing.get(uuid, 0) + 1
+    for job in jobs:
+        c = job.counters
+        c.gpu_seconds = len(job.gpus) * max(0.0, now - job.started_at)
+        readings = [by_uuid[u] for u in job.gpus if u in by_uuid and by_uuid[u].healthy]
+        job.seen_at = now
+        if not readings:
+            continue
+        c.samples += 1
+        c.util_sum += sum(r.util_pct for r in readings) / len(readings)
+        c.util_max = max(c.util_max, *(r.util_pct for r in readings))
+        c.mem_sum += sum(r.mem_used_mb for r in readings) / len(readings)
+        c.mem_max = max(c.mem_max, *(r.mem_used_mb for r in readings))
+        for r in readings:
+            seen = c.energy_seen.get(r.uuid)
+            if (
+                seen is not None and r.energy_j >= seen
+            ):  # a counter that went back (driver reload) adds nothing
+                c.energy_j += (r.energy_j - seen) / sharing[r.uuid]
+            c.energy_seen[r.uuid] = r.energy_j
+
+
+def finish(job: Job) -> None:
+    """The final gpu_seconds: from the job's start to its end."""
+    assert job.outcome is not None
+    job.counters.gpu_seconds = len(job.gpus) * max(0.0, job.outcome.ended_at - job.started_at)
+
+
+class LogTails:
+    """The last 64 KiB of each job's log, read again only when the file changed."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[tuple[int, int], str]] = {}
+
+    def tail(self, path: str) -> str:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return ""
+        key = (st.st_size, st.st_mtime_ns)
+        cached = self._cache.get(path)
+        if cached and cached[0] == key:
+            return cached[1]
+        with open(path, "rb") as f:
+            f.seek(max(0, st.st_size - LOG_TAIL_BYTES))
+            # Cut at a character boundary from the end; NUL bytes have no place in the server's text column.
+            text = f.read().decode("utf-8", errors="replace").replace("\x00", "")
+        self._cache[path] = (key, text)
+        return text
+
+    def forget(self, path: str) -> None:
+        self._cache.pop(path, None)
+
+
+def owners(samples: list[GpuSample], jobs: Iterable[Job]) -> dict[int, int]:
+    """pid -> lease, for the processes on the GPUs that belong to a job's session."""
+    by_session = {job.pid: job.lease for job in jobs if job.pid}
+    found = {}
+    for sample in samples:
+        for p in sample.processes:
+            s = procfs.stat(p.pid)
+            if s is not None and s.session in by_session:
+                found[p.pid] = by_session[s.session]
+    return found
+
+
+def report(
+    *, boot_epoch: int, seq: int, now: float, samples: list[GpuSample], jobs: list[Job], tails: LogTails
+) -> dict[str, Any]:
+    """A usage report. A process counts for a lease only on a GPU that lease holds; any other is foreign."""
+    pid_lease = owners(samples, jobs)
+    covers = {(uuid, job.lease) for job in jobs for uuid in job.gpus}
+    at = iso(now)
+    gpus = [
+        {
+            "uuid": s.uuid,
+            "at": at,
+            "healthy": s.healthy,
+            "util_pct": s.util_pct,
+            "mem_used_mb": s.mem_used_mb,
+            "power_w": round(s.power_w, 3),
+            "energy_j": round(s.energy_j, 3),
+            "processes": [
+                {
+                    "pid": p.pid,
+                    "used_mb": p.used_mb,
+                    "lease": lease if (lease := pid_lease.get(p.pid)) and (s.uuid, lease) in covers else None,
+                }
+                for p in s.processes
+            ],
+        }
+        for s in samples
+    ]
+    leases = [
+        {"lease": job.lease, **job.counters.summary(), "log_tail": tails.tail(job.log_path)} for job in jobs
+    ]
+    return {"boot_epoch": boot_epoch, "seq": seq, "sent_at": at, "gpus": gpus, "leases": leases}
