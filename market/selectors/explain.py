@@ -172,6 +172,9 @@ def queue_places(job: Job) -> list[QueuePlace]:
 
 
 def _duration(seconds: float) -> str:
+    if seconds < 90:
+        whole = round(seconds)
+        return f"{whole} second{'s' if whole != 1 else ''}"
     minutes = round(seconds / 60)
     if minutes < 120:
         return f"{minutes} minute{'s' if minutes != 1 else ''}"
