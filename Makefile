@@ -55,6 +55,7 @@ bench: install
 	$(PY) bench/api.py
 	$(PY) bench/usage.py
 	$(PY) bench/retention.py
+	$(PY) bench/agent.py
 
 clean:
 	rm -rf $(VENV) var

@@ -128,10 +128,10 @@ class Agent:
         mono, wall = time.monotonic(), time.time()
         due = [self.next_sample]
         for job in self.jobs.values():
-            if job.running:
+            if job.running and job.stopped_by is None:
                 due.append(mono + job.started_at + job.max_seconds - wall)
-                if job.kill_at is not None and not job.killed:
-                    due.append(mono + job.kill_at - wall)
+            if job.running and job.kill_at is not None and not job.killed:
+                due.append(mono + job.kill_at - wall)
         return min(due)
 
     def running_count(self) -> int:
@@ -200,7 +200,6 @@ class Agent:
             now=now,
             samples=self.health,
             jobs=running + final,
-            tails=self.tails,
         )
         self.state.spool_put(name, report)
         for job in final:
@@ -282,6 +281,10 @@ class Agent:
     def send_spool(self) -> None:
         for path in self.state.spooled():
             report: dict[str, Any] = read_json(path)
+            # The log tail is read now, not spooled: the freshest tail, and a long outage does not fill the
+            # disk with 64 KiB per job per sample. The server keeps the tail of the newest report.
+            for counters in report["leases"]:
+                counters["log_tail"] = self.tails.tail(str(self.state.job_paths(counters["lease"])[2]))
             try:
                 self.client.call("POST", "usage", report)
             except Rejected as exc:  # kept aside for the operator; it must not block the reports behind it

@@ -94,9 +94,10 @@ def owners(samples: list[GpuSample], jobs: Iterable[Job]) -> dict[int, int]:
 
 
 def report(
-    *, boot_epoch: int, seq: int, now: float, samples: list[GpuSample], jobs: list[Job], tails: LogTails
+    *, boot_epoch: int, seq: int, now: float, samples: list[GpuSample], jobs: list[Job]
 ) -> dict[str, Any]:
-    """A usage report. A process counts for a lease only on a GPU that lease holds; any other is foreign."""
+    """A usage report, as spooled: the log tails are added when it is sent. A process counts for a lease only
+    on a GPU that lease holds; any other is foreign."""
     pid_lease = owners(samples, jobs)
     covers = {(uuid, job.lease) for job in jobs for uuid in job.gpus}
     at = iso(now)
@@ -120,7 +121,5 @@ def report(
         }
         for s in samples
     ]
-    leases = [
-        {"lease": job.lease, **job.counters.summary(), "log_tail": tails.tail(job.log_path)} for job in jobs
-    ]
+    leases = [{"lease": job.lease, **job.counters.summary()} for job in jobs]
     return {"boot_epoch": boot_epoch, "seq": seq, "sent_at": at, "gpus": gpus, "leases": leases}

@@ -20,8 +20,11 @@ def test_reports_are_spooled_through_an_outage_and_delivered_in_order_once(serve
     wait_for(lambda: server.lease_reports(1), what="a first report on the lease")
     server.stop()
     time.sleep(2.5)  # a dozen samples at 0.2 s
-    spooled = sorted(p.name for p in (agent.state_dir / "spool").glob("*.json"))
+    spool = sorted((agent.state_dir / "spool").glob("*.json"))
+    spooled = [p.name for p in spool]
     assert len(spooled) >= 5
+    # Log tails are added when sent: 64 KiB a job a sample stays off the disk.
+    assert "log_tail" not in spool[-1].read_text()
     server.start()
     wait_for(
         lambda: not list((agent.state_dir / "spool").glob("*.json")), timeout=30, what="the spool to drain"
@@ -36,6 +39,7 @@ def test_reports_are_spooled_through_an_outage_and_delivered_in_order_once(serve
     counters = server.lease_reports(1)
     assert all(a["gpu_seconds"] <= b["gpu_seconds"] for a, b in zip(counters, counters[1:], strict=False))
     assert all(a["samples"] <= b["samples"] for a, b in zip(counters, counters[1:], strict=False))
+    assert "starting from scratch" in counters[-1]["log_tail"]
     assert "retry" in agent.log and "server reachable again" in agent.log
 
 
