@@ -182,14 +182,17 @@ def _usage_charts(lease: Lease) -> list[SafeString]:
         ]
 
     size = {"width": 420, "height": 180}
+    # GiB for what real jobs use; MB when it all stays under one GiB, so the axis does not read 0.01.
+    big = any(p.mem_used_mb >= 1024 for points in series.values() for p in points)
+    scale, unit = (1024, "GiB") if big else (1, "MB")
     return [
         line_chart(
             lines(lambda p: p.util_pct), title=f"Lease {lease.pk}: GPU utilisation", y_unit="%", **size
         ),
         line_chart(
-            lines(lambda p: round(p.mem_used_mb / 1024, 2)),
+            lines(lambda p: round(p.mem_used_mb / scale, 2)),
             title=f"Lease {lease.pk}: GPU memory used",
-            y_unit="GiB",
+            y_unit=unit,
             **size,
         ),
         line_chart(
