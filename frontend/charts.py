@@ -30,10 +30,13 @@ def _colour(series: Series, position: int) -> str:
     return COLOURS[(position if series.colour is None else series.colour) % len(COLOURS)]
 
 
-def _x_label(x: float, time_axis: bool) -> str:
+def _x_label(x: float, time_axis: bool, span: float = 0) -> str:
     if not time_axis:
         return f"{x:g}"
-    return datetime.fromtimestamp(x, tz=UTC).strftime("%d %b %H:%M UTC")
+    # Seconds too when the whole axis is shorter than an hour (a short job's usage), else they are noise.
+    return datetime.fromtimestamp(x, tz=UTC).strftime(
+        "%d %b %H:%M:%S UTC" if span < 3600 else "%d %b %H:%M UTC"
+    )
 
 
 def _y_label(y: float) -> str:
@@ -77,8 +80,8 @@ def line_chart(
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" class="axis"/>',
         f'<text x="{left - 4}" y="{top + 10}" text-anchor="end">{escape(_y_label(y1))}</text>',
         f'<text x="{left - 4}" y="{top + plot_h}" text-anchor="end">{escape(_y_label(y0))}</text>',
-        f'<text x="{left}" y="{height - 4}">{escape(_x_label(x0, time_axis))}</text>',
-        f'<text x="{left + plot_w}" y="{height - 4}" text-anchor="end">{escape(_x_label(x1, time_axis))}</text>',
+        f'<text x="{left}" y="{height - 4}">{escape(_x_label(x0, time_axis, x1 - x0))}</text>',
+        f'<text x="{left + plot_w}" y="{height - 4}" text-anchor="end">{escape(_x_label(x1, time_axis, x1 - x0))}</text>',
     ]
     if y_unit:
         parts.append(f'<text x="{left + 4}" y="{top + 10}" class="unit">{escape(y_unit)}</text>')

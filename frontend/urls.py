@@ -1,7 +1,17 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from frontend.views import auth, console_audit, console_market, console_tenants, jobs, portal, spend, tokens
+from frontend.views import (
+    auth,
+    console_audit,
+    console_market,
+    console_nodes,
+    console_tenants,
+    jobs,
+    portal,
+    spend,
+    tokens,
+)
 
 app_name = "frontend"
 urlpatterns = [
@@ -37,7 +47,9 @@ urlpatterns = [
     path("console/tenants/<slug:slug>/", console_tenants.tenant, name="console_tenant"),
     path("console/fairness/", console_market.fairness, name="console_fairness"),
     path("console/market/", console_market.market, name="console_market"),
-    path("console/nodes/", console_market.nodes, name="console_nodes"),
+    path("console/nodes/", console_nodes.nodes, name="console_nodes"),
+    path("console/nodes/bootstrap-token/", console_nodes.bootstrap_token, name="console_bootstrap_token"),
+    path("console/nodes/<str:name>/<slug:action>/", console_nodes.node_action, name="console_node_action"),
     path("console/rounds/", console_market.rounds, name="console_rounds"),
     path("console/rounds/<int:round_id>/", console_market.round_detail, name="console_round"),
     path("console/audit/", console_audit.audit, name="console_audit"),

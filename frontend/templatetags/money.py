@@ -32,3 +32,9 @@ def when(moment: datetime | None) -> SafeString | str:
     return format_html(
         '<time datetime="{}">{}</time>', moment.isoformat(), moment.strftime("%Y-%m-%d %H:%M UTC")
     )
+
+
+@register.filter
+def kwh(joules: float | None) -> str:
+    """Measured energy (joules) in kWh, three decimals."""
+    return "–" if joules is None else f"{joules / 3.6e6:,.3f}"

@@ -1,4 +1,4 @@
-"""Console: fairness, the market (charts, policy form and its change log), nodes, rounds."""
+"""Console: fairness, the market (charts, policy form and its change log), rounds."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ from datetime import datetime, timedelta
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
@@ -16,7 +15,7 @@ from accounts.selectors import audit_events
 from accounts.services import PolicyError
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
-from market.models import LIVE_LEASE_STATES, BidOutcome, EndReason, GpuType, Lease
+from market.models import BidOutcome, EndReason, GpuType, Lease
 from market.money import AmountError, format_credits, parse_credits
 from market.selectors.fairness import fairness as fairness_report
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
@@ -24,7 +23,7 @@ from market.selectors.policy import market_policy
 from market.selectors.rounds import round_get, rounds_list
 from market.services.gpu_types import gpu_type_save
 from market.services.policy import POLICY_LIMITS, policy_update
-from nodeagent.models import Gpu, Node
+from nodeagent.models import Gpu
 
 POLICY_LABELS = {
     "round_seconds": "Round period (seconds)",
@@ -33,7 +32,13 @@ POLICY_LABELS = {
     "default_grace_s": "Default grace period (seconds)",
     "starve_rounds": "Rounds before reserving nodes",
     "max_reservations": "Reservations per type and round",
+    "retention_days": "Keep round details (days)",
+    "energy_price_kwh": "Energy price (credits per kWh)",
+    "idle_util_pct": "Idle below utilisation (%, 0: off)",
+    "idle_seconds": "Idle for (seconds)",
 }
+# Knobs stored in micro-credits: the form shows and takes credits; the limits stay POLICY_LIMITS'.
+MONEY_KNOBS = {"energy_price_kwh"}
 WINDOWS = {
     "1h": timedelta(hours=1),
     "1d": timedelta(days=1),
@@ -85,13 +90,20 @@ def fairness(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _shown(field: str, value: int) -> str:
+    """A knob's value as the form shows it: credits for a money knob, else the number."""
+    return format_credits(value).replace(",", "") if field in MONEY_KNOBS else str(value)
+
+
 def _policy_form(request: HttpRequest) -> dict[str, str]:
     errors: dict[str, str] = {}
     changes = {}
     for field in POLICY_LIMITS:
         raw = request.POST.get(field, "").strip()
         try:
-            changes[field] = int(raw)
+            changes[field] = parse_credits(raw) if field in MONEY_KNOBS else int(raw)
+        except AmountError as exc:
+            errors[field] = str(exc)
         except ValueError:
             errors[field] = "must be a whole number"
     prices = {}
@@ -110,6 +122,9 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     try:
         policy_update(actor=request.user, **changes)  # type: ignore[arg-type]
     except PolicyError as exc:
+        if exc.field in MONEY_KNOBS:  # the service speaks micro-credits, the form credits
+            low, high = (format_credits(v) for v in POLICY_LIMITS[exc.field])
+            return {exc.field: f"must be between {low} and {high} credits"}
         return {exc.field: exc.message}
     for t, (reserve, top) in prices.items():
         try:
@@ -179,9 +194,10 @@ def market(request: HttpRequest) -> HttpResponse:
     fields = [
         {
             "name": f,
-            "value": (post.get(f) if post else getattr(policy, f)),
-            "low": lo,
-            "high": hi,
+            "value": (post.get(f) if post else _shown(f, getattr(policy, f))),
+            "low": _shown(f, lo),
+            "high": _shown(f, hi),
+            "money": f in MONEY_KNOBS,
             "help": policy._meta.get_field(f).help_text,
             "error": errors.get(f, ""),
             "label": POLICY_LABELS[f],
@@ -219,26 +235,6 @@ def market(request: HttpRequest) -> HttpResponse:
     if errors:
         response.status_code = 400
     return response
-
-
-@admin_only
-def nodes(request: HttpRequest) -> HttpResponse:
-    qs = (
-        Node.objects.select_related("gpu_type")
-        .annotate(
-            gpu_count=Count("gpus", distinct=True),
-            busy=Count("gpus", filter=Q(gpus__lease_gpus__active=True), distinct=True),
-        )
-        .order_by("name")
-    )
-    paged = Paginator(qs, 50).get_page(request.GET.get("page"))
-    leases = {}
-    for lease in Lease.objects.filter(
-        node__in=list(paged.object_list), state__in=LIVE_LEASE_STATES
-    ).select_related("tenant", "job"):
-        leases.setdefault(lease.node_id, []).append(lease)
-    rows = [{"node": n, "leases": leases.get(n.pk, [])} for n in paged.object_list]
-    return page(request, "frontend/console/nodes.html", {"page": paged, "rows": rows})
 
 
 @admin_only

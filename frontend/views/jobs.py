@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlencode
 
@@ -13,21 +14,24 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
 from accounts.services import PolicyError
 from frontend.access import page, seat
+from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
-from market.models import GpuType, JobState
+from market.models import GpuType, JobState, Lease
 from market.money import AmountError, parse_credits
-from market.selectors.explain import explain_outcomes, queue_places
+from market.selectors.explain import explain_outcomes, lease_end_sentence, queue_places
 from market.selectors.guidance import bid_guidance
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
 from market.selectors.prices import price_board
 from market.services import jobs as services
+from nodeagent.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
 
 PAGE_SIZE = 25
 
@@ -163,6 +167,66 @@ def job(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     return _job_page(request, s, found, None, {})
 
 
+LEASE_CHARTS = 3  # the newest leases that reported usage get charts; older ones their summary only
+
+
+def _usage_charts(lease: Lease) -> list[SafeString]:
+    """Utilisation, memory and energy of one lease over time, one line per node of it."""
+    series = lease_usage_series(lease=lease)
+    if not series:
+        return []
+
+    def lines(value: Callable[[UsagePoint], float]) -> list[Series]:
+        return [
+            Series(node, [(p.at.timestamp(), value(p)) for p in points]) for node, points in series.items()
+        ]
+
+    size = {"width": 420, "height": 180}
+    # GiB for what real jobs use; MB when it all stays under one GiB, so the axis does not read 0.01.
+    big = any(p.mem_used_mb >= 1024 for points in series.values() for p in points)
+    scale, unit = (1024, "GiB") if big else (1, "MB")
+    return [
+        line_chart(
+            lines(lambda p: p.util_pct), title=f"Lease {lease.pk}: GPU utilisation", y_unit="%", **size
+        ),
+        line_chart(
+            lines(lambda p: round(p.mem_used_mb / scale, 2)),
+            title=f"Lease {lease.pk}: GPU memory used",
+            y_unit=unit,
+            **size,
+        ),
+        line_chart(
+            lines(lambda p: round(p.energy_j / 3600, 2)),
+            title=f"Lease {lease.pk}: energy used",
+            y_unit="Wh",
+            **size,
+        ),
+    ]
+
+
+def _lease_panels(leases: list[Lease]) -> list[dict[str, Any]]:
+    """Per lease (newest first): what the agents measured, its charts, and why it ended."""
+    panels = []
+    charted = 0
+    for lease in reversed(leases):
+        usage = usage_combined(lease.usage_rows) if lease.usage_rows else None  # type: ignore[attr-defined]
+        exit_code = next((u.exit_code for u in lease.usage_rows if u.exit_code is not None), None)  # type: ignore[attr-defined]
+        charts: list[SafeString] = []
+        if usage is not None and charted < LEASE_CHARTS:
+            charts, charted = _usage_charts(lease), charted + 1
+        panels.append(
+            {
+                "lease": lease,
+                "usage": usage,
+                "charts": charts,
+                "ended": lease_end_sentence(
+                    lease, gpu_seconds=usage.gpu_seconds if usage else 0.0, exit_code=exit_code
+                ),
+            }
+        )
+    return panels
+
+
 def _job_page(
     request: HttpRequest, s: Any, found: Any, rows: list[BidRow] | None, errors: dict[str, str]
 ) -> HttpResponse:
@@ -177,6 +241,8 @@ def _job_page(
             "max_hours": hours_text(found.max_seconds),
             "explained": explain_outcomes(found, found.latest_outcomes, found.history),
             "queue": queue_places(found),
+            "panels": _lease_panels(found.lease_rows),
+            "log_tail": job_log_tail(found.lease_rows),
             "types": types,
             "rows": rows if rows is not None else bid_rows(None, types, found.limits),
             "errors": errors,

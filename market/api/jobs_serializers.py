@@ -19,7 +19,7 @@ from market.models import Bid, BidOutcome, GpuType, Job, JobState, JournalEntry,
 from market.money import format_credits
 from market.selectors.jobs import gpu_types_by_name
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
-from nodeagent.selectors.usage import usage_combined
+from nodeagent.selectors.usage import job_log_tail, usage_combined
 
 HOURS_DECIMALS = 4
 
@@ -437,8 +437,4 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
     def get_log_tail(self, job: Job) -> str:
-        for lease in reversed(job.lease_rows):  # type: ignore[attr-defined]
-            tail = usage_combined(lease.usage_rows).log_tail if lease.usage_rows else ""
-            if tail:
-                return tail
-        return ""
+        return job_log_tail(job.lease_rows)  # type: ignore[attr-defined]

@@ -1,4 +1,5 @@
-"""Why a job did or did not run: one plain sentence per round outcome, and its place in each queue.
+"""Why a job did or did not run: one plain sentence per round outcome, its place in each queue, and why
+each of its leases ended.
 
 The sentences are built from what the round stored (BidOutcome's reason and figure, RoundPrice) and the bid
 version the round saw, so they say what the round knew, not what is true now. docs/allocator.md lists the
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from market.models import BidOutcome, Job, JobState, RoundPrice
+from market.models import BidOutcome, EndReason, Job, JobState, Lease, RoundPrice
 from market.money import format_fixed
 from market.selectors.policy import market_policy
 from market.services.round_commit import SKIP_BUDGET, SKIP_CHANGED, SKIP_GPUS_TAKEN
@@ -168,3 +169,55 @@ def queue_places(job: Job) -> list[QueuePlace]:
                     ahead, gpus = ahead + 1, gpus + other.gpus
         out.append(QueuePlace(gpu_type=name, limit=limit, position=int(ahead) + 1, gpus_ahead=int(gpus)))
     return out
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        whole = round(seconds)
+        return f"{whole} second{'s' if whole != 1 else ''}"
+    minutes = round(seconds / 60)
+    if minutes < 120:
+        return f"{minutes} minute{'s' if minutes != 1 else ''}"
+    return f"{minutes / 60:.1f} hours"
+
+
+def lease_end_sentence(lease: Lease, *, gpu_seconds: float, exit_code: int | None) -> str:
+    """Why a lease ended, in one plain sentence for the job's owner, with what it was charged.
+
+    `gpu_seconds` and `exit_code` are what the node agents measured (nodeagent.selectors.usage); the idle
+    thresholds are the policy's current ones. Empty while the lease has not ended."""
+    if not lease.end_reason or lease.ended_at is None:
+        return ""
+    ran = _duration((lease.ended_at - (lease.running_at or lease.started_at)).total_seconds())
+    charged = (
+        f"charged {_c(lease.charged)} credits for {gpu_seconds / 3600:.2f} GPU-hours measured"
+        if lease.charged is not None
+        else "not charged yet"
+    )
+    reason = lease.end_reason
+    if reason == EndReason.COMPLETED:
+        return f"Completed: the job exited normally after {ran}; {charged}."
+    if reason == EndReason.FAILED:
+        code = f"with exit code {exit_code}" if exit_code is not None else "with an error"
+        return f"Failed: the job exited {code} after {ran}; {charged}."
+    if reason == EndReason.PREEMPTED:
+        return (
+            f"Preempted after {ran}: a higher bid or a guarantee needed these GPUs (a {TIER_WORDS.get(lease.tier, lease.tier)} "
+            f"lease may be taken back); {charged}, and the job went back to the queue for the next round."
+        )
+    if reason == EndReason.EXPIRED:
+        return f"Stopped at the job's maximum runtime ({_duration(lease.max_seconds)}); {charged}."
+    if reason == EndReason.CANCELLED:
+        return f"Stopped because the job was cancelled, after {ran}; {charged}."
+    if reason == EndReason.NODE_LOST:
+        return (
+            f"Node {lease.node.name} stopped answering after {ran}, so the lease was ended; {charged} "
+            "(only what the node reported), and the job went back to the queue for the next round."
+        )
+    if reason == EndReason.IDLE:
+        policy = market_policy()
+        return (
+            f"Released as idle after {ran}: its GPUs stayed below {policy.idle_util_pct}% utilisation for "
+            f"{_duration(policy.idle_seconds)} (the market's idle policy); {charged}. Resubmit the job to run it again."
+        )
+    return f"Ended ({lease.get_end_reason_display()}) after {ran}; {charged}."

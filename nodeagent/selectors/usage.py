@@ -1,14 +1,19 @@
-"""Reads of measured usage: what a lease is charged, and its summary for its owner (docs/agent.md §Billing)."""
+"""Reads of measured usage: what a lease is charged, its summary and its series over time for its owner
+(docs/agent.md §Billing)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import ROUND_CEILING, Decimal
+from typing import Any
 
-from django.db.models import Sum
+from django.db.models import F, Q, Sum, Window
+from django.db.models.functions import Mod, RowNumber
 
+from market.models import Lease, LeaseGpu
 from market.selectors.policy import market_policy
-from nodeagent.models import LeaseUsage
+from nodeagent.models import LeaseUsage, UsageReport
 from nodeagent.services.usage_parse import LeaseCounters
 
 SECONDS_PER_HOUR = 3600
@@ -77,3 +82,87 @@ def usage_combined(parts: list[LeaseUsage]) -> LeaseCounters:
         samples=samples,
         log_tail="\n".join(p.log_tail for p in parts if p.log_tail),
     )
+
+
+def job_log_tail(leases: list[Lease]) -> str:
+    """The job's output tail: from its newest lease that reported any. `leases` oldest first, each with
+    `usage_rows` (market.selectors.jobs.job_detail prefetches them)."""
+    for lease in reversed(leases):
+        rows = getattr(lease, "usage_rows", None)
+        tail = usage_combined(rows).log_tail if rows else ""
+        if tail:
+            return tail
+    return ""
+
+
+SERIES_POINTS = 120  # at most this many points (plus the first) per node on a lease's charts
+
+
+@dataclass(frozen=True)
+class UsagePoint:
+    """One stored report's samples of a lease's GPUs on one node."""
+
+    at: datetime
+    util_pct: float  # mean over the lease's GPUs
+    mem_used_mb: float  # summed over them
+    energy_j: float  # used by them since the lease's first report on the node
+
+
+def lease_usage_series(*, lease: Lease, points: int = SERIES_POINTS) -> dict[str, list[UsagePoint]]:
+    """Per node name, the lease's GPUs over time, from the stored reports (LeaseUsage keeps only cumulative
+    summaries). Bounded: of a node's reports in the lease's span, the first and then every k-th up to the
+    newest are read, k chosen so that at most `points` + 1 are; a point is that report's instantaneous
+    samples, so a spike between two points can be missed (the summary's maximum still shows it)."""
+    start = lease.running_at or lease.started_at
+    uuids: dict[int, set[str]] = {}
+    names: dict[int, str] = {}
+    for node_id, name, uuid in LeaseGpu.objects.filter(lease=lease).values_list(
+        "gpu__node_id", "gpu__node__name", "gpu__uuid"
+    ):
+        uuids.setdefault(node_id, set()).add(uuid)
+        names[node_id] = name
+    out: dict[str, list[UsagePoint]] = {}
+    for node_id in sorted(uuids, key=names.__getitem__):
+        reports = UsageReport.objects.filter(node_id=node_id, sent_at__gte=start)
+        if lease.ended_at is not None:  # later reports of these GPUs are another lease's
+            reports = reports.filter(sent_at__lte=lease.ended_at)
+        count = reports.count()
+        if not count:
+            continue
+        step = -(-count // points)
+        picked = (
+            reports.annotate(n=Window(RowNumber(), order_by=[F("sent_at").asc(), F("pk").asc()]))
+            .annotate(r=Mod(F("n"), step))
+            .filter(Q(n=1) | Q(r=count % step))
+            .order_by("sent_at", "pk")
+            .values_list("sent_at", "samples")
+        )
+        out[names[node_id]] = _points(list(picked), uuids[node_id])
+    return out
+
+
+def _points(rows: list[tuple[datetime, list[dict[str, Any]]]], uuids: set[str]) -> list[UsagePoint]:
+    """Points from (sent_at, samples) rows. Energy adds each GPU's counter rise from point to point; a
+    counter that fell (the GPU's driver reloaded) counts from zero again."""
+    last: dict[str, float] = {}
+    used = 0.0
+    out = []
+    for at, samples in rows:
+        mine = [s for s in samples if s.get("uuid") in uuids]
+        if not mine:
+            continue
+        for s in mine:
+            counter = float(s.get("energy_j") or 0)
+            if s["uuid"] in last:
+                before = last[s["uuid"]]
+                used += counter - before if counter >= before else counter
+            last[s["uuid"]] = counter
+        out.append(
+            UsagePoint(
+                at=at,
+                util_pct=round(sum(float(s.get("util_pct") or 0) for s in mine) / len(mine), 2),
+                mem_used_mb=sum(float(s.get("mem_used_mb") or 0) for s in mine),
+                energy_j=used,
+            )
+        )
+    return out

@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+# The Celery worker process the browser tests clear rounds with: the integration tests' own fixtures.
+from tests.integration.conftest import worker_env, worker_queue  # noqa: F401
+
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 

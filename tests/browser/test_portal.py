@@ -9,64 +9,21 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import shutil
-import subprocess
-import sys
 import time
-import uuid
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.conf import settings
 
 from tests.conftest import PASSWORD, World
+from tests.frontend.conftest import report_usage
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS_SHOTS = ROOT / "docs" / "screenshots"
-
-
-def _measured(lease: Any, *, seconds: int) -> None:
-    """What the agent would have reported for the lease: its GPUs held for `seconds` (billing is measured)."""
-    from nodeagent.models import LeaseUsage
-
-    LeaseUsage.objects.update_or_create(
-        lease=lease, node=lease.node, defaults={"gpu_seconds": lease.gpus * seconds, "samples": seconds}
-    )
-
-
-def _database_url() -> str:
-    from django.db import connection
-
-    s = connection.settings_dict
-    return f"postgres://{s.get('USER') or 'postgres'}@{s.get('HOST') or '127.0.0.1'}:{s.get('PORT') or 5432}/{s['NAME']}"
-
-
-@pytest.fixture
-def worker(tmp_path: Path) -> Iterator[str]:
-    """A Celery worker subprocess on a queue of its own; yields the queue name."""
-    queue = f"portal-{uuid.uuid4().hex[:12]}"
-    env = {**os.environ, "DATABASE_URL": _database_url(), "REDIS_URL": settings.CELERY_BROKER_URL}
-    log = (tmp_path / "worker.log").open("w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "solo", "-Q", queue,
-         "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "info"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:
-        yield queue
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 def _round_by_worker(queue: str) -> Any:
@@ -101,7 +58,6 @@ def _history(world: World, *, minutes_ago: tuple[int, ...]) -> None:
         round_advance(round_id=rnd.pk)
         ended = Lease.objects.filter(state=LeaseState.ALLOCATED).order_by("pk").first()
         if ended is not None:  # it ran a quarter of an hour
-            _measured(ended, seconds=15 * 60)
             lease_stopped(lease_id=ended.pk, reason="completed", now=ended.started_at + timedelta(minutes=15))
         for tenant, user in ((world.alpha, world.amy), (world.beta, world.bea)):
             make_job(tenant, user, gpus=2, limits={world.h100: 3}, name=f"{tenant.slug}-{minutes}")
@@ -125,7 +81,7 @@ def _shot(page: Any, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
 
 
 def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
-    world: World, live_server: Any, page: Any, worker: str, tmp_path: Path
+    world: World, live_server: Any, page: Any, worker_queue: str, tmp_path: Path
 ) -> None:
     from market.models import Job, Lease
     from market.services.allowance import allowance_set, allowances_apply
@@ -156,26 +112,92 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     job = Job.objects.get(name="resnet <b>50</b>")
     assert page.locator("[data-field=state]").inner_text() == "Pending"
 
-    _round_by_worker(worker)
+    _round_by_worker(worker_queue)
     page.reload()
     assert page.locator("[data-field=state]").inner_text() == "Allocated"
     assert "Won 4 H100 GPUs in tier" in page.locator("td.reason").first.inner_text()
 
     lease = Lease.objects.get(job=job)  # the agent reports the start ...
     assert lease.price == 2_000_000 and lease.gpus == 4
-    lease_running(lease_id=lease.pk)
+    lease = lease_running(lease_id=lease.pk, now=lease.started_at)
     page.click("header >> text=Dashboard")
     page.wait_for_selector("text=Running")
     assert "resnet <b>50</b>" in page.locator("section", has_text="Running").last.inner_text()
     assert page.locator("tr", has_text="H100").locator("svg.spark").count() == 1
     _shot(page, tmp_path, "dashboard", docs=True)
-    # ... and the exit half an hour later: 4 GPUs x 0.5 h x 2.00 credits.
-    _measured(lease, seconds=30 * 60)
-    lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(minutes=30))
+    # ... its usage every minute for half an hour (what the agent's reports store, through the services) ...
+    report_usage(lease, seconds=1800, log_tail="epoch 1/3 loss 0.91\nepoch 2/3 loss 0.40")
     page.goto(f"{live_server.url}/t/alpha/jobs/{job.pk}/")
+    assert page.locator("[data-field=state]").inner_text() == "Running"
+    charts = page.locator(f".usage-charts[data-lease='{lease.pk}'] svg.chart")
+    assert charts.count() == 3
+    assert charts.first.get_attribute("aria-label") == f"Lease {lease.pk}: GPU utilisation"
+    assert charts.first.locator("polyline").count() == 1  # one line: the lease's one node
+    assert "epoch 2/3 loss 0.40" in page.locator("pre.log").inner_text()
+    _shot(page, tmp_path, "job-running", docs=True)
+    # ... and the exit: 4 GPUs x 0.5 h measured x 2.00 credits.
+    lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(minutes=30))
+    page.reload()
     assert page.locator("[data-field=state]").inner_text() == "Completed"
     assert page.locator("[data-field=charged]").first.inner_text() == "4.00"
+    assert (
+        page.locator(f"[data-field=ended-{lease.pk}]")
+        .inner_text()
+        .startswith(
+            "Completed: the job exited normally after 30 minutes; charged 4.00 credits for 2.00 GPU-hours measured"
+        )
+    )
     _shot(page, tmp_path, "job-won")
+
+
+def test_admin_drains_a_node_and_creates_a_bootstrap_token(
+    world: World, live_server: Any, page: Any, tmp_path: Path
+) -> None:
+    from django.utils import timezone
+
+    from accounts.models import AuditEvent
+    from market.models import Lease
+    from market.services.leases import lease_running
+    from market.services.rounds import round_tick
+    from nodeagent.models import BootstrapToken, Gpu, Node
+    from tests.market.round_helpers import make_job
+
+    world.nodes(world.h100, 2, size=8)
+    world.nodes(world.a100, 1, size=4)
+    world.fund(world.alpha, 100)
+    job = make_job(world.alpha, world.amy, gpus=4, limits={world.h100: 3})
+    round_tick()
+    lease = Lease.objects.get(job=job)
+    lease_running(lease_id=lease.pk, now=lease.started_at)
+    report_usage(lease, seconds=600)  # its node's agent reported for ten minutes
+    Node.objects.update(last_heartbeat=timezone.now(), agent_version="0.1.0")
+    node = Node.objects.filter(gpu_type=world.h100).exclude(pk=lease.node_id).get()
+    Gpu.objects.filter(node=node, index=3).update(healthy=False, error="Xid 79: GPU has fallen off the bus")
+    _login(page, live_server.url, "root")
+    page.goto(f"{live_server.url}/console/nodes/")
+    busy = page.locator(f"tr[data-node='{lease.node.name}']")
+    assert f"alpha job {job.pk} ×4 (running)" in busy.inner_text()
+    assert busy.locator("li", has_text="% · 30000 / 81920 MB").count() == 4
+    assert "unhealthy: Xid 79" in page.locator(f"tr[data-node='{node.name}']").inner_text()
+    page.click(f"button[aria-label='Drain {node.name}']")
+    page.wait_for_selector(f"text=Node {node.name} drained")
+    assert page.locator(f"tr[data-node='{node.name}'] [data-field=state]").inner_text() == "Draining"
+    assert Node.objects.get(pk=node.pk).state == "draining"
+    assert AuditEvent.objects.filter(action="node.drain", actor=world.admin).count() == 1
+    page.fill("#id_name", "gpu-node-07")
+    page.select_option("#id_gpu_type", "H100")
+    page.fill("#id_ttl_hours", "721")
+    page.click("form button:has-text('Create bootstrap token')")
+    assert (
+        "Ensure this value is less than or equal to 720." in page.locator("#id_ttl_hours-error").inner_text()
+    )
+    page.fill("#id_ttl_hours", "12")
+    page.click("form button:has-text('Create bootstrap token')")
+    secret = page.locator("#new-bootstrap-token").inner_text()
+    assert secret.startswith("gpb_") and BootstrapToken.objects.get().name == "gpu-node-07"
+    _shot(page, tmp_path, "console-nodes", docs=True)
+    page.goto(f"{live_server.url}/console/nodes/")
+    assert secret not in page.content()
 
 
 def test_member_amends_and_cancels_another_job(
@@ -205,14 +227,14 @@ def test_member_amends_and_cancels_another_job(
 
 
 def test_losing_job_shows_its_reason_and_an_outsider_gets_404(
-    world: World, live_server: Any, page: Any, worker: str, tmp_path: Path
+    world: World, live_server: Any, page: Any, worker_queue: str, tmp_path: Path
 ) -> None:
     from tests.market.round_helpers import make_job
 
     world.nodes(world.h100, 1, size=8)
     world.fund(world.alpha, 500)
     cheap = make_job(world.alpha, world.amy, gpus=1, limits={world.h100: 1.5}, name="cheap")
-    _round_by_worker(worker)
+    _round_by_worker(worker_queue)
     _login(page, live_server.url, "amy")
     page.goto(f"{live_server.url}/t/alpha/jobs/{cheap.pk}/")
     sentence = page.locator("tr.lost td.reason").first.inner_text()
@@ -228,7 +250,7 @@ def test_losing_job_shows_its_reason_and_an_outsider_gets_404(
 
 
 def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
-    world: World, live_server: Any, page: Any, worker: str, tmp_path: Path
+    world: World, live_server: Any, page: Any, worker_queue: str, tmp_path: Path
 ) -> None:
     from tests.market.round_helpers import make_job
 
@@ -248,7 +270,7 @@ def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
     assert page.locator("#id_weight").input_value() == "5"
 
     _history(world, minutes_ago=(30, 20))
-    _round_by_worker(worker)
+    _round_by_worker(worker_queue)
     page.click("nav.subnav >> text=Fairness")
     row = page.locator("table.data tbody tr", has_text="alpha")
     assert row.locator("td").first.inner_text() == "5"
@@ -272,7 +294,7 @@ def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
 
 
 def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
-    world: World, live_server: Any, page: Any, worker: str, tmp_path: Path
+    world: World, live_server: Any, page: Any, worker_queue: str, tmp_path: Path
 ) -> None:
     from market.models import JournalEntry
     from market.tasks import allowance_tick
@@ -287,7 +309,7 @@ def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
     assert page.locator("#id_allowance_amount").input_value() == "50.00"
     _shot(page, tmp_path, "console-tenant")
     for _ in range(2):  # a second tick in the same period credits nothing
-        allowance_tick.apply_async(queue=worker)
+        allowance_tick.apply_async(queue=worker_queue)
     deadline = time.monotonic() + 60
     while (
         time.monotonic() < deadline and not JournalEntry.objects.filter(key__startswith="allowance:").exists()
@@ -336,7 +358,7 @@ def test_the_spend_csv_downloads_and_parses(
     job = make_job(world.alpha, world.amy, gpus=2, limits={world.h100: 3})
     round_tick()
     lease = Lease.objects.get(job=job)
-    _measured(lease, seconds=3600)
+    report_usage(lease, seconds=3600, every=600)  # an hour measured on its 2 GPUs
     lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
     _login(page, live_server.url, "alice")
     page.goto(f"{live_server.url}/t/alpha/spend/")

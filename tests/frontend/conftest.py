@@ -37,3 +37,48 @@ def market(world: World) -> Market:
 def login(client: Any, user: Any) -> Any:
     client.force_login(user)
     return client
+
+
+def report_usage(
+    lease: Any,
+    *,
+    seconds: int,
+    every: int = 60,
+    util: tuple[float, ...] | None = None,
+    log_tail: str = "",
+) -> None:
+    """What the lease's node agent reports over `seconds` from the job's start, one report every `every`
+    seconds, stored through the real parse and ingest services (docs/agent.md `POST usage`): each GPU of the
+    lease at utilisation util[k % len(util)] (by default a warm-up at 15% then 88-96%), 300 W, 30 GB used;
+    the lease's cumulative counters."""
+    from datetime import timedelta
+
+    from market.models import LeaseGpu
+    from nodeagent.services.usage import usage_ingest
+    from nodeagent.services.usage_parse import parse_report
+
+    gpus = list(LeaseGpu.objects.filter(lease=lease).select_related("gpu__node"))
+    node = gpus[0].gpu.node
+    start = lease.running_at or lease.started_at
+    reports: list[Any] = []
+    seen: list[float] = []
+    for k in range(1, seconds // every + 1):
+        at = (start + timedelta(seconds=k * every)).isoformat()
+        pct = util[k % len(util)] if util else (15.0 if k <= 3 else 88.0 + (k * 5) % 9)
+        seen.append(pct)
+        samples = [
+            {
+                "uuid": g.gpu.uuid, "at": at, "healthy": True, "util_pct": pct, "mem_used_mb": 30_000,
+                "power_w": 300.0, "energy_j": 5e6 + 300.0 * k * every,
+                "processes": [{"pid": 4242, "used_mb": 30_000, "lease": lease.pk}],
+            }
+            for g in gpus
+        ]  # fmt: skip
+        counters = {
+            "lease": lease.pk, "gpu_seconds": float(len(gpus) * k * every),
+            "energy_j": 300.0 * len(gpus) * k * every, "util_avg": sum(seen) / k, "util_max": max(seen),
+            "mem_avg_mb": 30_000, "mem_max_mb": 30_000, "samples": k, "log_tail": log_tail,
+        }  # fmt: skip
+        body = {"boot_epoch": 1, "seq": k, "sent_at": at, "gpus": samples, "leases": [counters]}
+        reports.append((node.pk, parse_report(body)))
+    usage_ingest(reports=reports)

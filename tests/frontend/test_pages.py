@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from market.models import Allowance, BidOutcome, Job, JournalEntry, Round, RoundPrice
 from tests.conftest import World
-from tests.frontend.conftest import Market, login
+from tests.frontend.conftest import Market, login, report_usage
 from tests.market.round_helpers import make_job
 
 pytestmark = pytest.mark.django_db
@@ -196,19 +196,33 @@ def test_market_policy_changes_are_listed_with_who_and_before_after(world: World
     page = client.get("/console/market/")
     fields = {
         "round_seconds": "120", "price_step_bp": "500", "min_runtime_s": "600", "default_grace_s": "120",
-        "starve_rounds": "5", "max_reservations": "4", "reserve-H100": "2", "max-H100": "20",
+        "starve_rounds": "5", "max_reservations": "4", "retention_days": "30", "energy_price_kwh": "0.25",
+        "idle_util_pct": "5", "idle_seconds": "900", "reserve-H100": "2", "max-H100": "20",
         "reserve-A100": "1.2", "max-A100": "12",
     }  # fmt: skip
     assert page.status_code == 200
     assert client.post("/console/market/", fields).status_code == 302
-    assert market_policy().round_seconds == 120
+    policy = market_policy()
+    assert (policy.round_seconds, policy.energy_price_kwh, policy.idle_util_pct, policy.idle_seconds) == (
+        120,
+        250_000,
+        5,
+        900,
+    )  # the energy price is typed in credits and stored in micro-credits
     html = client.get("/console/market/").content.decode()
     assert "round_seconds: 300 → 120" in html and "root" in html
+    assert "idle_util_pct: 0 → 5" in html and 'name="energy_price_kwh" value="0.25"' in html
     bad = client.post("/console/market/", {**fields, "price_step_bp": "0"})
     assert (
         bad.status_code == 400
         and 'id="id_price_step_bp-error">must be between 1 and 5000' in bad.content.decode()
     )
+    # The service's limits, said in the form's unit; a typed amount the ledger cannot hold is refused too.
+    dear = client.post("/console/market/", {**fields, "energy_price_kwh": "1000.5"}).content.decode()
+    assert 'id="id_energy_price_kwh-error">must be between 0 and 1,000 credits' in dear
+    odd = client.post("/console/market/", {**fields, "energy_price_kwh": "abc", "idle_seconds": "59"})
+    assert odd.status_code == 400 and market_policy().idle_seconds == 900
+    assert 'id="id_energy_price_kwh-error">must be a number of credits' in odd.content.decode()
 
 
 def test_audit_csv_streams_the_filtered_rows(market: Market) -> None:
@@ -222,11 +236,9 @@ def test_audit_csv_streams_the_filtered_rows(market: Market) -> None:
 def test_spend_csv_has_the_rows_of_the_page_with_job_and_type(market: Market) -> None:
     from market.models import Lease
     from market.services.leases import lease_stopped
-    from nodeagent.models import LeaseUsage
 
     lease = Lease.objects.get(job=market.winner)
-    # What the agent measured: settlement bills it (2 GPUs held for an hour).
-    LeaseUsage.objects.create(lease=lease, node=lease.node, gpu_seconds=2 * 3600, samples=3600)
+    report_usage(lease, seconds=3600, every=600)  # its agent measured an hour on its 2 GPUs
     lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
     client = login(Client(), market.world.amy)
     response = client.get("/t/alpha/spend.csv?gpu_type=H100")

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers import ROOT
-from tests.workers import database_url as _database_url
+from tests.workers import ROOT, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -36,7 +35,7 @@ def _run(code: str, env: dict[str, str]) -> str:
 def test_two_processes_counts_add_up_in_one_scrape(tmp_path: Path) -> None:
     env = {
         **os.environ,
-        "DATABASE_URL": _database_url(),
+        "DATABASE_URL": database_url(),
         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path),
         "METRICS_TOKEN": "mp-token",
         "ALLOWED_HOSTS": "testserver",

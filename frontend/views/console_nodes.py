@@ -1,0 +1,155 @@
+"""Console: nodes with their GPUs' health and utilisation, and the admins' node actions.
+
+Every write goes through the node agent's services (nodeagent.services.admin, registration), which check the
+admin, audit and refuse; this module only parses the form and shows the outcome. The bootstrap token form is
+checked by the node API's own serializer, so the messages are the API's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.db.models import Count
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect
+from django.views.decorators.http import require_POST
+
+from frontend.access import admin_only, page
+from frontend.forms import flatten
+from market.models import LIVE_LEASE_STATES, GpuType, Lease, LeaseGpu, LeaseState
+from nodeagent.api.serializers import BootstrapCreateSerializer
+from nodeagent.errors import NodeError
+from nodeagent.models import Node
+from nodeagent.selectors.nodes import latest_reports, node_list
+from nodeagent.services import admin as services
+from nodeagent.services.registration import bootstrap_token_create
+
+PAGE_SIZE = 50
+ACTIONS: dict[str, Callable[..., Node]] = {
+    "drain": services.node_drain,
+    "resume": services.node_resume,
+    "retire": services.node_retire,
+}
+DONE = {"drain": "drained: it takes no new work", "resume": "resumed", "retire": "retired"}
+
+
+def _rows(nodes: list[Node]) -> list[dict[str, Any]]:
+    """Each node with its GPUs (health, and utilisation and memory from its newest report) and live leases."""
+    reports = latest_reports(node_ids=[n.pk for n in nodes])
+    # Per node, the leases not yet settled with GPUs on it (a gang on several nodes is listed on each).
+    pairs = list(
+        LeaseGpu.objects.filter(
+            gpu__node__in=nodes, lease__state__in=[*LIVE_LEASE_STATES, LeaseState.STOPPING]
+        )
+        .values_list("gpu__node_id", "lease_id")
+        .annotate(gpus=Count("pk"))
+        .order_by("gpu__node_id", "lease_id")
+    )
+    by_id = Lease.objects.select_related("tenant").in_bulk({lease_id for _, lease_id, _ in pairs})
+    leases: dict[int, list[tuple[Lease, int]]] = {}
+    for node_id, lease_id, gpus in pairs:
+        leases.setdefault(node_id, []).append((by_id[lease_id], gpus))
+    rows = []
+    for node in nodes:
+        report = reports.get(node.pk)
+        gpus = [
+            {"gpu": g, "sample": report.gpus.get(g.uuid) if report else None}
+            for g in node.gpu_rows  # type: ignore[attr-defined]
+        ]
+        rows.append(
+            {
+                "node": node,
+                "gpus": gpus,
+                "report_at": report.sent_at if report else None,
+                "unhealthy": sum(1 for g in node.gpu_rows if not g.healthy and not g.absent),  # type: ignore[attr-defined]
+                "leases": leases.get(node.pk, []),
+                "actions": _actions(node),
+            }
+        )
+    return rows
+
+
+def _actions(node: Node) -> list[str]:
+    """The buttons a node's state allows (the services refuse the rest anyway)."""
+    if node.retired_at is not None:
+        return []
+    return ["resume" if node.drained_at is not None else "drain", "retire"]
+
+
+def _page(
+    request: HttpRequest,
+    *,
+    form: dict[str, str] | None = None,
+    errors: dict[str, str] | None = None,
+    issued: Any = None,
+    status: int = 200,
+) -> HttpResponse:
+    state = request.GET.get("state", "")
+    state = state if state in Node.State.values else ""
+    paged = Paginator(node_list(state=state or None), PAGE_SIZE).get_page(request.GET.get("page"))
+    response = page(
+        request,
+        "frontend/console/nodes.html",
+        {
+            "page": paged,
+            "rows": _rows(list(paged.object_list)),
+            "states": Node.State.choices,
+            "state": state,
+            "query": f"state={state}" if state else "",
+            "types": GpuType.objects.order_by("name"),
+            "form": form or {"ttl_hours": "24"},
+            "errors": errors or {},
+            "issued": issued,
+        },
+    )
+    response.status_code = status
+    if issued is not None:  # the secret is in this page only: keep it out of every cache
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+@admin_only
+def nodes(request: HttpRequest) -> HttpResponse:
+    return _page(request)
+
+
+@admin_only
+@require_POST
+def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    service = ACTIONS.get(action)
+    if service is None:
+        raise Http404("No such node action.")
+    node = get_object_or_404(Node, name=name)
+    try:
+        service(node=node, actor=request.user)
+    except NodeError as exc:
+        messages.error(request, f"Refused: {exc.message}.")
+    else:
+        messages.success(request, f"Node {node.name} {DONE[action]}.")
+    return redirect("frontend:console_nodes")
+
+
+@admin_only
+@require_POST
+def bootstrap_token(request: HttpRequest) -> HttpResponse:
+    """Create a one-time bootstrap token; the secret is shown in this answer and never again."""
+    form = {k: request.POST.get(k, "").strip() for k in ("name", "gpu_type", "topology_domain", "ttl_hours")}
+    body = BootstrapCreateSerializer(data={k: v for k, v in form.items() if v})
+    if not body.is_valid():
+        return _page(request, form=form, errors=flatten(body.errors), status=400)
+    v = body.validated_data
+    try:
+        issued = bootstrap_token_create(
+            actor=request.user,  # type: ignore[arg-type]
+            name=v["name"],
+            gpu_type=v["gpu_type"],
+            topology_domain=v["topology_domain"],
+            ttl=timedelta(hours=v["ttl_hours"]),
+        )
+    except NodeError as exc:
+        return _page(request, form=form, errors={exc.field or "form": exc.message}, status=400)
+    return _page(request, issued=issued)
