@@ -113,4 +113,4 @@ def test_force_login_sessions_still_load_their_user(world: World) -> None:
     """force_login names the first backend, the guard: it must load the user like the password backend."""
     client = Client()
     client.force_login(world.amy)
-    assert client.get("/").status_code == 200
+    assert client.get("/t/alpha/").status_code == 200  # the dashboard, not the login page
