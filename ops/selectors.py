@@ -186,7 +186,5 @@ def ledger_totals() -> dict[str, int]:
 
 
 def node_heartbeats() -> dict[str, datetime | None]:
-    """{node: last heartbeat} once the agent server records heartbeats on `Node.last_heartbeat_at`."""
-    if "last_heartbeat_at" not in {f.name for f in Node._meta.get_fields()}:
-        return {}
-    return dict(Node.objects.values_list("name", "last_heartbeat_at"))
+    """{node: last heartbeat} of the nodes an agent runs (retired ones have none to watch)."""
+    return dict(Node.objects.exclude(state=Node.State.RETIRED).values_list("name", "last_heartbeat"))

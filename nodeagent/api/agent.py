@@ -12,7 +12,6 @@ from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
-from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,11 +23,13 @@ from nodeagent.api.errors import refused
 from nodeagent.errors import NodeError
 from nodeagent.models import Node
 from nodeagent.selectors.nodes import node_command, node_lease, pending_commands
+from nodeagent.selectors.usage import usage_report_seen
 from nodeagent.services.heartbeat import GpuHealth, node_heartbeat
 from nodeagent.services.lease_events import command_ack, lease_exited, lease_started
 from nodeagent.services.registration import node_register, node_reregister
 from nodeagent.services.usage import usage_ingest
 from nodeagent.services.usage_parse import parse_counters, parse_report
+from ops import metrics
 
 LONG_POLL_STEP_S = 0.5
 
@@ -38,7 +39,6 @@ _NOT_YOURS = OpenApiResponse(description="Not this node's (another node's lease 
 class AgentView(APIView):
     authentication_classes = [NodeAuthentication]
     permission_classes = [IsNode]
-    parser_classes = [JSONParser]
 
     def node(self, request: Request) -> Node:
         node = request.auth
@@ -119,6 +119,10 @@ class CommandsView(AgentView):
         while not commands and time.monotonic() < deadline:
             time.sleep(min(LONG_POLL_STEP_S, max(0.0, deadline - time.monotonic())))
             commands = pending_commands(node=node, after=after)
+        for command in commands:
+            metrics.agent_command(
+                "fetched", kind=command.kind, node=node.name, command_id=command.pk, lease_id=command.lease_id
+            )
         return Response(s.CommandsSerializer({"commands": commands}).data)
 
 
@@ -133,6 +137,13 @@ class AckView(AgentView):
         body = s.AckSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         command = command_ack(command=command, **body.validated_data)
+        metrics.agent_command(
+            "refused" if body.validated_data["result"] == "refused" else "acked",
+            kind=command.kind,
+            node=self.node(request).name,
+            command_id=command.pk,
+            lease_id=command.lease_id,
+        )
         return Response(s.CommandSerializer(command).data)
 
 
@@ -143,11 +154,21 @@ class UsageView(AgentView):
         summary="A usage report; (node, boot_epoch, seq) makes a repeat harmless",
     )
     def post(self, request: Request) -> Response:
+        node = self.node(request)
         try:
             report = parse_report(request.data)
         except NodeError as exc:
+            metrics.usage_reports("refused", node=node.name)
             raise refused(exc) from exc
-        usage_ingest(reports=[(self.node(request).pk, report)])
+        seen = usage_report_seen(node_id=node.pk, boot_epoch=report.boot_epoch, seq=report.seq)
+        usage_ingest(reports=[(node.pk, report)])
+        metrics.usage_reports(
+            "duplicate" if seen else "ingested",
+            node=node.name,
+            samples=0 if seen else len(report.gpus),
+            epoch=report.boot_epoch,
+            seq=report.seq,
+        )
         return Response({"acked": report.seq})
 
 

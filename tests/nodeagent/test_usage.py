@@ -137,3 +137,27 @@ def test_idle_spell_is_tracked_only_with_the_policy_on(running):
     assert _usage(lease).idle_since == first  # the spell goes on from its start
     agent.post("usage", agent.report([counters(lease, 40.0)], util=50))
     assert _usage(lease).idle_since is None
+
+
+def test_reports_are_counted_by_outcome_in_the_metrics(running):
+    from ops.metrics import USAGE_REPORTS
+
+    def counted(outcome: str) -> float:
+        return USAGE_REPORTS.labels(outcome)._value.get()
+
+    before = {o: counted(o) for o in ("ingested", "duplicate", "refused")}
+    _, agent, _, lease = running
+    report = agent.report([counters(lease, 30.0)])
+    assert agent.post("usage", copy.deepcopy(report)).status_code == 200
+    assert agent.post("usage", copy.deepcopy(report)).status_code == 200  # a resend
+    report["seq"] = "x"
+    assert agent.api.post("/api/v1/agent/usage", report, format="json").status_code == 400
+    assert {o: counted(o) - before[o] for o in before} == {"ingested": 1, "duplicate": 1, "refused": 1}
+
+
+def test_an_agent_body_nested_too_deep_is_a_400_not_a_500(running):
+    _, agent, _, _ = running
+    deep = "[" * 5000 + "]" * 5000
+    response = agent.api.post("/api/v1/agent/usage", deep, content_type="application/json")
+    assert response.status_code == 400, response.content
+    assert not UsageReport.objects.exists()

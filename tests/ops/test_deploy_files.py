@@ -15,8 +15,6 @@ from tests.conftest import World
 from tests.market.round_helpers import make_job
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-# Exported once the agent server records heartbeats on Node.last_heartbeat_at (the agent issue).
-LATER = {"gpumarket_agent_heartbeat_age_seconds"}
 
 
 def _named_in_deploy() -> set[str]:
@@ -44,5 +42,5 @@ def test_every_series_in_the_dashboard_and_alerts_is_exported(world: World, sett
     exported = {
         f.name + suffix for f in text_string_to_metric_families(body) for suffix in suffixes.get(f.type, [""])
     }
-    missing = _named_in_deploy() - exported - LATER
+    missing = _named_in_deploy() - exported
     assert not missing, sorted(missing)
