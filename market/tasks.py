@@ -26,7 +26,12 @@ def retention_prune() -> dict[str, int]:
     from market.services.retention import retention_prune as prune
 
     stats = prune()
-    return {"books": stats.books, "outcomes": stats.outcomes, "commands": stats.commands}
+    return {
+        "books": stats.books,
+        "outcomes": stats.outcomes,
+        "commands": stats.commands,
+        "usage_reports": stats.usage_reports,
+    }
 
 
 @shared_task(name="market.allowance_tick")

@@ -7,7 +7,9 @@ everything else. After `MarketPolicy.retention_days`:
 - a round's book is dropped (the round row with its counts, timings, result hash and prices stays, and so does
   its `round.commit` audit summary); a round not finished is never touched;
 - per-bid outcomes are deleted, except each job's newest one (a job's page still says why it last lost);
-- commands acknowledged, or expired unacknowledged, are deleted.
+- commands acknowledged, or expired unacknowledged, are deleted;
+- agents' usage reports (every GPU sample) are deleted; each lease keeps its summary (`LeaseUsage`: what it was
+  billed from) and each node its high-water marks.
 
 Leases, holds, journal entries and audit rows are money and history: never pruned. Work is done in batches of
 `batch` rows, each its own short transaction, so a large first prune does not hold locks against the rounds.
@@ -27,6 +29,7 @@ from django.utils import timezone
 
 from market.models import DONE_STATES, BidOutcome, Command, CommandState, Round
 from market.selectors.policy import market_policy
+from nodeagent.models import UsageReport
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +42,7 @@ class PruneStats:
     books: int
     outcomes: int
     commands: int
+    usage_reports: int = 0
 
 
 def _in_batches(
@@ -83,13 +87,23 @@ def retention_prune(*, now: datetime | None = None, batch: int = BATCH) -> Prune
         lambda ids: Command.objects.filter(pk__in=ids).delete()[0],
         batch,
     )
-    stats = PruneStats(cutoff=cutoff, books=books, outcomes=outcomes, commands=commands)
+    usage_reports = _in_batches(
+        lambda: (
+            UsageReport.objects.filter(received_at__lt=cutoff).order_by("pk").values_list("pk", flat=True)
+        ),
+        lambda ids: UsageReport.objects.filter(pk__in=ids).delete()[0],
+        batch,
+    )
+    stats = PruneStats(
+        cutoff=cutoff, books=books, outcomes=outcomes, commands=commands, usage_reports=usage_reports
+    )
     log.info(
-        "retention prune: %s books, %s outcomes, %s commands before %s",
+        "retention prune: %s books, %s outcomes, %s commands, %s usage reports before %s",
         books,
         outcomes,
         commands,
+        usage_reports,
         cutoff.isoformat(),
-        extra={"books": books, "outcomes": outcomes, "commands": commands},
+        extra={"books": books, "outcomes": outcomes, "commands": commands, "usage_reports": usage_reports},
     )
     return stats

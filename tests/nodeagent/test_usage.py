@@ -161,3 +161,21 @@ def test_an_agent_body_nested_too_deep_is_a_400_not_a_500(running):
     response = agent.api.post("/api/v1/agent/usage", deep, content_type="application/json")
     assert response.status_code == 400, response.content
     assert not UsageReport.objects.exists()
+
+
+def test_retention_drops_old_usage_reports_and_keeps_the_lease_summary(running):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from market.services.retention import retention_prune
+
+    _, agent, _, lease = running
+    for seq, seconds in ((1, 60.0), (2, 120.0)):
+        report = agent.report([counters(lease, seconds)])
+        report["seq"] = seq
+        assert agent.post("usage", report).status_code == 200
+    UsageReport.objects.filter(seq=1).update(received_at=timezone.now() - timedelta(days=400))
+    assert retention_prune().usage_reports == 1
+    assert list(UsageReport.objects.values_list("seq", flat=True)) == [2]
+    assert _usage(lease).gpu_seconds == 120.0  # what the lease is billed from stays
