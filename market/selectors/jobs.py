@@ -159,6 +159,8 @@ def largest_gangs(*, gpu_types: Iterable[GpuType]) -> dict[int, int]:
     for type_id, _domain, n in groups:
         largest[type_id] = max(largest[type_id], n)
     # The count scans every GPU of the types (2 ms at 8,000 GPUs, as much as a whole authenticated request),
-    # and the cluster changes rarely: a node that just joined is counted within LARGEST_GANG_CACHE_S.
-    cache.set(key, largest, LARGEST_GANG_CACHE_S)
+    # and the cluster changes rarely: a node that just joined is counted within LARGEST_GANG_CACHE_S. A type
+    # with no node yet is not cached: its first node must not leave every submit refused for that long.
+    if all(largest.values()):
+        cache.set(key, largest, LARGEST_GANG_CACHE_S)
     return largest

@@ -117,6 +117,15 @@ def test_largest_gangs_per_domain(world: World) -> None:
     assert largest_gangs(gpu_types=[w.h100, w.a100]) == {w.h100.pk: 24, w.a100.pk: 2}
 
 
+@pytest.mark.django_db
+def test_a_type_without_nodes_sees_its_first_node_at_once(world: World) -> None:
+    """An empty type's 0 is not cached, so a submit right after the first node joins is not refused."""
+    w = world
+    assert largest_gangs(gpu_types=[w.a100]) == {w.a100.pk: 0}
+    w.nodes(w.a100, 1, size=4)
+    assert largest_gangs(gpu_types=[w.a100]) == {w.a100.pk: 4}
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("attempt", range(5))
 def test_cancel_racing_the_lease_end_never_deadlocks(market: World, attempt: int) -> None:
