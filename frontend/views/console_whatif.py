@@ -31,7 +31,7 @@ FIGURES = (
     ("Average queueing delay", "avg_queue_s", "duration", "lower"),
     ("Median queueing delay", "p50_queue_s", "duration", "lower"),
     ("95th percentile queueing delay", "p95_queue_s", "duration", "lower"),
-    ("Utilisation", "utilization", "share", "higher"),
+    ("Utilisation, first to last submit", "utilization", "share", "higher"),
     ("Utilisation while jobs waited", "busy_utilization", "share", "higher"),
     ("Guarantee compliance", "guarantee_compliance", "share", "higher"),
     ("Jain's index of excess per weight", "jain_excess", "ratio", "higher"),
@@ -179,9 +179,11 @@ def whatif_run(request: HttpRequest, run_id: int) -> HttpResponse:
     }
     if run.state == WhatIfState.DONE and run.result and "summaries" in run.result:
         context["comparison"] = _comparison(run.result)
-        context["plots"] = [
-            (name, PLOT_CAPTIONS.get(name, name)) for name in run.plots.values_list("name", flat=True)
-        ]
+        order = list(PLOT_CAPTIONS)
+        names = sorted(
+            run.plots.values_list("name", flat=True), key=lambda n: (order.index(n) if n in order else 99, n)
+        )
+        context["plots"] = [(name, PLOT_CAPTIONS.get(name, name)) for name in names]
         context["tenant_heads"] = ["Spend", "Completed", "Average queue", "Preemptions", "Compliance"]
     return page(request, "frontend/console/whatif_run.html", context)
 
