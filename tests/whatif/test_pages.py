@@ -128,7 +128,7 @@ def test_run_page_compares_and_applies(history: History, django_capture_on_commi
     assert "gamma weight: 3 → 6" in page
     for figure in ("Average queueing delay", "Utilisation", "Guarantee compliance", "Jain", "Preemptions"):
         assert figure in page
-    assert page.count('<img src="/console/whatif/') == 4
+    assert page.count('<img class="plot" src="/console/whatif/') == 4
     png = client.get(f"/console/whatif/{run.pk}/queue_cdf.png")
     assert (
         png.status_code == 200 and png["Content-Type"] == "image/png" and png.content.startswith(b"\x89PNG")
