@@ -180,3 +180,43 @@ def test_fair_reclaim_is_applied_where_the_platform_has_the_switch(
     else:
         assert skipped == ["fair_reclaim"]
         assert AuditEvent.objects.get(action="whatif.apply").detail["not_applied"] == ["fair_reclaim"]
+
+
+def _queued(history: History) -> WhatIfRun:
+    """A run recorded but whose task has not run (its on-commit callback is not executed)."""
+    return whatif_request(
+        actor=history.world.admin, since=history.since, until=history.until, proposal=proposal()
+    )
+
+
+def test_a_run_claimed_by_a_live_worker_is_left_alone_and_a_dead_ones_is_taken_over(history: History) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from whatif.services import task_limit_s
+
+    run = _queued(history)
+    WhatIfRun.objects.filter(pk=run.pk).update(state=WhatIfState.RUNNING, started_at=timezone.now())
+    assert whatif_execute(run_id=run.pk).state == WhatIfState.RUNNING  # another worker is on it
+    assert not WhatIfPlot.objects.exists()
+    long_ago = timezone.now() - timedelta(seconds=task_limit_s() + 1)
+    WhatIfRun.objects.filter(pk=run.pk).update(started_at=long_ago)  # that worker died mid-replay
+    assert whatif_execute(run_id=run.pk).state == WhatIfState.DONE
+
+
+def test_a_replay_out_of_time_says_so(history: History, monkeypatch: pytest.MonkeyPatch) -> None:
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from whatif import tasks
+
+    run = _queued(history)
+
+    def slow(**kwargs: Any) -> None:
+        WhatIfRun.objects.filter(pk=kwargs["run_id"]).update(state=WhatIfState.RUNNING)
+        raise SoftTimeLimitExceeded()
+
+    monkeypatch.setattr(tasks, "whatif_execute", slow)
+    assert tasks.whatif_run(run.pk) == "failed"
+    run.refresh_from_db()
+    assert run.state == WhatIfState.FAILED and "pick a shorter window" in run.message
