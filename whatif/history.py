@@ -19,13 +19,15 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Q, Sum
+import numpy as np
+from django.db.models import Min, Q, Sum
 from django.utils import timezone
 
 from accounts.models import Guarantee, Tenant
 from market.models import (
     TERMINAL_STATES,
     AccountKind,
+    EndReason,
     EntryKind,
     GpuType,
     Job,
@@ -199,3 +201,30 @@ def history_trace(window: Window, *, now: datetime | None = None) -> Trace:
         jobs=tuple(_job_row(j, window, seconds, known) for j in ran),
         notes=tuple(notes),
     )
+
+
+def actual_figures(window: Window) -> dict[str, float | int | None]:
+    """What really happened to the window's jobs, for the figures a replay can be checked against: jobs
+    completed, queueing delay (submit to first lease), preemptions, spend (credits charged to their leases)."""
+    jobs = Job.objects.filter(submitted_at__gte=window.since, submitted_at__lt=window.until)
+    submitted = dict(jobs.values_list("pk", "submitted_at"))
+    leases = Lease.objects.filter(job__in=jobs)
+    first = leases.values("job_id").annotate(first=Min("started_at")).values_list("job_id", "first")
+    delays = np.array(
+        [max((start - submitted[job]).total_seconds(), 0.0) for job, start in first], dtype=np.float64
+    )
+    charged = leases.aggregate(total=Sum("charged"))["total"] or 0
+
+    def stat(q: float | None) -> float | None:
+        if not len(delays):
+            return None
+        return round(float(delays.mean() if q is None else np.percentile(delays, q)), 1)
+
+    return {
+        "completed": jobs.filter(state=JobState.COMPLETED).count(),
+        "avg_queue_s": stat(None),
+        "p50_queue_s": stat(50),
+        "p95_queue_s": stat(95),
+        "preemptions": leases.filter(end_reason=EndReason.PREEMPTED).count(),
+        "spend": round(int(charged) / 1_000_000, 2),
+    }

@@ -23,7 +23,7 @@ from accounts.services import PolicyError
 from market.models import GpuType
 from market.services.gpu_types import gpu_type_save
 from market.services.policy import policy_update, tenant_policy_update
-from whatif.history import HistoryError, Window, history_trace, jobs_in_window
+from whatif.history import HistoryError, Window, actual_figures, history_trace, jobs_in_window
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
 from whatif.policy import (
     KNOBS,
@@ -153,7 +153,12 @@ def whatif_execute(*, run_id: int) -> WhatIfRun | None:
         if run.baseline["fair_reclaim"] != run.proposal["fair_reclaim"]
         else set()
     )
-    result = {"summaries": outcome.summaries, "notes": list(trace.notes), "unmodelled": unmodelled}
+    result = {
+        "summaries": outcome.summaries,
+        "actual": actual_figures(Window(run.since, run.until)),
+        "notes": list(trace.notes),
+        "unmodelled": unmodelled,
+    }
     with transaction.atomic():
         WhatIfPlot.objects.filter(run_id=run_id).delete()
         WhatIfPlot.objects.bulk_create(

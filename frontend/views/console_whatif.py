@@ -69,9 +69,11 @@ def _verdict(today: Any, proposal: Any, better: str | None) -> str:
 
 def _comparison(result: dict[str, Any]) -> dict[str, Any]:
     today, proposal = result["summaries"]["today"], result["summaries"]["proposal"]
+    actual = result.get("actual", {})
     rows = [
         {
             "label": label,
+            "actual": _shown(actual[key], kind) if key in actual else "",
             "today": _shown(today.get(key), kind),
             "proposal": _shown(proposal.get(key), kind),
             "verdict": _verdict(today.get(key), proposal.get(key), better),

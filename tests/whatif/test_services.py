@@ -43,6 +43,9 @@ def test_a_whatif_replays_both_policies_and_keeps_the_plots(
     assert (today["completed"], today["rejected"]) == (3, 1)  # the pending job bids under the reserve
     assert (new["completed"], new["rejected"]) == (2, 2)
     assert new["per_tenant"]["beta"]["spend"] == 0 < today["per_tenant"]["beta"]["spend"]
+    actual = run.result["actual"]  # the jobs as they really ran, submitted 60, 50 and 40 minutes ago
+    assert (actual["completed"], actual["preemptions"]) == (3, 0) and actual["spend"] > 0
+    assert 2400 <= actual["p50_queue_s"] <= 3000 + 600 and actual["avg_queue_s"] >= 2400
     for figure in ("avg_queue_s", "utilization", "guarantee_compliance", "jain_excess", "preemptions"):
         assert figure in today and figure in new
     plots = dict(WhatIfPlot.objects.filter(run=run).values_list("name", "png"))
