@@ -52,6 +52,7 @@ INSTALLED_APPS = [
     "nodeagent",
     "frontend",
     "ops",
+    "whatif",
 ]
 
 MIDDLEWARE = [

@@ -7,6 +7,7 @@ from frontend.views import (
     console_market,
     console_nodes,
     console_tenants,
+    console_whatif,
     jobs,
     portal,
     spend,
@@ -54,4 +55,11 @@ urlpatterns = [
     path("console/rounds/<int:round_id>/", console_market.round_detail, name="console_round"),
     path("console/audit/", console_audit.audit, name="console_audit"),
     path("console/audit.csv", console_audit.audit_csv, name="console_audit_csv"),
+    path("console/whatif/", console_whatif.whatif, name="console_whatif"),
+    path("console/whatif/<int:run_id>/", console_whatif.whatif_run, name="console_whatif_run"),
+    path("console/whatif/<int:run_id>/status", console_whatif.whatif_status, name="console_whatif_status"),
+    path("console/whatif/<int:run_id>/apply/", console_whatif.whatif_apply_view, name="console_whatif_apply"),
+    path(
+        "console/whatif/<int:run_id>/<slug:name>.png", console_whatif.whatif_plot, name="console_whatif_plot"
+    ),
 ]

@@ -6,6 +6,7 @@ Nothing here decides who wins. The adapter only translates simulation state into
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -25,6 +26,45 @@ MAX_PRICE_FACTOR = 10
 UNLIMITED_MICRO = 10**15
 
 
+@dataclass(frozen=True)
+class MarketOptions:
+    """What the scenario format cannot say about a market policy: the round knobs of `allocator.book.Policy`
+    and each type's price cap (micro-credits per GPU-hour; a type left out is capped at MAX_PRICE_FACTOR x its
+    reserve). A what-if replay (whatif/) sets them from the platform's policy or an admin's proposal.
+
+    `fair_reclaim` (ARCHITECTURE.md §Clearing step 6) is passed to the round policy when
+    `allocator.book.Policy` has a field of that name; until the allocator has the switch it is reported as
+    not modelled (see `unmodelled`) rather than silently ignored."""
+
+    price_step_bp: int = 500
+    min_runtime_s: int = 600
+    starve_rounds: int = 5
+    max_reservations: int = 4
+    max_price_micro: tuple[tuple[str, int], ...] = ()  # (GPU type, cap) pairs
+    fair_reclaim: bool | None = None  # None: the allocator's default
+
+    def round_policy(self) -> RoundPolicy:
+        knobs: dict[str, Any] = {
+            "price_step_bp": self.price_step_bp,
+            "min_runtime_s": self.min_runtime_s,
+            "starve_rounds": self.starve_rounds,
+            "max_reservations": self.max_reservations,
+        }
+        if self.fair_reclaim is not None and "fair_reclaim" in _round_policy_fields():
+            knobs["fair_reclaim"] = self.fair_reclaim
+        return RoundPolicy(**knobs)
+
+    def unmodelled(self) -> list[str]:
+        """Options this build of the allocator cannot act on (so a replay can say so)."""
+        if self.fair_reclaim is not None and "fair_reclaim" not in _round_policy_fields():
+            return ["fair_reclaim"]
+        return []
+
+
+def _round_policy_fields() -> set[str]:
+    return {f.name for f in fields(RoundPolicy)}
+
+
 class Market(Policy):
     """Three-tier clearing (guarantee, borrowed, spot) with the scenario's guarantees and weights."""
 
@@ -32,12 +72,20 @@ class Market(Policy):
     stable = False  # the posted price moves every round, so every round must be cleared
     priced = True
 
-    def __init__(self, state: SimState) -> None:
+    def __init__(self, state: SimState, options: MarketOptions | None = None) -> None:
         super().__init__(state)
         scenario = state.scenario
         cluster = state.cluster
+        options = options or MarketOptions()
         self.reserve = np.array(state.reserve_by_pool, dtype=np.int64)
-        self.max_price = self.reserve * MAX_PRICE_FACTOR
+        caps = dict(options.max_price_micro)
+        self.max_price = np.array(
+            [
+                max(caps.get(t, int(r) * MAX_PRICE_FACTOR), int(r))
+                for t, r in zip(scenario.types, self.reserve, strict=True)
+            ],
+            dtype=np.int64,
+        )
         self.guarantee = np.array(
             [[t.guaranteed.get(name, 0) for name in scenario.types] for t in scenario.tenants], dtype=np.int32
         )
@@ -48,7 +96,7 @@ class Market(Policy):
         for job, prefs in enumerate(state.jobs.prefs):
             self.accept[job, list(prefs)] = True
         self.limit = np.where(self.accept, state.jobs.price_micro, NO_PRICE)
-        self.round_policy = RoundPolicy()
+        self.round_policy = options.round_policy()
         self.last: Result | None = None  # the latest round's result, for tests and diagnostics
 
     def decide(self, now: int) -> Decision:
