@@ -136,6 +136,7 @@ class Recorder:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.latencies: dict[str, list[float]] = {"tenant": [], "agent": []}
+        self.by_kind: dict[str, list[float]] = {}  # "POST heartbeat" etc.: where the time goes
         self.statuses: dict[int, int] = {}
         self.samples_5xx: list[str] = []
 
@@ -156,8 +157,10 @@ class Recorder:
         began = time.perf_counter()
         status, reply = _request(conn, method, path, raw, headers)
         elapsed = time.perf_counter() - began
+        kind = f"{method} {_route(path)}"
         with self.lock:
             self.latencies[who].append(elapsed)
+            self.by_kind.setdefault(kind, []).append(elapsed)
             self.statuses[status] = self.statuses.get(status, 0) + 1
             if status >= 500 and len(self.samples_5xx) < 5:
                 self.samples_5xx.append(f"{method} {path} {status} {reply[:300]!r}")
@@ -171,6 +174,14 @@ class Recorder:
             self.statuses[-1] = self.statuses.get(-1, 0) + 1
             if len(self.samples_5xx) < 5:
                 self.samples_5xx.append(f"connection: {exc!r}")
+
+
+def _route(path: str) -> str:
+    """The path without its ids and query: /api/v1/tenants/t001/jobs/7/bid -> jobs/bid."""
+    parts = [p for p in path.split("?")[0].split("/")[3:] if p and not p.isdigit()]
+    if parts[:1] == ["tenants"]:
+        parts = parts[2:]
+    return "/".join(parts)
 
 
 class Tenants:
@@ -222,8 +233,9 @@ class SimAgent:
         self.running: dict[int, dict[str, Any]] = {}  # lease -> {"gpus", "started", "ends"}
         self.stats = {"binds": 0, "stops": 0, "exits": 0, "usage_reports": 0, "refused": 0}
         now = time.monotonic()
-        # Spread the agents' schedules, as machines started at different times would be.
-        self.next_heartbeat = now + rng.uniform(0, HEARTBEAT_S)
+        # A heartbeat first, as the daemon does after registering; the rest spread over their periods, as
+        # machines started at different times would be.
+        self.next_heartbeat = now + rng.uniform(0, 2.0)
         self.next_poll = now + rng.uniform(0, poll_s)
         self.next_usage = now + rng.uniform(0, USAGE_S)
 
@@ -436,6 +448,10 @@ def _drive(plan: dict[str, Any]) -> dict[str, Any]:
         "noop_p99_ms": _pct(baseline.latencies["tenant"], 0.99),
         "accepted": sorted(tenants.accepted),
         "agents": totals,
+        "by_kind": {
+            kind: [len(values), round(_pct(values, 0.5), 1), round(_pct(values, 0.99), 1)]
+            for kind, values in sorted(rec.by_kind.items())
+        },
         "samples_5xx": rec.samples_5xx,
     }
 
@@ -528,6 +544,7 @@ def main() -> None:
                 "leases_settled": settled,
                 "leases_node_lost": lost,
                 "agent_events": result["agents"],
+                "by_kind": result["by_kind"],  # [requests, p50_ms, p99_ms]
                 "statuses": result["statuses"],
                 "round_errors": len(round_errors),
                 "ledger_ok": ledger_problems() == [],
