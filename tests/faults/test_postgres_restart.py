@@ -8,7 +8,8 @@ run twice (no two leases of one job overlapped, one completed lease per job), ev
 round finished, ledger_check passing.
 
 It restarts the whole server, so every other session on it is cut too: it carries the `pg_restart` marker
-(select it alone with `pytest -m pg_restart`, leave it out with `-m "not pg_restart"`). The server is
+and runs only when the marker expression names it (`pytest -m pg_restart`; tests/conftest.py deselects it
+otherwise), as `make test` does in a run of its own after the rest. The server is
 restarted with `$FAULTS_PG_CTL restart` (default `pg_ctlcluster --skip-systemctl-redirect <version> main`,
 the machine's one cluster); a private cluster works as well, e.g.
 FAULTS_PG_CTL="runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D DIR -l LOG -w". Whatever happens,
