@@ -241,7 +241,7 @@ class SimAgent:
 
     def _send(
         self, conn: http.client.HTTPConnection, rec: Recorder, method: str, path: str, body: Any = None
-    ):
+    ) -> tuple[int, Any]:
         return rec.send(conn, "agent", method, f"/api/v1/agent/{path}", self.credential, body)
 
     def _counters(self, lease: int, job: dict[str, Any], now: float) -> dict[str, Any]:
