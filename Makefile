@@ -36,6 +36,8 @@ test: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
+	# Alone, after the rest: it restarts the PostgreSQL server (tests/faults/test_postgres_restart.py).
+	$(VENV)/bin/pytest -m pg_restart
 
 lint: install
 	$(VENV)/bin/ruff check .

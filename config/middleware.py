@@ -18,8 +18,9 @@ def _refuse(request: HttpRequest, field: str, message: str) -> HttpResponse:
 
 
 class InputGuardMiddleware:
-    """No NUL in the path or the query string: PostgreSQL cannot compare with such a string, and no slug,
-    name or filter value may contain one. Refused here once rather than in every view and selector."""
+    """No NUL in the path, the query string or a portal form's fields: PostgreSQL cannot store or compare
+    such a string, and no slug, name, memo or filter value may contain one. Refused here once rather than in
+    every view, form and selector. (API bodies are JSON, refused by config/parsers.py.)"""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -31,6 +32,11 @@ class InputGuardMiddleware:
             if any(FORBIDDEN_CHARS.search(text) for text in [key, *values]):
                 name = key if not FORBIDDEN_CHARS.search(key) else "query"
                 return _refuse(request, name, "must not contain NUL characters")
+        if request.method == "POST" and not request.path.startswith("/api/"):
+            for key, values in request.POST.lists():
+                if any(FORBIDDEN_CHARS.search(text) for text in [key, *values]):
+                    name = key if not FORBIDDEN_CHARS.search(key) else "form"
+                    return _refuse(request, name, "must not contain NUL characters")
         return self.get_response(request)
 
 

@@ -58,3 +58,11 @@ def place_bid_errors(rows: list[BidRow], errors: dict[str, str], posted: list[in
         row = rows[row_index]
         row.type_error = errors.pop(f"bids[{api_index}].gpu_type", "")
         row.limit_error = errors.pop(f"bids[{api_index}].limit", "")
+
+
+def unplaced_to_form(errors: dict[str, str], shown: set[str]) -> None:
+    """An error for a field the page has no place for (the hidden nonce's `Idempotency-Key`, a field only a
+    hostile client sends) goes to the form's own error, so no refusal is silent."""
+    stray = [f"{field}: {errors.pop(field)}" for field in list(errors) if field not in shown | {"form"}]
+    if stray:
+        errors["form"] = " ".join(filter(None, [errors.get("form", ""), *stray]))

@@ -88,6 +88,20 @@ def _user(username: str, *, staff: bool = False) -> User:
     )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked pg_restart restart the PostgreSQL server every other session shares (and every other
+    test of a parallel run): they run only when the marker expression names them (`-m pg_restart`, as
+    `make test` does in a run of their own), and show as deselected otherwise."""
+    if "pg_restart" in (config.getoption("markexpr") or ""):
+        return
+    chosen, left = [], []
+    for item in items:
+        (left if item.get_closest_marker("pg_restart") else chosen).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = chosen
+
+
 @pytest.fixture(autouse=True)
 def _private_cache(request: pytest.FixtureRequest) -> None:
     """Each test gets an empty in-process cache: the shared Redis would carry cached reads (the largest gang

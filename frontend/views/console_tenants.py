@@ -119,9 +119,11 @@ def _money_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
     errors: dict[str, str] = {}
     amount = _credits("amount", request.POST.get("amount", ""), errors)
     kind = request.POST.get("money_kind", "topup")
+    if kind not in ("topup", "refund"):  # a hostile form must not turn an unknown kind into a top-up
+        errors["money_kind"] = "must be topup or refund"
     memo = request.POST.get("memo", "")[:200]
     key = f"console:{kind}:{request.POST.get('nonce', '')[:64]}"
-    if amount is None:
+    if amount is None or errors:
         return errors
     move = ledger.ledger_refund if kind == "refund" else ledger.ledger_topup
     try:

@@ -21,7 +21,7 @@ from rest_framework import serializers
 from accounts.services import PolicyError
 from frontend.access import page, seat
 from frontend.charts import Series, line_chart
-from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors
+from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
 from market.models import GpuType, JobState, Lease
@@ -109,6 +109,7 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
             messages.success(request, f"Job {job.pk} submitted; it takes part in the next round.")
             return redirect("frontend:job", slug=s.tenant.slug, job_id=job.pk)
         place_bid_errors(rows, errors, posted)
+        unplaced_to_form(errors, {"name", "command", "gpus", "max_hours", "grace_seconds"})
     return page(
         request,
         "frontend/submit.html",

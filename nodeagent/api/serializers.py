@@ -5,6 +5,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from config.api import QuerySerializer
 from market.models import GpuType
 from nodeagent.models import BootstrapToken, Gpu, Node
 from nodeagent.services.registration import GpuInfo
@@ -232,5 +233,7 @@ class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         read_only_fields = fields
 
 
-class NodeFilterSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class NodeFilterSerializer(QuerySerializer):
+    """`?state=` given empty is a 400 naming it, as for every list filter (config/api.QuerySerializer)."""
+
     state = serializers.ChoiceField(choices=Node.State.choices, required=False)

@@ -214,6 +214,8 @@ def test_a_lone_surrogate_with_an_idempotency_key_is_400(market: World) -> None:
         ("/api/v1/tenants/alpha/jobs?gpu_type=", "gpu_type"),
         ("/api/v1/tenants/alpha/ledger?kind=", "kind"),
         ("/api/v1/rounds?state=", "state"),
+        ("/api/v1/nodes?state=", "state"),
+        ("/api/v1/nodes?state=%00", "state"),
     ],
 )
 def test_bad_paths_and_queries_are_400_naming_the_part(market: World, path: str, field: str) -> None:
