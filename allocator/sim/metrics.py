@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from allocator.sim.predictions import prediction_figures
 from allocator.sim.scenario import MICRO
 from allocator.sim.series import FloatArray, IntArray, Steps
 from allocator.sim.state import DONE, REJECTED, SimState
@@ -247,6 +248,7 @@ def summarize(state: SimState, policy: str, sim_wall_s: float) -> Summary:
         "capacity_gpus": fig.capacity,
         "restart_overhead_s": state.restart_overhead_s,
         "spend": round(int(state.spent_micro.sum()) / MICRO, 2),
+        **prediction_figures(state.predictor, state.jobs.duration_s),
         "sim_wall_s": round(sim_wall_s, 3),
         "per_tenant": _per_tenant(fig, violated),
     }

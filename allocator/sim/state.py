@@ -8,6 +8,7 @@ import numpy as np
 
 from allocator.sim.cluster import Cluster, IntArray
 from allocator.sim.jobs import Jobs
+from allocator.sim.predictions import SimPredictor
 from allocator.sim.scenario import Scenario
 
 FUTURE, WAITING, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
@@ -84,6 +85,7 @@ class SimState:
         self.reserve_by_pool: list[int] = [scenario.reserve_micro[t] for t in scenario.types]
         self.posted_micro: list[int] = list(self.reserve_by_pool)
         self.history = History()
+        self.predictor = SimPredictor([t.name for t in scenario.tenants], n)
         self.running: set[int] = set()
         self.waiting: list[int] = []  # submit order; policies see the queue in this order
 
@@ -135,6 +137,7 @@ class SimState:
             self.reject(job, reject)
             return
         self.status[job] = WAITING
+        self.predictor.at_submit(job, int(self.jobs.tenant[job]), int(self.jobs.gpus[job]))
         self.wait_since[job] = self.jobs.submit_s[job]
         self.waiting.append(job)
 
@@ -184,6 +187,8 @@ class SimState:
         self.remaining_s[job] = 0
         self.status[job] = DONE
         self.finish[job] = end
+        jobs = self.jobs
+        self.predictor.finished(int(jobs.tenant[job]), int(jobs.gpus[job]), int(jobs.duration_s[job]), end)
 
     def charge_running(self, now: int) -> None:
         """Charge every running lease up to `now` at its price; holds make the total exact per lease."""
