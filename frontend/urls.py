@@ -35,6 +35,7 @@ urlpatterns = [
     path("t/<slug:slug>/jobs/", jobs.jobs, name="jobs"),
     path("t/<slug:slug>/jobs/new/", jobs.submit, name="submit"),
     path("t/<slug:slug>/jobs/guidance/", jobs.guidance, name="guidance"),
+    path("t/<slug:slug>/jobs/estimate/", jobs.estimate, name="estimate"),
     path("t/<slug:slug>/jobs/<int:job_id>/", jobs.job, name="job"),
     path("t/<slug:slug>/jobs/<int:job_id>/amend/", jobs.amend, name="amend"),
     path("t/<slug:slug>/jobs/<int:job_id>/cancel/", jobs.cancel, name="cancel"),

@@ -409,6 +409,42 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return format_credits(self.get_released(entry))
 
 
+class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """allocator.predict.Prediction: runtimes of the similar finished jobs that ran at least `done_seconds`."""
+
+    median_seconds = serializers.FloatField(source="median_s")
+    p90_seconds = serializers.FloatField(source="p90_s", help_text="90% of the similar jobs finished within.")
+    remaining_median_seconds = serializers.FloatField(source="remaining_median_s")
+    remaining_p90_seconds = serializers.FloatField(source="remaining_p90_s")
+    basis_jobs = serializers.IntegerField(source="basis", help_text="How many similar finished jobs.")
+    match = serializers.CharField(
+        source="level_name", help_text='How similar, e.g. "same team, same job name".'
+    )
+
+
+class StartEstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    gpu_type = serializers.CharField()
+    at = serializers.DateTimeField(allow_null=True, help_text="Estimated start; null when none can be given.")
+    text = serializers.CharField(help_text="The estimate and what it is based on.")
+
+
+class EstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """market.selectors.job_estimate.Estimate: what the job will likely take and cost, and when it may start."""
+
+    prediction = RuntimePredictionSerializer(
+        source="runtime.prediction", allow_null=True, help_text="Null: too few similar finished jobs."
+    )
+    prediction_text = serializers.CharField(source="runtime.text")
+    done_seconds = serializers.FloatField(source="runtime.done_s", help_text="Work done by earlier leases.")
+    price = serializers.IntegerField(
+        allow_null=True, help_text="Micro-credits per GPU-hour the cost assumes."
+    )
+    cost = serializers.IntegerField(allow_null=True, help_text="Micro-credits for the predicted median.")
+    cost_p90 = serializers.IntegerField(allow_null=True)
+    cost_text = serializers.CharField()
+    starts = StartEstimateSerializer(many=True, help_text="Per GPU type of a pending job's bid.")
+
+
 class JobDetailSerializer(JobSerializer):
     """A job with every version of its bid, its round outcomes (the latest 100, newest first, and how many
     there are), its leases and the ledger entries of their holds."""
@@ -423,6 +459,11 @@ class JobDetailSerializer(JobSerializer):
     log_tail = serializers.SerializerMethodField(
         help_text="The last 64 KiB of the job's output, from its newest lease that reported any."
     )
+    estimate = EstimateSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="Predicted runtime, cost and start (docs/predictions.md); null for an ended job.",
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [
@@ -433,6 +474,7 @@ class JobDetailSerializer(JobSerializer):
             "leases",
             "charges",
             "log_tail",
+            "estimate",
         ]
         read_only_fields = fields
 
