@@ -28,6 +28,7 @@ from market.models import TERMINAL_STATES, GpuType, JobState, Lease
 from market.money import AmountError, parse_credits
 from market.selectors.explain import explain_outcomes, lease_end_sentence, queue_places
 from market.selectors.guidance import bid_guidance
+from market.selectors.holds import hold_notice
 from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
 from market.selectors.prices import price_board
@@ -304,6 +305,7 @@ def _job_page(
             "explained": explain_outcomes(found, found.latest_outcomes, found.history),
             "queue": queue_places(found),
             "estimate": None if found.state in TERMINAL_STATES else job_estimate(job=found),
+            "hold_notice": hold_notice(found.lease_rows),
             "panels": _lease_panels(found.lease_rows),
             "log_tail": job_log_tail(found.lease_rows),
             "types": types,

@@ -3,6 +3,7 @@ bodies give them in credits (decimal strings or numbers), like the ledger API.""
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -18,6 +19,7 @@ from market.api.ledger_serializers import CreditsField
 from market.models import Bid, BidOutcome, GpuType, Job, JobState, JournalEntry, Lease, LeaseGpu
 from market.money import format_credits
 from market.selectors.jobs import gpu_types_by_name
+from market.services.holds import hold_ends_at
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
 from nodeagent.selectors.usage import job_log_tail, usage_combined
 
@@ -316,6 +318,9 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     hold_amount_credits = serializers.SerializerMethodField()
     charged_credits = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
+    hold_ends_at = serializers.SerializerMethodField(
+        help_text="When a hold sized by prediction runs out (null: it covers max hours)."
+    )
 
     class Meta:
         model = Lease
@@ -341,6 +346,10 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "charged",
             "charged_credits",
             "usage",
+            "hold_seconds",
+            "hold_extensions",
+            "hold_warned_at",
+            "hold_ends_at",
         ]
         read_only_fields = fields
 
@@ -348,6 +357,9 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     def get_usage(self, lease: Lease) -> dict[str, Any] | None:
         rows = getattr(lease, "usage_rows", None)
         return dict(LeaseUsageSerializer(usage_combined(rows)).data) if rows else None
+
+    def get_hold_ends_at(self, lease: Lease) -> datetime | None:
+        return hold_ends_at(lease)
 
     def get_price_credits(self, lease: Lease) -> str:
         return format_credits(lease.price)
@@ -395,7 +407,10 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     def get_amount(self, entry: JournalEntry) -> int:
         held = entry.hold.amount if entry.hold_id else entry.amount
-        return {"hold": held, "settle": min(entry.amount, held), "release": 0}.get(entry.kind, entry.amount)
+        # A hold entry shows what it moved: the first one the whole hold, an extension what it added.
+        return {"hold": entry.amount, "settle": min(entry.amount, held), "release": 0}.get(
+            entry.kind, entry.amount
+        )
 
     def get_amount_credits(self, entry: JournalEntry) -> str:
         return format_credits(self.get_amount(entry))

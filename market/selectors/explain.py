@@ -211,6 +211,12 @@ def lease_end_sentence(lease: Lease, *, gpu_seconds: float, exit_code: int | Non
         )
     if reason == EndReason.EXPIRED:
         return f"Stopped at the job's maximum runtime ({_duration(lease.max_seconds)}); {charged}."
+    if reason == EndReason.HOLD_SPENT:
+        return (
+            f"Stopped at its hold after {ran}: your team sizes holds by prediction and chose to stop a job that "
+            f"outlives its hold ({_duration(lease.hold_seconds or lease.max_seconds)} of runtime) rather than "
+            f"extend it; {charged}."
+        )
     if reason == EndReason.CANCELLED:
         return f"Stopped because the job was cancelled, after {ran}; {charged}."
     if reason == EndReason.NODE_LOST:

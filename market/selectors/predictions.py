@@ -36,7 +36,7 @@ CACHE_SECONDS = 60
 _CACHE_KEY = "predict:finished:v1:{}"
 
 
-def _lease_seconds(
+def lease_seconds(
     lease_rows: list[tuple[int, int, float | None, datetime | None, datetime | None]],
 ) -> dict[int, float]:
     """Per job: the seconds its leases ran, from (job, gpus, measured GPU-seconds, running_at, ended_at)."""
@@ -64,7 +64,7 @@ def _sample(tenant_id: int | None) -> list[Finished]:
         .annotate(measured=Sum("usage__gpu_seconds"))
         .values_list("job_id", "gpus", "measured", "running_at", "ended_at")
     )
-    seconds = _lease_seconds(list(leases))
+    seconds = lease_seconds(list(leases))
     return [
         Finished(slug, name_family(name), command_family(command), gpus, seconds[pk], ended.timestamp())
         for pk, slug, name, command, gpus, ended in reversed(rows)
@@ -104,7 +104,7 @@ def job_done_seconds(*, job: Job, now: datetime | None = None) -> float:
         "gpus", "measured", "running_at", "ended_at", "state"
     ):
         if state == LeaseState.ENDED:
-            done += _lease_seconds([(0, gpus, measured, running_at, ended_at)]).get(0, 0.0)
+            done += lease_seconds([(0, gpus, measured, running_at, ended_at)]).get(0, 0.0)
         elif running_at is not None:
             # A running lease: wall time since the agent started it (its reports lag by up to a minute).
             done += max((now - running_at).total_seconds(), float(measured or 0) / max(gpus, 1))
