@@ -31,6 +31,7 @@ from market.selectors.guidance import bid_guidance
 from market.selectors.holds import hold_notice
 from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
+from market.selectors.predictions import hours as duration_text
 from market.selectors.prices import price_board
 from market.services import jobs as services
 from nodeagent.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
@@ -218,7 +219,24 @@ def estimate(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"errors": {"gpus": f"must be between 1 and {ESTIMATE_MAX_GPUS}"}}, status=400)
     limits = _draft_limits(types, bid_rows(request.GET, types))  # type: ignore[arg-type]
     found = draft_estimate(tenant=s.tenant, name=name, command=command, gpus=gpus, limits=limits)
-    return JsonResponse(_estimate_json(found))
+    return JsonResponse(
+        {**_estimate_json(found), "warning": _max_hours_warning(found, request.GET.get("max_hours"))}
+    )
+
+
+def _max_hours_warning(found: Estimate, max_hours: str | None) -> str:
+    """Max hours below what 90% of similar jobs needed: the job would likely be stopped before it ends."""
+    got = found.runtime.prediction
+    try:
+        hours = float(max_hours or "")
+    except ValueError:
+        return ""
+    if got is None or not 0 < hours < got.p90_s / 3600:
+        return ""
+    return (
+        f"Max hours {max_hours} is less than the {duration_text(got.p90_s)} within which 90% of similar jobs "
+        "finished: this job would likely be stopped at its max hours before it ends."
+    )
 
 
 @login_required

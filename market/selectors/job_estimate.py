@@ -26,11 +26,22 @@ class Estimate:
     starts: list[StartEstimate]
 
 
-def expected_price(*, tenant: Tenant, gpu_type: GpuType, limit: int, gpus: int) -> int | None:
-    """What a winning bid would likely pay per GPU-hour: the reserve in its guarantee (tier G), the posted
-    price as borrowed (B), at most its limit and the posted price as spot (S); None when it cannot win."""
+_PAYS = {
+    "G": "the reserve, within your team's guarantee",
+    "B": "the posted price, as borrowed GPUs",
+    "S": "at most the posted price, as spot GPUs",
+}
+
+
+def expected_price(*, tenant: Tenant, gpu_type: GpuType, limit: int, gpus: int) -> tuple[int, str] | None:
+    """What a winning bid would likely pay per GPU-hour, and why: the reserve in its guarantee (tier G), the
+    posted price as borrowed (B), at most its limit and the posted price as spot (S); None when it cannot win."""
     g = bid_guidance(tenant=tenant, gpu_type=gpu_type, limit=limit, gpus=gpus)
-    return {"G": g.reserve, "B": g.posted, "S": min(limit, g.posted)}.get(g.tier or "")
+    price = {"G": g.reserve, "B": g.posted, "S": min(limit, g.posted)}.get(g.tier or "")
+    if price is None or g.tier is None:
+        return None
+    why = f"{gpu_type.name}: {_PAYS[g.tier]}; your limit of {format_fixed(limit)} caps it"
+    return price, why
 
 
 def _cost(gpus: int, price: int, seconds: float) -> int:
@@ -38,11 +49,11 @@ def _cost(gpus: int, price: int, seconds: float) -> int:
 
 
 def _priced(tenant: Tenant, gpus: int, limits: list[tuple[GpuType, int]]) -> tuple[int, str] | None:
-    """The price a new win would likely pay on the most preferred type its limit can win, with the type."""
+    """The price a new win would likely pay on the most preferred type its limit can win, and why."""
     for gpu_type, limit in limits:
-        price = expected_price(tenant=tenant, gpu_type=gpu_type, limit=limit, gpus=gpus)
-        if price is not None:
-            return price, gpu_type.name
+        found = expected_price(tenant=tenant, gpu_type=gpu_type, limit=limit, gpus=gpus)
+        if found is not None:
+            return found
     return None
 
 
@@ -55,11 +66,11 @@ def _estimate(
             "" if got is None else "No cost estimate: none of the bid's limits can win (below the reserve)."
         )
         return Estimate(runtime, None, None, None, text, starts)
-    price, type_name = priced
+    price, why = priced
     cost, p90 = _cost(gpus, price, got.remaining_median_s), _cost(gpus, price, got.remaining_p90_s)
     more = " more" if runtime.done_s > 0 else ""
     text = (
-        f"At {format_fixed(price)} credits per GPU-hour ({type_name}) that is about "
+        f"At {format_fixed(price)} credits per GPU-hour ({why}) that is about "
         f"{format_fixed(cost)} credits{more} for {gpus} GPU{'s' if gpus != 1 else ''}; "
         f"{format_fixed(p90)} credits if it runs as long as the 90th percentile."
     )
@@ -97,5 +108,9 @@ def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:
     )
     live = Lease.objects.filter(job=job, state__in=LIVE_LEASE_STATES).select_related("gpu_type").first()
     # A running job pays its lease's price; a waiting one what a new win would likely pay.
-    priced = (live.price, live.gpu_type.name) if live else _priced(job.tenant, job.gpus, limits)
+    priced = (
+        (live.price, f"its lease's price on {live.gpu_type.name}")
+        if live
+        else _priced(job.tenant, job.gpus, limits)
+    )
     return _estimate(runtime, job.gpus, priced, starts)

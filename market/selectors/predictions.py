@@ -135,8 +135,8 @@ def job_runtime(
 
 
 def hours(seconds: float) -> str:
-    """A duration for people: minutes under two hours, else hours with one decimal."""
-    if seconds < 7200:
+    """A duration for people: minutes under an hour and a half, else hours with one decimal."""
+    if seconds < 5400:
         minutes = max(round(seconds / 60), 1)
         return f"{minutes} min"
     return f"{seconds / 3600:.1f} h"

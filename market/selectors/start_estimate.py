@@ -138,8 +138,13 @@ def start_estimate(
         if supply >= need:
             at = max(_next_round(datetime.fromtimestamp(end.at, tz=now.tzinfo), period), next_round)
             basis = (
-                f"{free} GPUs free now, {queue}; the first {counted} running lease{'s' if counted != 1 else ''} "
-                f"to end free the rest by their predicted ends"
+                f"{free} GPUs free now, {queue}; "
+                + (
+                    "the first running lease to end frees"
+                    if counted == 1
+                    else f"the first {counted} running leases to end free"
+                )
+                + " the rest by their predicted ends"
                 + (f" ({unpredicted} without a prediction counted at their max hours)" if unpredicted else "")
             )
             wait = hours(max((at - now).total_seconds(), 0))

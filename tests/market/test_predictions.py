@@ -144,7 +144,9 @@ def test_portal_estimate_endpoint(world, node):
     body = _portal(world.amy).get(url, params).json()
     assert body["prediction"]["basis_jobs"] == 4
     assert body["prediction_text"].startswith("Jobs like this ran 2.0 h (median of 4 jobs")
-    assert "about 4.80 credits" in body["cost_text"] or "about 4.00 credits" in body["cost_text"]
+    # Limit 2.40 above the posted 2.00: borrowed, at the posted price; 1 GPU x 2 h.
+    assert "At 2.00 credits per GPU-hour (H100: the posted price" in body["cost_text"]
+    assert "about 4.00 credits" in body["cost_text"] and "your limit of 2.40 caps it" in body["cost_text"]
     assert body["starts"][0]["gpu_type"] == "H100"
     # Half-typed input is no error; bad numbers are a 400 naming the field; outsiders get 404.
     assert _portal(world.amy).get(url, {**params, "bids-0-limit": "2."}).status_code == 200

@@ -40,6 +40,12 @@
     function show(data) {
       var parts = [line(data.prediction_text, "prediction")];
       if (data.cost_text) { parts.push(line(data.cost_text, "cost")); }
+      if (data.warning) {
+        var warn = line(data.warning, "warning");
+        warn.className = "error";
+        warn.setAttribute("role", "alert");
+        parts.push(warn);
+      }
       if (data.starts && data.starts.length) {
         var h = document.createElement("h3");
         h.textContent = "Estimated start";
