@@ -72,7 +72,8 @@ def _sample(tenant_id: int | None) -> list[Finished]:
     ]
 
 
-def _cached_sample(tenant_id: int | None) -> list[Finished]:
+def finished_sample(tenant_id: int | None) -> list[Finished]:
+    """The newest finished jobs of a tenant (or of everybody: None), cached for CACHE_SECONDS."""
     key = _CACHE_KEY.format("all" if tenant_id is None else tenant_id)
     found = cache.get(key)
     if found is None:
@@ -83,8 +84,8 @@ def _cached_sample(tenant_id: int | None) -> list[Finished]:
 
 def history_for(*, tenant: Tenant) -> RuntimeHistory:
     """The tenant's own finished jobs at every level, everybody's at the widest (same GPU count)."""
-    own = _cached_sample(tenant.pk)
-    others = [f for f in _cached_sample(None) if f.tenant != tenant.slug]
+    own = finished_sample(tenant.pk)
+    others = [f for f in finished_sample(None) if f.tenant != tenant.slug]
     history = RuntimeHistory()
     for job in sorted(own + others, key=lambda f: f.ended_at):
         history.add(job)

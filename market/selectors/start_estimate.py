@@ -25,7 +25,7 @@ from market.selectors.capacity import gpu_capacity
 from market.selectors.explain import queue_ahead
 from market.selectors.guidance import RECENT_ROUNDS, recent_spot
 from market.selectors.policy import market_policy, tenant_policy
-from market.selectors.predictions import _cached_sample, hours
+from market.selectors.predictions import finished_sample, hours
 
 ENDS_CACHE_SECONDS = 30
 _ENDS_KEY = "predict:ends:v1:{}"
@@ -45,7 +45,7 @@ def running_ends(*, gpu_type: GpuType, now: datetime) -> list[LeaseEnd]:
     if found is not None:
         return list(found)
     history = RuntimeHistory()
-    for job in _cached_sample(None):
+    for job in finished_sample(None):
         history.add(job)
     rows = Lease.objects.filter(
         gpu_type=gpu_type, state__in=(LeaseState.ALLOCATED, LeaseState.RUNNING, LeaseState.STOPPING)
