@@ -84,6 +84,15 @@ def test_member_sees_a_prediction_while_typing(
     page.fill("#id_max_hours", "3")
     page.wait_for_selector("#prediction p[data-field=warning]", state="detached")
 
+    # Submitted, the job's page shows the same prediction and where it stands.
+    page.click("form button:has-text('Submit job')")
+    page.wait_for_selector("h1:has-text('finetune-llama-38')")
+    card = page.locator("section[aria-labelledby=estimate-h]")
+    assert "Jobs like this ran 1.9 h (median of 37 jobs" in card.inner_text()
+    assert "1 bid (4 GPUs) ahead" in card.inner_text()
+    _shot(page, tmp_path, "job-prediction")
+
+    page.goto(f"{live_server.url}/t/alpha/jobs/new/")
     # A name nothing resembles, with a gang size nobody ran: the cold start is said, not guessed.
     page.fill("#id_name", "brand-new-thing")
     page.fill("#id_command", "./new.sh")
