@@ -41,14 +41,20 @@ def name_family(name: str) -> str:
     return _SEPARATORS.sub("", _DIGITS.sub("#", name.strip().lower()))
 
 
+_NUMBER = re.compile(r"^[\d.,:eE+-]+$")
+
+
 def command_family(command: str) -> str:
-    """The program and script a command runs, without paths, flags and numbers: "python /a/train.py --lr 0.1"
-    and "python train.py --lr 0.3" are one family."""
+    """The program, module and script a command runs, without paths, flags and numbers: the first three other
+    words. "python /a/train.py --lr 0.1" and "python train.py --lr 0.3" are both "python train.py";
+    "python -m pkg.mod --seconds 120" is "python pkg.mod"."""
     words: list[str] = []
     for word in command.split():
-        if word.startswith("-") or "=" in word or len(words) == 3:
-            break
+        if word.startswith("-") or "=" in word or _NUMBER.match(word):
+            continue
         words.append(_DIGITS.sub("#", word.rsplit("/", 1)[-1].lower()))
+        if len(words) == 3:
+            break
     return " ".join(words)
 
 

@@ -149,6 +149,11 @@ def test_families() -> None:
     assert command_family("python /srv/a/train.py --lr 0.1") == "python train.py"
     assert command_family("python train.py --lr 0.3 --epochs 9") == "python train.py"
     assert command_family("./eval_12.sh data/x") == "eval_#.sh x"
+    assert (
+        command_family("python -m nodeagent.agent.demo_job --seconds 120")
+        == "python nodeagent.agent.demo_job"
+    )
+    assert command_family("torchrun --nproc 8 train.py lr=3e-4 --epochs 90") == "torchrun train.py"
     assert command_family("") == name_family("") == ""
 
 
