@@ -10,9 +10,8 @@ from django.shortcuts import redirect
 
 from frontend.access import page, seat
 from market.models import OnHoldEnd
-from market.selectors.holds import MIN_HOLD_SECONDS, hold_policy
+from market.selectors.holds import MIN_HOLD_SECONDS, WARN_BEFORE, hold_policy
 from market.services.hold_policy import HoldPolicyRefused, hold_policy_set
-from market.services.holds import WARN_BEFORE
 
 
 @login_required

@@ -18,8 +18,8 @@ from config.inputs import InputError, parse_decimal
 from market.api.ledger_serializers import CreditsField
 from market.models import Bid, BidOutcome, GpuType, Job, JobState, JournalEntry, Lease, LeaseGpu
 from market.money import format_credits
+from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
-from market.services.holds import hold_ends_at
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
 from nodeagent.selectors.usage import job_log_tail, usage_combined
 

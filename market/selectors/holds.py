@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
 from django.db.models import Sum
 
@@ -18,6 +19,30 @@ from market.selectors.predictions import history_for, lease_seconds, query_for
 
 # A hold shorter than this would run out before the job is well started (and a round or two of ticks).
 MIN_HOLD_SECONDS = 600
+
+# How long before a sized hold's stop time its owner is warned (and an extension first tried): the rule
+# market.services.holds enforces at each round tick.
+WARN_BEFORE = timedelta(minutes=15)
+# A stop is asked this long plus the grace period before the hold runs out. Round ticks come every few
+# seconds; a minute covers a late tick and the agent's reaction time.
+STOP_MARGIN = timedelta(seconds=60)
+
+
+def stop_time(lease: Lease) -> datetime:
+    """When the job must be asked to stop for its hold to cover it to the end."""
+    assert lease.hold_seconds is not None
+    return (
+        lease.started_at
+        + timedelta(seconds=lease.hold_seconds)
+        - timedelta(seconds=lease.grace_seconds)
+        - STOP_MARGIN
+    )
+
+
+def hold_ends_at(lease: Lease) -> datetime | None:
+    if lease.hold_seconds is None or lease.hold_seconds >= lease.max_seconds:
+        return None
+    return lease.started_at + timedelta(seconds=lease.hold_seconds)
 
 
 def hold_policy(*, tenant: Tenant) -> HoldPolicy:
@@ -62,8 +87,6 @@ def _done_seconds(job_ids: list[int]) -> dict[int, float]:
 
 def hold_notice(leases: list[Lease]) -> str:
     """For the job page: what a live lease's sized hold pays for, and the warning once it will be stopped."""
-    from market.services.holds import hold_ends_at, stop_time
-
     for lease in leases:
         ends = hold_ends_at(lease)
         if lease.state not in LIVE_LEASE_STATES or ends is None:

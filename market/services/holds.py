@@ -16,7 +16,7 @@ hold in any case, so nothing is ever charged beyond what the tenant agreed to.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.db.models import F
@@ -32,33 +32,13 @@ from market.models import (
     Lease,
     OnHoldEnd,
 )
+from market.selectors.holds import WARN_BEFORE, stop_time
 from market.services.leases import lease_request_stop
 from market.services.ledger import InsufficientFunds, ledger_hold_extend
-
-WARN_BEFORE = timedelta(minutes=15)
-# Round ticks come every few seconds; a minute covers a late tick and the agent's reaction time.
-STOP_MARGIN = timedelta(seconds=60)
 
 
 def extension_key(lease_id: int, n: int) -> str:
     return f"lease:{lease_id}:extend:{n}"
-
-
-def stop_time(lease: Lease) -> datetime:
-    """When the job must be asked to stop for its hold to cover it to the end."""
-    assert lease.hold_seconds is not None
-    return (
-        lease.started_at
-        + timedelta(seconds=lease.hold_seconds)
-        - timedelta(seconds=lease.grace_seconds)
-        - STOP_MARGIN
-    )
-
-
-def hold_ends_at(lease: Lease) -> datetime | None:
-    if lease.hold_seconds is None or lease.hold_seconds >= lease.max_seconds:
-        return None
-    return lease.started_at + timedelta(seconds=lease.hold_seconds)
 
 
 @dataclass

@@ -24,10 +24,11 @@ from market.models import (
     LeaseState,
     OnHoldEnd,
 )
+from market.selectors.holds import STOP_MARGIN, WARN_BEFORE, stop_time
 from market.selectors.ledger import tenant_balance
 from market.services import rounds
 from market.services.hold_policy import hold_policy_set
-from market.services.holds import STOP_MARGIN, WARN_BEFORE, leases_hold_check, stop_time
+from market.services.holds import leases_hold_check
 from market.services.leases import lease_stopped
 from market.services.ledger import ledger_hold
 from tests.conftest import PASSWORD
