@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from allocator.predict import Finished, predict_at
 from allocator.sim.engine import simulate
@@ -41,9 +43,12 @@ def test_error_figures_on_a_regular_workload(write: Write) -> None:
 
 
 @pytest.mark.parametrize("policy", ["market", "pooled-fifo"])
-def test_predictions_see_only_jobs_finished_by_the_submit(write: Write, policy: str) -> None:
-    """Rebuild every prediction from the jobs that had finished by the job's submit time: the same."""
-    rng = np.random.default_rng(7)
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_predictions_see_only_jobs_finished_by_the_submit(write: Write, policy: str, seed: int) -> None:
+    """A replayed random workload: rebuild every prediction from only the jobs that had finished by the job's
+    submit time (the future hidden): the same numbers."""
+    rng = np.random.default_rng(seed)
     rows = [
         f"j{i},{int(t)},{'a' if i % 3 else 'b'},{int(g)},{int(d)}"
         for i, (t, g, d) in enumerate(
