@@ -9,6 +9,7 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -17,11 +18,12 @@ from tqdm import tqdm
 
 from allocator.sim.engine import simulate
 from allocator.sim.errors import InputError
+from allocator.sim.holds import HOLD_RULES, HoldRule
 from allocator.sim.jobs import Jobs, read_jobs
 from allocator.sim.metrics import summarize
 from allocator.sim.policies import POLICIES
 from allocator.sim.report import table, write_summary
-from allocator.sim.scenario import Scenario, read_scenario
+from allocator.sim.scenario import MICRO, Scenario, read_scenario
 from allocator.sim.state import SimState
 
 # tqdm shows nothing for runs shorter than this, so quick runs stay quiet without --quiet.
@@ -45,10 +47,53 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--restart-overhead", type=int, default=60, metavar="S", help="seconds lost per restart"
     )
     parser.add_argument("--no-plots", action="store_true", help="write summary.json only")
+    parser.add_argument(
+        "--holds",
+        choices=HOLD_RULES,
+        default="exact",
+        help="what a budget-limited tenant's holds pay for (docs/predictions.md): exact (default), "
+        "max-hours, predicted",
+    )
+    parser.add_argument(
+        "--max-hours",
+        type=float,
+        default=168.0,
+        metavar="H",
+        help="max hours every job declares (default 168)",
+    )
+    parser.add_argument(
+        "--budget",
+        action="append",
+        default=[],
+        metavar="TENANT=CREDITS",
+        help="give a tenant this budget, replacing the scenario's; repeat for several",
+    )
+
+
+def with_budgets(scenario: Scenario, budgets: list[str]) -> Scenario:
+    """The scenario with `--budget TENANT=CREDITS` overrides; a bad one is an InputError naming it."""
+    by_name = {t.name: t for t in scenario.tenants}
+    for given in budgets:
+        name, _, credits = given.partition("=")
+        if name not in by_name:
+            raise InputError("--budget", None, f"unknown tenant {name!r} in {given!r}")
+        try:
+            amount = float(credits)
+        except ValueError:
+            raise InputError("--budget", None, f"{given!r}: the budget must be a number of credits") from None
+        if not amount >= 0 or amount == float("inf"):
+            raise InputError("--budget", None, f"{given!r}: the budget must be a non-negative number")
+        by_name[name] = replace(by_name[name], budget_micro=round(amount * MICRO))
+    return replace(scenario, tenants=tuple(by_name[t.name] for t in scenario.tenants))
 
 
 def run_policy(
-    scenario: Scenario, jobs: Jobs, policy: str, restart_overhead_s: int, quiet: bool
+    scenario: Scenario,
+    jobs: Jobs,
+    policy: str,
+    restart_overhead_s: int,
+    quiet: bool,
+    holds: HoldRule | None = None,
 ) -> tuple[SimState, dict[str, Any]]:
     bar = tqdm(
         total=len(jobs),
@@ -62,7 +107,7 @@ def run_policy(
     started = time.perf_counter()
     with bar:
         state = simulate(
-            scenario, jobs, POLICIES[policy], restart_overhead_s, lambda n: bar.update(n - bar.n)
+            scenario, jobs, POLICIES[policy], restart_overhead_s, lambda n: bar.update(n - bar.n), holds
         )
     wall = time.perf_counter() - started
     return state, summarize(state, policy, wall)
@@ -71,13 +116,16 @@ def run_policy(
 def run(args: argparse.Namespace, stdout: TextIO) -> list[dict[str, Any]]:
     random.seed(args.seed)
     np.random.seed(args.seed)
-    scenario = read_scenario(args.scenario)
+    scenario = with_budgets(read_scenario(args.scenario), args.budget)
     jobs = read_jobs(scenario)
+    if args.max_hours <= 0:
+        raise InputError("--max-hours", None, "must be positive")
+    holds = HoldRule(args.holds, args.max_hours)
     policies = list(dict.fromkeys(args.policy or POLICIES))
     states: dict[str, SimState] = {}
     summaries: list[dict[str, Any]] = []
     for policy in policies:
-        states[policy], summary = run_policy(scenario, jobs, policy, args.restart_overhead, args.quiet)
+        states[policy], summary = run_policy(scenario, jobs, policy, args.restart_overhead, args.quiet, holds)
         summaries.append(summary)
         print(json.dumps(summary), file=stdout, flush=True)
     print("\n" + table(summaries), file=stdout)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable
 
+from allocator.sim.holds import HoldRule
 from allocator.sim.jobs import Jobs
 from allocator.sim.policies.base import Policy
 from allocator.sim.scenario import Scenario
@@ -24,6 +25,7 @@ class Engine:
         self.progress = progress
         self.round_s = state.scenario.round_s
         self.completions: list[tuple[int, int]] = []  # (end time, job); stale after a preemption
+        self.hold_ends: list[tuple[int, int]] = []  # (time a hold runs out, job); stale once the job stopped
         self.next_arrival = 0
         self.stalled = 0
 
@@ -66,15 +68,25 @@ class Engine:
     def _advance_to(self, now: int) -> None:
         state = self.state
         settled_before = self._settled()
-        while self.completions and self.completions[0][0] <= now:
-            end, job = heapq.heappop(self.completions)
-            if state.status[job] == RUNNING and state.end_at[job] == end:
-                state.complete(job)
         jobs = state.jobs
-        while self.next_arrival < len(jobs) and jobs.submit_s[self.next_arrival] <= now:
-            job = self.next_arrival
-            state.arrive(job, now, self.policy.admit(job))
-            self.next_arrival += 1
+        # Completions, holds running out and arrivals, in time order (a job finishing at the second another
+        # is submitted comes first): the predictor sees only jobs that finished by a job's submit time.
+        while True:
+            end = self.completions[0][0] if self.completions else now + 1
+            hold = self.hold_ends[0][0] if self.hold_ends else now + 1
+            arrival = int(jobs.submit_s[self.next_arrival]) if self.next_arrival < len(jobs) else now + 1
+            if min(end, hold, arrival) > now:
+                break
+            if arrival < min(end, hold):
+                job = self.next_arrival
+                state.arrive(job, now, self.policy.admit(job))
+                self.next_arrival += 1
+            elif hold < end:
+                self._hold_end(*heapq.heappop(self.hold_ends))
+            else:
+                end, job = heapq.heappop(self.completions)
+                if state.status[job] == RUNNING and state.end_at[job] == end:
+                    state.complete(job)
         state.charge_running(now)
         self._reject_unaffordable(now)
         if self.progress is not None and self._settled() != settled_before:
@@ -89,8 +101,21 @@ class Engine:
         for start in decision.starts:
             state.start(start, now)
             heapq.heappush(self.completions, (int(state.end_at[start.job]), start.job))
+            self._watch_hold(start.job)
         if decision.posted_micro is not None:
             state.set_posted(decision.posted_micro, now)
+
+    def _watch_hold(self, job: int) -> None:
+        at = self.state.hold_end_at(job)
+        if at is not None:
+            heapq.heappush(self.hold_ends, (at, job))
+
+    def _hold_end(self, at: int, job: int) -> None:
+        state = self.state
+        if state.status[job] != RUNNING or state.hold_end_at(job) != at:
+            return  # the job ended, was preempted, or its hold was extended since
+        if state.hold_ran_out(job, at):
+            self._watch_hold(job)
 
     def _next_event(self) -> int | None:
         while self.completions:
@@ -142,7 +167,8 @@ def simulate(
     policy_factory: Callable[[SimState], Policy],
     restart_overhead_s: int = 60,
     progress: Progress | None = None,
+    holds: HoldRule | None = None,
 ) -> SimState:
     """Replay `jobs` through one policy; the returned state's history holds everything that happened."""
-    state = SimState(scenario, jobs, restart_overhead_s)
+    state = SimState(scenario, jobs, restart_overhead_s, holds)
     return Engine(state, policy_factory(state), progress).run()

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from allocator.sim.predictions import prediction_figures
 from allocator.sim.scenario import MICRO
 from allocator.sim.series import FloatArray, IntArray, Steps
 from allocator.sim.state import DONE, REJECTED, SimState
@@ -208,6 +209,7 @@ def _per_tenant(fig: Figures, violated: npt.NDArray[np.bool_]) -> dict[str, Any]
         budget = state.budget_micro[index]
         out[tenant.name] = {
             **_job_figures(state, state.jobs.tenant == index),
+            "stopped_at_hold": int(state.stopped_at_hold[state.jobs.tenant == index].sum()),
             "gpu_hours": round(float(((tr.run_end - tr.run_start) * fig.seg_gpus)[seg].sum()) / 3600, 1),
             "share": round(_window_gpu_s(tr, seg, fig.seg_gpus) / (fig.capacity * span), 4),
             "guarantee_gpus": {
@@ -247,6 +249,9 @@ def summarize(state: SimState, policy: str, sim_wall_s: float) -> Summary:
         "capacity_gpus": fig.capacity,
         "restart_overhead_s": state.restart_overhead_s,
         "spend": round(int(state.spent_micro.sum()) / MICRO, 2),
+        **prediction_figures(state.predictor, state.jobs.duration_s),
+        "holds": state.holds.rule,
+        "stopped_at_hold": int(state.stopped_at_hold.sum()),
         "sim_wall_s": round(sim_wall_s, 3),
         "per_tenant": _per_tenant(fig, violated),
     }

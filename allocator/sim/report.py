@@ -20,6 +20,8 @@ COLUMNS = (
     ("guar. compl.", "guarantee_compliance", "{:.4f}"),
     ("Jain", "jain_excess", "{:.3f}"),
     ("preempt", "preemptions", "{}"),
+    ("pred. MdAPE", "prediction_mdape", "{:.2f}"),
+    ("p90 exceeded", "prediction_p90_exceeded", "{:.3f}"),
     ("makespan d", "makespan_s", "d"),
     ("wall s", "sim_wall_s", "{:.1f}"),
 )

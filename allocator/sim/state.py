@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from allocator.sim.cluster import Cluster, IntArray
+from allocator.sim.holds import STOPPED_AT_HOLD, HoldRule, sized_hold_s
 from allocator.sim.jobs import Jobs
+from allocator.sim.predictions import SimPredictor
 from allocator.sim.scenario import Scenario
 
 FUTURE, WAITING, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
@@ -54,9 +56,19 @@ class Decision:
 class SimState:
     """Job columns plus the cluster; policies read it, only the engine's calls below write it."""
 
-    def __init__(self, scenario: Scenario, jobs: Jobs, restart_overhead_s: int) -> None:
+    def __init__(
+        self, scenario: Scenario, jobs: Jobs, restart_overhead_s: int, holds: HoldRule | None = None
+    ) -> None:
         n = len(jobs)
         self.scenario = scenario
+        self.holds = holds or HoldRule()
+        # The max hours each job declares (allocator/sim/holds.py): the rule's, or what the job needs if longer.
+        self.declared_max_s: IntArray = np.maximum(
+            int(self.holds.max_hours * 3600), jobs.duration_s + restart_overhead_s
+        )
+        self.hold_s: IntArray = np.zeros(n, dtype=np.int64)  # what the current lease's hold pays for
+        self.stopped_at_hold: IntArray = np.zeros(n, dtype=np.bool_)
+        self._sized: dict[tuple[int, int, int], int] = {}  # (tenant, gpus, work done) -> hold, this history
         self.jobs = jobs
         self.cluster = Cluster(scenario)
         self.restart_overhead_s = restart_overhead_s
@@ -84,6 +96,7 @@ class SimState:
         self.reserve_by_pool: list[int] = [scenario.reserve_micro[t] for t in scenario.types]
         self.posted_micro: list[int] = list(self.reserve_by_pool)
         self.history = History()
+        self.predictor = SimPredictor([t.name for t in scenario.tenants], n)
         self.running: set[int] = set()
         self.waiting: list[int] = []  # submit order; policies see the queue in this order
 
@@ -96,24 +109,52 @@ class SimState:
         """Seconds a start would hold the GPUs for: the work left plus any restart overhead owed."""
         return int(self.remaining_s[job] + self.overhead_s[job])
 
+    def hold_need_s(self, job: int) -> int:
+        """Seconds a start's hold would pay for, by the hold rule (allocator/sim/holds.py). Tenants without a
+        budget, and the exact rule, hold for exactly what the job needs."""
+        tenant = int(self.jobs.tenant[job])
+        if self.holds.rule == "exact" or not self.limited(tenant):
+            return self.run_need_s(job)
+        declared = int(self.declared_max_s[job])
+        if self.holds.rule == "max-hours":
+            return declared
+        done = int(self.jobs.duration_s[job] - self.remaining_s[job])
+        key = (tenant, int(self.jobs.gpus[job]), done)
+        if key not in self._sized:  # emptied whenever a job finishes (the history changed)
+            got = self.predictor.history.predict(self.predictor.query(tenant, key[1]), float(done))
+            self._sized[key] = sized_hold_s(None if got is None else got.remaining_p90_s, 0, 1 << 62)
+        return min(self._sized[key] + int(self.overhead_s[job]), declared)
+
+    def hold_need_s_many(self, jobs: IntArray) -> IntArray:
+        """hold_need_s of each job, vectorised where the rule is exact or the tenant has no budget."""
+        out: IntArray = self.remaining_s[jobs] + self.overhead_s[jobs]
+        if self.holds.rule != "exact":
+            for i, job in enumerate(jobs.tolist()):
+                if self.limited(int(self.jobs.tenant[job])):
+                    out[i] = self.hold_need_s(job)
+        return out
+
     def cheapest_hold_micro(self, job: int) -> int:
         """The smallest hold a start could take: the run at the lowest reserve among acceptable types."""
         reserve = min(self.reserve_by_pool[p] for p in self.jobs.prefs[job])
-        return _charge(reserve, self.jobs.gpus[job], self.run_need_s(job))
+        return _charge(reserve, self.jobs.gpus[job], self.hold_need_s(job))
 
     def hold_micro(self, job: int, price_micro: int) -> int:
-        return _charge(price_micro, self.jobs.gpus[job], self.run_need_s(job))
+        return _charge(price_micro, self.jobs.gpus[job], self.hold_need_s(job))
 
     def outstanding_hold_micro(self, tenant: int) -> int:
         """What the tenant's running leases will still cost: their holds, less what they already paid."""
         total = 0
         for job in self.running:
             if self.jobs.tenant[job] == tenant:
-                full = _charge(
-                    self.lease_price[job], self.jobs.gpus[job], self.end_at[job] - self.seg_start[job]
-                )
+                full = _charge(self.lease_price[job], self.jobs.gpus[job], self.hold_s[job])
                 total += full - int(self.lease_charged[job])
         return total
+
+    def hold_end_at(self, job: int) -> int | None:
+        """When the running job's hold runs out, if that is before it ends."""
+        end = int(self.seg_start[job] + self.hold_s[job])
+        return end if end < self.end_at[job] else None
 
     def available_micro(self, tenant: int) -> int | None:
         """Budget left after spending and after the holds of running leases; None when unlimited."""
@@ -135,6 +176,7 @@ class SimState:
             self.reject(job, reject)
             return
         self.status[job] = WAITING
+        self.predictor.at_submit(job, int(self.jobs.tenant[job]), int(self.jobs.gpus[job]))
         self.wait_since[job] = self.jobs.submit_s[job]
         self.waiting.append(job)
 
@@ -155,6 +197,7 @@ class SimState:
         self.running.add(job)
         self.seg_start[job] = now
         self.end_at[job] = now + self.run_need_s(job)
+        self.hold_s[job] = self.hold_need_s(job)
         self.seg_overhead[job] = self.overhead_s[job]
         self.overhead_s[job] = 0
         if self.first_start[job] < 0:
@@ -184,6 +227,26 @@ class SimState:
         self.remaining_s[job] = 0
         self.status[job] = DONE
         self.finish[job] = end
+        jobs = self.jobs
+        self.predictor.finished(int(jobs.tenant[job]), int(jobs.gpus[job]), int(jobs.duration_s[job]), end)
+        self._sized.clear()
+
+    def hold_ran_out(self, job: int, at: int) -> bool:
+        """The job's hold runs out at `at` while it still runs: extend it from the balance by as long again
+        (never past its max hours), or stop it there. True when extended."""
+        more = min(int(self.hold_s[job]), int(self.declared_max_s[job]) - int(self.hold_s[job]))
+        self._charge_to(job, at)
+        available = self.available_micro(int(self.jobs.tenant[job]))
+        cost = _charge(self.lease_price[job], self.jobs.gpus[job], more)
+        if more > 0 and (available is None or available >= cost):
+            self.hold_s[job] += more
+            return True
+        self._end_lease(job, at)
+        self.remaining_s[job] = max(0, int(self.end_at[job]) - at)
+        self.status[job] = REJECTED
+        self.reject_reason[job] = STOPPED_AT_HOLD
+        self.stopped_at_hold[job] = True
+        return False
 
     def charge_running(self, now: int) -> None:
         """Charge every running lease up to `now` at its price; holds make the total exact per lease."""

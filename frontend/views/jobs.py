@@ -12,7 +12,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
@@ -24,11 +24,14 @@ from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
-from market.models import GpuType, JobState, Lease
+from market.models import TERMINAL_STATES, GpuType, JobState, Lease
 from market.money import AmountError, parse_credits
 from market.selectors.explain import explain_outcomes, lease_end_sentence, queue_places
 from market.selectors.guidance import bid_guidance
+from market.selectors.holds import hold_notice
+from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
+from market.selectors.predictions import hours as duration_text
 from market.selectors.prices import price_board
 from market.services import jobs as services
 from nodeagent.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
@@ -159,6 +162,84 @@ def guidance(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
+ESTIMATE_MAX_GPUS = 4096
+ESTIMATE_MAX_CHARS = 8192
+
+
+def _draft_limits(types: list[GpuType], rows: list[BidRow]) -> list[tuple[GpuType, int]]:
+    """The typed bid rows that parse (a half-typed limit is skipped, not an error: the user is typing); with
+    none typed, every type at its posted price."""
+    by_name = {t.name: t for t in types}
+    out = []
+    for row in rows:
+        gpu_type = by_name.get(row.gpu_type)
+        try:
+            limit = parse_credits(row.limit) if gpu_type is not None and row.limit.strip() else None
+        except AmountError:
+            limit = None
+        if gpu_type is not None and limit is not None:
+            out.append((gpu_type, limit))
+    return out or [(t, t.current_posted) for t in types]
+
+
+def _estimate_json(found: Estimate) -> dict[str, Any]:
+    got = found.runtime.prediction
+    return {
+        "prediction": None
+        if got is None
+        else {
+            "median_seconds": got.median_s,
+            "p90_seconds": got.p90_s,
+            "basis_jobs": got.basis,
+            "match": got.level_name,
+        },
+        "prediction_text": found.runtime.text,
+        "cost": found.cost,
+        "cost_text": found.cost_text,
+        "starts": [
+            {"gpu_type": e.gpu_type, "at": e.at.isoformat() if e.at else None, "text": e.text}
+            for e in found.starts
+        ],
+    }
+
+
+@login_required
+def estimate(request: HttpRequest, slug: str) -> JsonResponse:
+    """The submit form's prediction as the user types (site.js asks as the inputs change): JSON, so the
+    page shows it without a reload. Bad input is a 400 naming the field."""
+    s = seat(request, slug)
+    types = list(GpuType.objects.order_by("name"))
+    name, command = request.GET.get("name", ""), request.GET.get("command", "")
+    if len(name) > ESTIMATE_MAX_CHARS or len(command) > ESTIMATE_MAX_CHARS:
+        return JsonResponse({"errors": {"command": "too long"}}, status=400)
+    try:
+        gpus = int(request.GET.get("gpus", "1"))
+    except ValueError:
+        return JsonResponse({"errors": {"gpus": "must be a whole number"}}, status=400)
+    if not 1 <= gpus <= ESTIMATE_MAX_GPUS:
+        return JsonResponse({"errors": {"gpus": f"must be between 1 and {ESTIMATE_MAX_GPUS}"}}, status=400)
+    limits = _draft_limits(types, bid_rows(request.GET, types))  # type: ignore[arg-type]
+    found = draft_estimate(tenant=s.tenant, name=name, command=command, gpus=gpus, limits=limits)
+    return JsonResponse(
+        {**_estimate_json(found), "warning": _max_hours_warning(found, request.GET.get("max_hours"))}
+    )
+
+
+def _max_hours_warning(found: Estimate, max_hours: str | None) -> str:
+    """Max hours below what 90% of similar jobs needed: the job would likely be stopped before it ends."""
+    got = found.runtime.prediction
+    try:
+        hours = float(max_hours or "")
+    except ValueError:
+        return ""
+    if got is None or not 0 < hours < got.p90_s / 3600:
+        return ""
+    return (
+        f"Max hours {max_hours} is less than the {duration_text(got.p90_s)} within which 90% of similar jobs "
+        "finished: this job would likely be stopped at its max hours before it ends."
+    )
+
+
 @login_required
 def job(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     s = seat(request, slug)
@@ -242,6 +323,8 @@ def _job_page(
             "max_hours": hours_text(found.max_seconds),
             "explained": explain_outcomes(found, found.latest_outcomes, found.history),
             "queue": queue_places(found),
+            "estimate": None if found.state in TERMINAL_STATES else job_estimate(job=found),
+            "hold_notice": hold_notice(found.lease_rows),
             "panels": _lease_panels(found.lease_rows),
             "log_tail": job_log_tail(found.lease_rows),
             "types": types,

@@ -25,7 +25,8 @@ from market.api.jobs_serializers import (
     JobSerializer,
     JobSubmitSerializer,
 )
-from market.models import Job
+from market.models import TERMINAL_STATES, Job
+from market.selectors.job_estimate import job_estimate
 from market.selectors.jobs import gpu_types_by_name, job_detail, job_list, tenant_jobs
 from market.services import jobs as services
 
@@ -189,6 +190,7 @@ class JobDetailView(APIView):
         job = job_detail(tenant=tenant, job_id=job_id)
         if job is None:
             raise Http404("No such job.")
+        job.estimate = None if job.state in TERMINAL_STATES else job_estimate(job=job)  # type: ignore[attr-defined]
         return Response(_render(job, JobDetailSerializer))
 
 

@@ -3,6 +3,7 @@ bodies give them in credits (decimal strings or numbers), like the ledger API.""
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -17,6 +18,7 @@ from config.inputs import InputError, parse_decimal
 from market.api.ledger_serializers import CreditsField
 from market.models import Bid, BidOutcome, GpuType, Job, JobState, JournalEntry, Lease, LeaseGpu
 from market.money import format_credits
+from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
 from nodeagent.selectors.usage import job_log_tail, usage_combined
@@ -316,6 +318,9 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     hold_amount_credits = serializers.SerializerMethodField()
     charged_credits = serializers.SerializerMethodField()
     usage = serializers.SerializerMethodField()
+    hold_ends_at = serializers.SerializerMethodField(
+        help_text="When a hold sized by prediction runs out (null: it covers max hours)."
+    )
 
     class Meta:
         model = Lease
@@ -341,6 +346,10 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "charged",
             "charged_credits",
             "usage",
+            "hold_seconds",
+            "hold_extensions",
+            "hold_warned_at",
+            "hold_ends_at",
         ]
         read_only_fields = fields
 
@@ -348,6 +357,9 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     def get_usage(self, lease: Lease) -> dict[str, Any] | None:
         rows = getattr(lease, "usage_rows", None)
         return dict(LeaseUsageSerializer(usage_combined(rows)).data) if rows else None
+
+    def get_hold_ends_at(self, lease: Lease) -> datetime | None:
+        return hold_ends_at(lease)
 
     def get_price_credits(self, lease: Lease) -> str:
         return format_credits(lease.price)
@@ -395,7 +407,10 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     def get_amount(self, entry: JournalEntry) -> int:
         held = entry.hold.amount if entry.hold_id else entry.amount
-        return {"hold": held, "settle": min(entry.amount, held), "release": 0}.get(entry.kind, entry.amount)
+        # A hold entry shows what it moved: the first one the whole hold, an extension what it added.
+        return {"hold": entry.amount, "settle": min(entry.amount, held), "release": 0}.get(
+            entry.kind, entry.amount
+        )
 
     def get_amount_credits(self, entry: JournalEntry) -> str:
         return format_credits(self.get_amount(entry))
@@ -407,6 +422,42 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     def get_released_credits(self, entry: JournalEntry) -> str:
         return format_credits(self.get_released(entry))
+
+
+class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """allocator.predict.Prediction: runtimes of the similar finished jobs that ran at least `done_seconds`."""
+
+    median_seconds = serializers.FloatField(source="median_s")
+    p90_seconds = serializers.FloatField(source="p90_s", help_text="90% of the similar jobs finished within.")
+    remaining_median_seconds = serializers.FloatField(source="remaining_median_s")
+    remaining_p90_seconds = serializers.FloatField(source="remaining_p90_s")
+    basis_jobs = serializers.IntegerField(source="basis", help_text="How many similar finished jobs.")
+    match = serializers.CharField(
+        source="level_name", help_text='How similar, e.g. "same team, same job name".'
+    )
+
+
+class StartEstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    gpu_type = serializers.CharField()
+    at = serializers.DateTimeField(allow_null=True, help_text="Estimated start; null when none can be given.")
+    text = serializers.CharField(help_text="The estimate and what it is based on.")
+
+
+class EstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """market.selectors.job_estimate.Estimate: what the job will likely take and cost, and when it may start."""
+
+    prediction = RuntimePredictionSerializer(
+        source="runtime.prediction", allow_null=True, help_text="Null: too few similar finished jobs."
+    )
+    prediction_text = serializers.CharField(source="runtime.text")
+    done_seconds = serializers.FloatField(source="runtime.done_s", help_text="Work done by earlier leases.")
+    price = serializers.IntegerField(
+        allow_null=True, help_text="Micro-credits per GPU-hour the cost assumes."
+    )
+    cost = serializers.IntegerField(allow_null=True, help_text="Micro-credits for the predicted median.")
+    cost_p90 = serializers.IntegerField(allow_null=True)
+    cost_text = serializers.CharField()
+    starts = StartEstimateSerializer(many=True, help_text="Per GPU type of a pending job's bid.")
 
 
 class JobDetailSerializer(JobSerializer):
@@ -423,6 +474,11 @@ class JobDetailSerializer(JobSerializer):
     log_tail = serializers.SerializerMethodField(
         help_text="The last 64 KiB of the job's output, from its newest lease that reported any."
     )
+    estimate = EstimateSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="Predicted runtime, cost and start (docs/predictions.md); null for an ended job.",
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [
@@ -433,6 +489,7 @@ class JobDetailSerializer(JobSerializer):
             "leases",
             "charges",
             "log_tail",
+            "estimate",
         ]
         read_only_fields = fields
 

@@ -2,6 +2,7 @@
 
 from market.models.allowance import Allowance, AllowancePeriod
 from market.models.gpu_types import GpuType
+from market.models.hold_policy import HoldPolicy, OnHoldEnd
 from market.models.jobs import LEASED_STATES, TERMINAL_STATES, Bid, Job, JobState
 from market.models.leases import LIVE_LEASE_STATES, EndReason, Lease, LeaseGpu, LeaseState
 from market.models.ledger import (
@@ -35,6 +36,7 @@ __all__ = [
     "EntryKind",
     "GpuType",
     "Hold",
+    "HoldPolicy",
     "HoldState",
     "Job",
     "JobState",
@@ -43,6 +45,7 @@ __all__ = [
     "LeaseGpu",
     "LeaseState",
     "MarketPolicy",
+    "OnHoldEnd",
     "Posting",
     "Round",
     "RoundPrice",

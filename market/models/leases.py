@@ -23,6 +23,10 @@ class EndReason(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
     NODE_LOST = "node_lost", "Node lost"
     IDLE = "idle", "Released idle"  # the idle policy: its GPUs stayed under the threshold too long
+    HOLD_SPENT = (
+        "hold_spent",
+        "Stopped at its hold",
+    )  # a hold sized by prediction ran out (docs/predictions.md)
 
 
 class Lease(models.Model):
@@ -39,6 +43,11 @@ class Lease(models.Model):
     price = models.BigIntegerField(help_text="Micro-credits per GPU-hour.")
     gpus = models.PositiveIntegerField()
     max_seconds = models.PositiveIntegerField()
+    # Seconds from started_at its hold pays for: max_seconds, or less when the tenant sizes holds by prediction
+    # (then extended or stopped as it runs out: market.services.holds). Null on leases from before.
+    hold_seconds = models.PositiveIntegerField(null=True, blank=True)
+    hold_extensions = models.PositiveIntegerField(default=0, db_default=0)  # the commit inserts by COPY
+    hold_warned_at = models.DateTimeField(null=True, blank=True)
     grace_seconds = models.PositiveIntegerField()
     hold_key = models.CharField(max_length=200, unique=True)
     state = models.CharField(max_length=16, choices=LeaseState.choices, default=LeaseState.ALLOCATED)

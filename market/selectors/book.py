@@ -28,6 +28,7 @@ from market.models import (
     LeaseGpu,
     MarketPolicy,
 )
+from market.selectors.holds import sized_hold_seconds
 from nodeagent.models import Gpu, Node
 
 _TIER_INDEX = {name: i for i, name in enumerate(TIER_NAMES)}
@@ -212,6 +213,11 @@ def _bids(tenant_ix: dict[int, int], type_names: dict[str, int], n_types: int) -
         waited.append(rounds_waited)
         limit_rows.append(row)
         versions[pk] = version
+    # A tenant that sizes holds by prediction bids with its predicted p90 as the hold's duration (the
+    # allocator's max_s is only ever used for the hold); the commit copies it to the lease.
+    sized = sized_hold_seconds(job_ids=jobs)
+    if sized:
+        max_s = [sized.get(job, seconds) for job, seconds in zip(jobs, max_s, strict=True)]
     limit = np.array(limit_rows, dtype=np.int64).reshape(len(limit_rows), n_types)
     return Bids(
         job=jobs, tenant=tenant, gpus=gpus, limit=limit, max_s=max_s, submit=submit, waited=waited

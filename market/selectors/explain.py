@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.db import connection
 
@@ -151,24 +152,27 @@ def queue_places(job: Job) -> list[QueuePlace]:
     out = []
     for entry in job.limits:
         name, limit = entry["gpu_type"], int(entry["limit"])
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cur:
-                cur.execute(
-                    _QUEUE_SQL,
-                    [JobState.PENDING, name, job.pk, limit, limit, job.submitted_at, job.pk],
-                )
-                ahead, gpus = cur.fetchone()
-        else:  # SQLite (local runs): the same rule in Python
-            ahead = gpus = 0
-            for other in Job.objects.filter(state=JobState.PENDING).exclude(pk=job.pk):
-                mine = {e["gpu_type"]: int(e["limit"]) for e in other.limits}.get(name)
-                if mine is not None and (
-                    mine > limit
-                    or (mine == limit and (other.submitted_at, other.pk) < (job.submitted_at, job.pk))
-                ):
-                    ahead, gpus = ahead + 1, gpus + other.gpus
-        out.append(QueuePlace(gpu_type=name, limit=limit, position=int(ahead) + 1, gpus_ahead=int(gpus)))
+        ahead, gpus = queue_ahead(gpu_type=name, limit=limit, submitted_at=job.submitted_at, job_id=job.pk)
+        out.append(QueuePlace(gpu_type=name, limit=limit, position=ahead + 1, gpus_ahead=gpus))
     return out
+
+
+def queue_ahead(*, gpu_type: str, limit: int, submitted_at: datetime, job_id: int = 0) -> tuple[int, int]:
+    """Pending bids for `gpu_type` before one at `limit` submitted at `submitted_at` in the market order,
+    and their GPUs. `job_id` 0: a job not submitted yet (every tie submitted earlier is ahead of it)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(_QUEUE_SQL, [JobState.PENDING, gpu_type, job_id, limit, limit, submitted_at, job_id])
+            ahead, gpus = cur.fetchone()
+        return int(ahead), int(gpus)
+    ahead = gpus = 0  # SQLite (local runs): the same rule in Python
+    for other in Job.objects.filter(state=JobState.PENDING).exclude(pk=job_id):
+        mine = {e["gpu_type"]: int(e["limit"]) for e in other.limits}.get(gpu_type)
+        if mine is not None and (
+            mine > limit or (mine == limit and (other.submitted_at, other.pk) < (submitted_at, job_id))
+        ):
+            ahead, gpus = ahead + 1, gpus + other.gpus
+    return ahead, gpus
 
 
 def _duration(seconds: float) -> str:
@@ -207,6 +211,12 @@ def lease_end_sentence(lease: Lease, *, gpu_seconds: float, exit_code: int | Non
         )
     if reason == EndReason.EXPIRED:
         return f"Stopped at the job's maximum runtime ({_duration(lease.max_seconds)}); {charged}."
+    if reason == EndReason.HOLD_SPENT:
+        return (
+            f"Stopped at its hold after {ran}: your team sizes holds by prediction and chose to stop a job that "
+            f"outlives its hold ({_duration(lease.hold_seconds or lease.max_seconds)} of runtime) rather than "
+            f"extend it; {charged}."
+        )
     if reason == EndReason.CANCELLED:
         return f"Stopped because the job was cancelled, after {ran}; {charged}."
     if reason == EndReason.NODE_LOST:

@@ -28,7 +28,7 @@ class Guidance:
     advice: str
 
 
-def _recent_spot(gpu_type: GpuType) -> list[int]:
+def recent_spot(gpu_type: GpuType) -> list[int]:
     rows = RoundPrice.objects.filter(gpu_type=gpu_type, spot__isnull=False).order_by("-round__slot")
     return [int(s) for s in rows.values_list("spot", flat=True)[:RECENT_ROUNDS]]
 
@@ -38,7 +38,7 @@ def bid_guidance(*, tenant: Tenant, gpu_type: GpuType, limit: int | None, gpus: 
     held = sum(n for (name, _tier), n in policy.held.items() if name == gpu_type.name)
     unused = max(policy.guarantees.get(gpu_type.name, 0) - held, 0)
     r, p = gpu_type.reserve_price, gpu_type.current_posted
-    spot = _recent_spot(gpu_type)
+    spot = recent_spot(gpu_type)
     tier: str | None
     if limit is None:
         tier, advice = (

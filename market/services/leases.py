@@ -38,6 +38,7 @@ _JOB_AFTER = {
     EndReason.CANCELLED: JobState.CANCELLED,
     EndReason.NODE_LOST: JobState.PENDING,
     EndReason.IDLE: JobState.FAILED,
+    EndReason.HOLD_SPENT: JobState.EXPIRED,
 }
 
 
@@ -87,7 +88,7 @@ def lease_request_stop(
                 "expires_at": now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
             },
         )
-    if reason in (EndReason.PREEMPTED, EndReason.EXPIRED):
+    if reason in (EndReason.PREEMPTED, EndReason.EXPIRED, EndReason.HOLD_SPENT):
         Job.objects.filter(pk=lease.job_id).exclude(state=JobState.CANCELLED).update(
             state=JobState.PREEMPTING, updated_at=now
         )

@@ -278,6 +278,31 @@ def ledger_hold(*, tenant: Tenant, amount: int, key: str, memo: str = "") -> Jou
 
 
 @transaction.atomic
+def ledger_hold_extend(*, hold_key: str, amount: int, key: str, memo: str = "") -> JournalEntry:
+    """Add `amount` to an open hold (available -> held): a job whose hold ran short runs on, paid from the
+    available balance. Refused with InsufficientFunds rather than overdrawing, HoldClosed once settled."""
+    amount, key = _check_amount(amount), _check_system_key(key)
+    hold = Hold.objects.select_related("tenant").filter(key=hold_key).first()
+    if hold is None:
+        raise UnknownHold(f"no hold with key {hold_key!r}")
+    request = _Request(EntryKind.HOLD, hold.tenant_id, amount, hold_key, memo)
+
+    def write() -> JournalEntry:
+        entry = JournalEntry.objects.create(
+            key=key, kind=EntryKind.HOLD, tenant=hold.tenant, amount=amount, hold=hold, memo=memo
+        )
+        locked = Hold.objects.select_for_update().get(pk=hold.pk)
+        if locked.state != HoldState.OPEN:
+            raise HoldClosed(f"hold {hold_key!r} was already settled")
+        legs = [(_tenant_account(hold.tenant, AccountKind.AVAILABLE), -amount)]
+        _post(entry, legs + [(_tenant_account(hold.tenant, AccountKind.HELD), amount)])
+        Hold.objects.filter(pk=hold.pk).update(amount=F("amount") + amount)
+        return entry
+
+    return _keyed(key, request, write)
+
+
+@transaction.atomic
 def ledger_settle(*, hold_key: str, charge: int, key: str) -> JournalEntry:
     """Close a hold: charge at most its amount (held -> revenue) and release the rest (held -> available)."""
     return _close_hold(kind=EntryKind.SETTLE, hold_key=hold_key, charge=charge, key=key)

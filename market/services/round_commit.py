@@ -170,6 +170,9 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
             placed.append(i)
 
     w_tier, w_type, w_price = w.tier.tolist(), w.gpu_type.tolist(), w.price.tolist()
+    # What each hold pays for: the bid's max_s in the frozen book (max hours, or a predicted p90 when the
+    # tenant sizes holds by prediction: market.selectors.holds).
+    hold_s = dict(zip(book.bids.job.tolist(), book.bids.max_s.tolist(), strict=True))
     type_id_of = [types[name] for name in result.type_names]
     n = len(placed)
     lease_ids = bulk.insert(
@@ -185,6 +188,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
             "price": [w_price[i] for i in placed],
             "gpus": [len(gangs[i]) for i in placed],
             "max_seconds": [jobs[win_jobs[i]][6] for i in placed],
+            "hold_seconds": [hold_s[win_jobs[i]] for i in placed],
             "grace_seconds": [jobs[win_jobs[i]][5] for i in placed],
             "hold_key": [hold_key(rnd.pk, win_jobs[i]) for i in placed],
             "state": [LeaseState.ALLOCATED] * n,

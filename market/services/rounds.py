@@ -28,6 +28,7 @@ from market.models import DONE_STATES, GpuType, Round, RoundState
 from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.policy import current_fence, market_policy
 from market.selectors.rounds import round_summary
+from market.services.holds import leases_hold_check
 from market.services.leases import leases_expire
 from market.services.round_commit import commit_result
 from ops.logs import bind
@@ -58,11 +59,13 @@ def slot_of(now: datetime, period_s: int) -> datetime:
 
 
 def round_tick(*, now: datetime | None = None) -> Round | None:
-    """What the beat runs: expire overdue leases, finish any unfinished round, then run this period's round
-    unless it exists. Returns this period's round (None when a later one already exists)."""
+    """What the beat runs: expire overdue leases, extend or stop leases whose sized holds run out, finish any
+    unfinished round, then run this period's round unless it exists. Returns this period's round (None when a
+    later one already exists)."""
     now = now or timezone.now()
     policy = market_policy()
     leases_expire(fence=current_fence(), now=now)
+    leases_hold_check(fence=current_fence(), now=now)
     for round_id in (
         Round.objects.exclude(state__in=DONE_STATES).order_by("slot").values_list("pk", flat=True)
     ):

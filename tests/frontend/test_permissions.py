@@ -17,10 +17,12 @@ def _team_pages(m: Market) -> list[str]:
         f"/t/{slug}/jobs/",
         f"/t/{slug}/jobs/new/",
         f"/t/{slug}/jobs/guidance/?bids-0-gpu_type=H100&bids-0-limit=3",
+        f"/t/{slug}/jobs/estimate/?name=train&command=python+train.py&gpus=2&bids-0-gpu_type=H100&bids-0-limit=3",
         f"/t/{slug}/jobs/{job}/",
         f"/t/{slug}/spend/",
         f"/t/{slug}/spend.csv",
         f"/t/{slug}/tokens/",
+        f"/t/{slug}/holds/",
     ]
 
 

@@ -68,6 +68,7 @@ TENANT_ONLY = [
     ("get", "/api/v1/tenants/{slug}/balance", None),
     ("get", "/api/v1/tenants/{slug}/tokens", None),
     ("get", "/api/v1/tenants/{slug}/policy", None),
+    ("get", "/api/v1/tenants/{slug}/hold-policy", None),
     (
         "post",
         "/api/v1/tenants/{slug}/jobs",
@@ -82,6 +83,7 @@ TENANT_ONLY = [
     ("post", "/api/v1/tenants/{slug}/tokens", {"name": "x"}),
     ("post", "/api/v1/tenants/{slug}/topups", {"amount": "1", "key": "x"}),
     ("patch", "/api/v1/tenants/{slug}/policy", {"weight": 5}),
+    ("patch", "/api/v1/tenants/{slug}/hold-policy", {"sized_by_prediction": True}),
 ]
 
 

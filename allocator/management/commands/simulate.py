@@ -23,7 +23,9 @@ class Command(BaseCommand):
         cli.add_arguments(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        keys = ("scenario", "policy", "out", "seed", "quiet", "restart_overhead", "no_plots")
+        keys = (
+            "scenario", "policy", "out", "seed", "quiet", "restart_overhead", "no_plots", "holds", "max_hours", "budget"
+        )  # fmt: skip
         namespace = argparse.Namespace(**{key: options[key] for key in keys})
         try:
             cli.run(namespace, self.stdout)

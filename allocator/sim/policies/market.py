@@ -147,9 +147,10 @@ class Market(Policy):
     def bids(self, now: int) -> Bids:
         state = self.state
         jobs = np.array(state.waiting, dtype=np.int64)
-        # The market does not know durations; the simulator does, so a bid's max runtime is exactly what
-        # the job still needs (work left plus restart overhead) and its hold is the real bound on its charge.
-        max_s = state.remaining_s[jobs] + state.overhead_s[jobs]
+        # The market does not know durations; the simulator does. By default (the exact hold rule) a bid's max
+        # runtime is exactly what the job still needs (work left plus restart overhead), so its hold is the
+        # real bound on its charge; other hold rules (allocator/sim/holds.py) hold max hours or a prediction.
+        max_s = state.hold_need_s_many(jobs)
         return Bids(
             job=jobs,
             tenant=_i32(state.jobs.tenant[jobs]),

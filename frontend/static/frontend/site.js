@@ -24,5 +24,61 @@
     }
     form.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(ask, 300); });
   }
-  document.addEventListener("DOMContentLoaded", function () { localise(document); guidance(); });
+  // The runtime prediction, cost and start estimate beside the submit form, as the user types. The server
+  // answers JSON (frontend.views.jobs.estimate); the text goes in with textContent, never as HTML.
+  function estimate() {
+    var form = document.querySelector("form[data-estimate]");
+    if (!form) { return; }
+    var box = document.getElementById("prediction");
+    var timer = null, asked = 0;
+    function line(text, field) {
+      var p = document.createElement("p");
+      p.textContent = text;
+      p.dataset.field = field;
+      return p;
+    }
+    function show(data) {
+      var parts = [line(data.prediction_text, "prediction")];
+      if (data.cost_text) { parts.push(line(data.cost_text, "cost")); }
+      if (data.warning) {
+        var warn = line(data.warning, "warning");
+        warn.className = "error";
+        warn.setAttribute("role", "alert");
+        parts.push(warn);
+      }
+      if (data.starts && data.starts.length) {
+        var h = document.createElement("h3");
+        h.textContent = "Estimated start";
+        var ul = document.createElement("ul");
+        ul.className = "plain";
+        ul.dataset.field = "starts";
+        data.starts.forEach(function (s) {
+          var li = document.createElement("li");
+          var b = document.createElement("strong");
+          b.textContent = s.gpu_type;
+          li.appendChild(b);
+          li.appendChild(document.createTextNode(": " + s.text));
+          li.dataset.type = s.gpu_type;
+          ul.appendChild(li);
+        });
+        parts.push(h, ul);
+      }
+      box.replaceChildren.apply(box, parts);
+    }
+    function ask() {
+      var params = new URLSearchParams();
+      form.querySelectorAll("[data-estimate-input], [data-guide]").forEach(function (el) {
+        params.append(el.name, el.value);
+      });
+      var mine = ++asked;  // an older answer arriving late must not replace a newer one
+      fetch(form.dataset.estimate + "?" + params.toString(), {credentials: "same-origin"})
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (data) { if (data && mine === asked) { show(data); } });
+    }
+    form.addEventListener("input", function () { clearTimeout(timer); timer = setTimeout(ask, 300); });
+    if (form.querySelector("#id_name").value || form.querySelector("#id_command").value) { ask(); }
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    localise(document); guidance(); estimate();
+  });
 })();

@@ -1,0 +1,116 @@
+"""What a job will likely take and cost, and when it may start: the figures shown where people decide (the
+submit form as they type, the job page, the API's job detail). docs/predictions.md."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils import timezone
+
+from accounts.models import Tenant
+from market.models import LIVE_LEASE_STATES, GpuType, Job, JobState, Lease
+from market.money import format_fixed
+from market.selectors.guidance import bid_guidance
+from market.selectors.predictions import JobRuntime, history_for, job_runtime, query_for, runtime_sentence
+from market.selectors.start_estimate import StartEstimate, start_estimates
+
+
+@dataclass(frozen=True)
+class Estimate:
+    runtime: JobRuntime
+    price: int | None  # micro-credits per GPU-hour the cost is figured at
+    cost: int | None  # micro-credits for the predicted median (remaining) runtime
+    cost_p90: int | None
+    cost_text: str
+    starts: list[StartEstimate]
+
+
+_PAYS = {
+    "G": "the reserve, within your team's guarantee",
+    "B": "the posted price, as borrowed GPUs",
+    "S": "at most the posted price, as spot GPUs",
+}
+
+
+def expected_price(*, tenant: Tenant, gpu_type: GpuType, limit: int, gpus: int) -> tuple[int, str] | None:
+    """What a winning bid would likely pay per GPU-hour, and why: the reserve in its guarantee (tier G), the
+    posted price as borrowed (B), at most its limit and the posted price as spot (S); None when it cannot win."""
+    g = bid_guidance(tenant=tenant, gpu_type=gpu_type, limit=limit, gpus=gpus)
+    price = {"G": g.reserve, "B": g.posted, "S": min(limit, g.posted)}.get(g.tier or "")
+    if price is None or g.tier is None:
+        return None
+    why = f"{gpu_type.name}: {_PAYS[g.tier]}; your limit of {format_fixed(limit)} caps it"
+    return price, why
+
+
+def _cost(gpus: int, price: int, seconds: float) -> int:
+    return int(gpus * price * seconds / 3600)
+
+
+def _priced(tenant: Tenant, gpus: int, limits: list[tuple[GpuType, int]]) -> tuple[int, str] | None:
+    """The price a new win would likely pay on the most preferred type its limit can win, and why."""
+    for gpu_type, limit in limits:
+        found = expected_price(tenant=tenant, gpu_type=gpu_type, limit=limit, gpus=gpus)
+        if found is not None:
+            return found
+    return None
+
+
+def _estimate(
+    runtime: JobRuntime, gpus: int, priced: tuple[int, str] | None, starts: list[StartEstimate]
+) -> Estimate:
+    got = runtime.prediction
+    if got is None or priced is None:
+        text = (
+            "" if got is None else "No cost estimate: none of the bid's limits can win (below the reserve)."
+        )
+        return Estimate(runtime, None, None, None, text, starts)
+    price, why = priced
+    cost, p90 = _cost(gpus, price, got.remaining_median_s), _cost(gpus, price, got.remaining_p90_s)
+    more = " more" if runtime.done_s > 0 else ""
+    text = (
+        f"At {format_fixed(price)} credits per GPU-hour ({why}) that is about "
+        f"{format_fixed(cost)} credits{more} for {gpus} GPU{'s' if gpus != 1 else ''}; "
+        f"{format_fixed(p90)} credits if it runs as long as the 90th percentile."
+    )
+    return Estimate(runtime, price, cost, p90, text, starts)
+
+
+def draft_estimate(
+    *, tenant: Tenant, name: str, command: str, gpus: int, limits: list[tuple[GpuType, int]]
+) -> Estimate:
+    """For a job being typed in the submit form (not saved): its prediction, cost and start per type."""
+    history = history_for(tenant=tenant)
+    got = history.predict(query_for(tenant=tenant, name=name, command=command, gpus=gpus))
+    runtime = JobRuntime(got, 0.0, runtime_sentence(got))
+    starts = start_estimates(tenant=tenant, limits=limits, gpus=gpus)
+    return _estimate(runtime, gpus, _priced(tenant, gpus, limits), starts)
+
+
+def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:
+    """For a saved job: prediction from the work done; start estimates while it is pending."""
+    now = now or timezone.now()
+    types = {t.name: t for t in GpuType.objects.all()}
+    limits = [(types[e["gpu_type"]], int(e["limit"])) for e in job.limits if e["gpu_type"] in types]
+    runtime = job_runtime(job=job, now=now)
+    starts = (
+        start_estimates(
+            tenant=job.tenant,
+            limits=limits,
+            gpus=job.gpus,
+            submitted_at=job.submitted_at,
+            job_id=job.pk,
+            now=now,
+        )
+        if job.state == JobState.PENDING
+        else []
+    )
+    live = Lease.objects.filter(job=job, state__in=LIVE_LEASE_STATES).select_related("gpu_type").first()
+    # A running job pays its lease's price; a waiting one what a new win would likely pay.
+    priced = (
+        (live.price, f"its lease's price on {live.gpu_type.name}")
+        if live
+        else _priced(job.tenant, job.gpus, limits)
+    )
+    return _estimate(runtime, job.gpus, priced, starts)

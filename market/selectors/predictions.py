@@ -1,0 +1,161 @@
+"""Runtime predictions for jobs, fed from the database (the model: allocator/predict.py; docs/predictions.md).
+
+A finished job's runtime is what the node agents measured: each lease's GPU-seconds (nodeagent LeaseUsage,
+summed over the gang's nodes) divided by its GPUs, summed over the job's leases; a lease without any usage
+report counts from the agent's start report to its end (`running_at` to `ended_at`). Only COMPLETED jobs are
+history: a failed, cancelled or expired run says how long the job was allowed, not how long it needed.
+
+The samples (the newest finished jobs of the tenant, and of everybody for the widest match) are cached for
+CACHE_SECONDS: a job finishing now shows in predictions within that long.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.core.cache import cache
+from django.db.models import Sum
+from django.utils import timezone
+
+from accounts.models import Tenant
+from allocator.predict import (
+    Finished,
+    Prediction,
+    Query,
+    RuntimeHistory,
+    command_family,
+    name_family,
+)
+from market.models import Job, JobState, Lease, LeaseState
+
+# How many of the newest finished jobs each sample keeps (the predictor's window is smaller per key).
+SAMPLE_JOBS = 2000
+CACHE_SECONDS = 60
+_CACHE_KEY = "predict:finished:v1:{}"
+
+
+def lease_seconds(
+    lease_rows: list[tuple[int, int, float | None, datetime | None, datetime | None]],
+) -> dict[int, float]:
+    """Per job: the seconds its leases ran, from (job, gpus, measured GPU-seconds, running_at, ended_at)."""
+    out: dict[int, float] = defaultdict(float)
+    for job_id, gpus, gpu_seconds, running_at, ended_at in lease_rows:
+        if gpu_seconds:
+            out[job_id] += float(gpu_seconds) / max(gpus, 1)
+        elif running_at is not None and ended_at is not None:
+            out[job_id] += max((ended_at - running_at).total_seconds(), 0.0)
+    return out
+
+
+def _sample(tenant_id: int | None) -> list[Finished]:
+    """The newest COMPLETED jobs (of one tenant, or of all when None) with measured runtimes, oldest first."""
+    jobs = Job.objects.filter(state=JobState.COMPLETED, ended_at__isnull=False)
+    if tenant_id is not None:
+        jobs = jobs.filter(tenant_id=tenant_id)
+    rows = list(
+        jobs.order_by("-ended_at", "-pk").values_list(
+            "pk", "tenant__slug", "name", "command", "gpus", "ended_at"
+        )[:SAMPLE_JOBS]
+    )
+    leases = (
+        Lease.objects.filter(job_id__in=[r[0] for r in rows], state=LeaseState.ENDED)
+        .annotate(measured=Sum("usage__gpu_seconds"))
+        .values_list("job_id", "gpus", "measured", "running_at", "ended_at")
+    )
+    seconds = lease_seconds(list(leases))
+    return [
+        Finished(slug, name_family(name), command_family(command), gpus, seconds[pk], ended.timestamp())
+        for pk, slug, name, command, gpus, ended in reversed(rows)
+        if seconds.get(pk, 0) > 0
+    ]
+
+
+def finished_sample(tenant_id: int | None) -> list[Finished]:
+    """The newest finished jobs of a tenant (or of everybody: None), cached for CACHE_SECONDS."""
+    key = _CACHE_KEY.format("all" if tenant_id is None else tenant_id)
+    found = cache.get(key)
+    if found is None:
+        found = _sample(tenant_id)
+        cache.set(key, found, CACHE_SECONDS)
+    return list(found)
+
+
+def history_for(*, tenant: Tenant) -> RuntimeHistory:
+    """The tenant's own finished jobs at every level, everybody's at the widest (same GPU count)."""
+    own = finished_sample(tenant.pk)
+    others = [f for f in finished_sample(None) if f.tenant != tenant.slug]
+    history = RuntimeHistory()
+    for job in sorted(own + others, key=lambda f: f.ended_at):
+        history.add(job)
+    return history
+
+
+def query_for(*, tenant: Tenant, name: str, command: str, gpus: int) -> Query:
+    return Query(tenant.slug, name_family(name), command_family(command), gpus)
+
+
+def job_done_seconds(*, job: Job, now: datetime | None = None) -> float:
+    """Seconds of work the job has done: its ended leases as measured, plus the live one so far."""
+    now = now or timezone.now()
+    rows = Lease.objects.filter(job=job).annotate(measured=Sum("usage__gpu_seconds"))
+    done = 0.0
+    for gpus, measured, running_at, ended_at, state in rows.values_list(
+        "gpus", "measured", "running_at", "ended_at", "state"
+    ):
+        if state == LeaseState.ENDED:
+            done += lease_seconds([(0, gpus, measured, running_at, ended_at)]).get(0, 0.0)
+        elif running_at is not None:
+            # A running lease: wall time since the agent started it (its reports lag by up to a minute).
+            done += max((now - running_at).total_seconds(), float(measured or 0) / max(gpus, 1))
+    return done
+
+
+@dataclass(frozen=True)
+class JobRuntime:
+    """A job's prediction (None at cold start) and the work it has done; `text` says it for people."""
+
+    prediction: Prediction | None
+    done_s: float
+    text: str
+
+
+def job_runtime(
+    *, job: Job, history: RuntimeHistory | None = None, now: datetime | None = None
+) -> JobRuntime:
+    """Predicted runtime of a pending or running job; a finished one gets none (it has its real runtime)."""
+    if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED):
+        return JobRuntime(None, 0.0, "The job has ended; no prediction.")
+    history = history or history_for(tenant=job.tenant)
+    done = job_done_seconds(job=job, now=now)
+    got = history.predict(
+        query_for(tenant=job.tenant, name=job.name, command=job.command, gpus=job.gpus), done
+    )
+    return JobRuntime(got, done, runtime_sentence(got, done))
+
+
+def hours(seconds: float) -> str:
+    """A duration for people: minutes under an hour and a half, else hours with one decimal."""
+    if seconds < 5400:
+        minutes = max(round(seconds / 60), 1)
+        return f"{minutes} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def runtime_sentence(got: Prediction | None, done_s: float = 0.0) -> str:
+    if got is None:
+        if done_s > 0:
+            return (
+                f"No prediction: it has run {hours(done_s)}, longer than enough similar finished jobs to "
+                "predict from."
+            )
+        return "No prediction yet: too few similar jobs have finished (cold start)."
+    basis = f"median of {got.basis} jobs, {got.level_name}"
+    if done_s > 0:
+        return (
+            f"About {hours(got.remaining_median_s)} more (90% finish within {hours(got.remaining_p90_s)} "
+            f"more); it has run {hours(done_s)}. Jobs like this that ran that long took {hours(got.median_s)} "
+            f"({basis})."
+        )
+    return f"Jobs like this ran {hours(got.median_s)} ({basis}); 90% finished within {hours(got.p90_s)}."
