@@ -67,6 +67,7 @@ def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
             grace_seconds=60,
             limits=[{"gpu_type": "H100", "limit": int(limit[i])}],
             submitted_at=now,
+            wait_round=0,  # no round yet (given, so that 20,000 constructors do not each query the default)
         )
         for i in range(jobs)
     ]

@@ -32,6 +32,7 @@ from market.models import (
 from market.money import format_credits
 from market.selectors.jobs import largest_gangs
 from market.selectors.policy import current_fence, market_policy
+from market.selectors.waiting import rounds_waited_of
 from market.services.leases import lease_request_stop
 
 NAME_MAX_CHARS = 200
@@ -269,6 +270,7 @@ def _job_create(
         request_digest=request_digest if idempotency_key else "",
         **fields,
     )
+    job.rounds_waited = 0  # a new wait (Job.wait_round: the newest frozen round, by its default)
     Bid.objects.create(job=job, version=1, limits=job.limits, actor=submitter, created_at=job.submitted_at)
     if idempotency_key and first_response is not None:
         job.first_response = first_response(job)
@@ -322,8 +324,10 @@ def job_cancel(*, job: Job, actor: User) -> Job:
     job.cancel_requested_at = now
     fields = ["cancel_requested_at", "updated_at"]
     if job.state == JobState.PENDING:
+        # Its count stops here: what it had waited becomes its stored count (market.selectors.waiting).
+        job.waited_before = rounds_waited_of(job)
         job.state, job.ended_at = JobState.CANCELLED, now
-        fields += ["state", "ended_at"]
+        fields += ["state", "ended_at", "waited_before"]
     job.save(update_fields=fields)
     if job.state in (JobState.ALLOCATED, JobState.RUNNING):
         fence = current_fence()
