@@ -72,13 +72,17 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     book = snapshot.book
     stats = CommitStats()
     types = dict(GpuType.objects.values_list("name", "pk"))
-    tenants = dict(Tenant.objects.filter(slug__in=result.tenant_names).values_list("slug", "pk"))
-    nodes = dict(Node.objects.filter(name__in=result.node_names).values_list("name", "pk"))
+    tenants = dict(
+        Tenant.objects.filter(slug__in=bulk.any_of(result.tenant_names, "text")).values_list("slug", "pk")
+    )
+    nodes = dict(
+        Node.objects.filter(name__in=bulk.any_of(result.node_names, "text")).values_list("name", "pk")
+    )
     node_id_of = np.array([nodes[name] for name in result.node_names], dtype=np.int64)
     gpu_of = {
         (node_id, index): (pk, uuid)
         for pk, node_id, index, uuid in Gpu.objects.filter(
-            node_id__in=nodes.values(), absent=False
+            node_id__in=bulk.any_of(list(nodes.values())), absent=False
         ).values_list("pk", "node_id", "index", "uuid")
     }
 
