@@ -32,8 +32,9 @@ _PG_TYPES = {
 }
 
 
-def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> list[int]:
-    """Insert rows given as columns ({field attname: values}); returns the new primary keys in row order."""
+def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]], *, ids: bool = True) -> list[int]:
+    """Insert rows given as columns ({field attname: values}); returns the new primary keys in row order, or
+    with ids=False nothing ([]): 20,000 bid outcomes need no ids sent back."""
     lengths = {len(values) for values in columns.values()}
     if len(lengths) != 1:
         raise ValueError(f"columns of unequal length: { {k: len(v) for k, v in columns.items()} }")
@@ -45,7 +46,8 @@ def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> l
         rows = [
             model(**dict(zip(names, values, strict=True))) for values in zip(*columns.values(), strict=True)
         ]
-        return [obj.pk for obj in model._default_manager.bulk_create(rows, batch_size=2000)]
+        made = model._default_manager.bulk_create(rows, batch_size=2000)
+        return [obj.pk for obj in made] if ids else []
     meta = model._meta
     fields = [meta.get_field(name) for name in columns]  # get_field knows attnames ("round_id") too
     casts = []
@@ -66,11 +68,13 @@ def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]]) -> l
     cols = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     sql = (
         f"INSERT INTO {connection.ops.quote_name(meta.db_table)} ({cols}) "
-        f"SELECT * FROM ROWS FROM ({', '.join(sources)}) RETURNING {connection.ops.quote_name(meta.pk.column)}"
+        f"SELECT * FROM ROWS FROM ({', '.join(sources)})"
     )
+    if ids:
+        sql += f" RETURNING {connection.ops.quote_name(meta.pk.column)}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        return [row[0] for row in cursor.fetchall()]
+        return [row[0] for row in cursor.fetchall()] if ids else []
 
 
 def any_of(values: Sequence[int] | Sequence[str], cast: str = "bigint") -> Sequence[Any] | RawSQL:

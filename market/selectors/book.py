@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -218,7 +219,7 @@ def _bids(
     ), versions
 
 
-def _pending(tenant_ids: list[int]) -> list[tuple[Any, ...]]:
+def _pending(tenant_ids: list[int]) -> list[Sequence[Any]]:
     """(id, tenant id, gpus, limits, max seconds, submit time in epoch seconds, waited before, wait round,
     bid version) of the tenants' pending jobs, in id order.
 
@@ -234,7 +235,8 @@ def _pending(tenant_ids: list[int]) -> list[tuple[Any, ...]]:
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, [JobState.PENDING, tenant_ids])
-            return [tuple(row) for row in json.loads(cursor.fetchone()[0])]
+            rows: list[Sequence[Any]] = json.loads(cursor.fetchone()[0])
+            return rows
     rows = (
         Job.objects.filter(state=JobState.PENDING, tenant_id__in=tenant_ids)
         .order_by("pk")

@@ -196,6 +196,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     bulk.insert(
         LeaseGpu,
         {"lease_id": [b[0] for b in bound], "gpu_id": [b[1] for b in bound], "active": [True] * len(bound)},
+        ids=False,
     )
     commands: dict[str, list[object]] = {
         k: []
@@ -229,7 +230,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
                 ("expires_at", now + BIND_TTL),
             ):
                 commands[key].append(value)
-    bulk.insert(Command, commands)
+    bulk.insert(Command, commands, ids=False)
     Job.objects.filter(pk__in=bulk.any_of([win_jobs[i] for i in placed])).update(
         state=JobState.ALLOCATED, waited_before=0, updated_at=now
     )
@@ -329,6 +330,7 @@ def _outcomes(
             "reason": [""] * n_won + list(skipped.values()) + reason_names,
             "figure": [None] * (n_won + len(skipped)) + [None if f < 0 else f for f in lo.figure.tolist()],
         },
+        ids=False,
     )
 
 
