@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Max
+from django.db.models import Max, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 
@@ -27,13 +29,21 @@ TERMINAL_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobS
 LEASED_STATES = (JobState.ALLOCATED, JobState.RUNNING, JobState.PREEMPTING)
 
 
-def wait_mark() -> int:
-    """The newest round that has frozen (or ended without freezing): a job whose wait begins now is in no
-    earlier round's book, so only rounds after this one count for it (market.selectors.waiting)."""
+@functools.cache  # built once: Django copies an expression before resolving it into a query
+def wait_mark_expression() -> Coalesce:
+    """The newest round that has frozen (or ended without freezing), 0 before any: a job whose wait begins now
+    is in no earlier round's book, so only rounds after this one count for it (market.selectors.waiting)."""
     from market.models.rounds import Round, RoundState  # rounds.py needs nothing from here; import at call
 
-    top = Round.objects.exclude(state=RoundState.OPEN).aggregate(top=Max("pk"))["top"]
-    return int(top or 0)
+    newest = Round.objects.exclude(state=RoundState.OPEN).order_by("-pk").values("pk")[:1]
+    return Coalesce(Subquery(newest), Value(0), output_field=models.BigIntegerField())
+
+
+def wait_mark() -> int:
+    """wait_mark_expression's value now (Job.wait_round's default)."""
+    from market.models.rounds import Round, RoundState
+
+    return int(Round.objects.exclude(state=RoundState.OPEN).aggregate(top=Max("pk"))["top"] or 0)
 
 
 class Job(models.Model):
