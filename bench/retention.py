@@ -56,6 +56,7 @@ def _populate(jobs: int) -> None:
             max_seconds=3600,
             grace_seconds=60,
             limits=[{"gpu_type": "H100", "limit": 2_000_000 + 1_000 * i}],
+            wait_round=0,  # given: Job()'s default would query the rounds per job
         )
         for i in range(jobs)
     )

@@ -4,7 +4,9 @@ Builds a fresh database (BENCH_DATABASE_URL, default postgres://postgres@127.0.0
 dropped and re-created), fills it with bulk inserts, then times one round through every step and prints
 one JSON line: {"bench": "round", "jobs": ..., "gpus": ..., "round_s": ..., "clear_s": ..., "commit_s": ...}
 plus the freeze time, the time of the transactions' COMMITs (db_commit_s: foreign key checks of the rows the
-commit step wrote), what is left (other_s: locks, round row saves, the dispatch step) and the winners.
+commit step wrote), what is left (other_s: locks, round row saves, the dispatch step), the CPU seconds the round
+used in this process and in its PostgreSQL backend (cpu_s; what an idle machine's wall time would be, less I/O),
+the 1-minute load average (load) and the winners.
 Target (issue 20): round_s under 1 second.
 """
 
@@ -17,7 +19,9 @@ import os
 import pstats
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -67,6 +71,7 @@ def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
             grace_seconds=60,
             limits=[{"gpu_type": "H100", "limit": int(limit[i])}],
             submitted_at=now,
+            wait_round=0,  # no round yet (given, so that 20,000 constructors do not each query the default)
         )
         for i in range(jobs)
     ]
@@ -74,6 +79,25 @@ def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
     Bid.objects.bulk_create(
         (Bid(job=j, version=1, limits=j.limits, actor=user) for j in made), batch_size=5000
     )
+
+
+def _backend_cpu(connection: Any) -> Callable[[], float]:
+    """CPU seconds used so far by this connection's PostgreSQL backend, read from /proc (0 when the server is
+    not on this machine). With the bench's own CPU time this is the round's work whatever else the machine
+    runs: on a shared machine wall time is mostly waiting for a core."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        stat = Path(f"/proc/{cursor.fetchone()[0]}/stat")
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+
+    return read
 
 
 def main() -> None:
@@ -121,12 +145,15 @@ def main() -> None:
             db_commits.append(time.perf_counter() - started)
 
     connection._commit = timed_commit  # type: ignore[method-assign]
+    backend_cpu = _backend_cpu(connection)
+    cpu_before = (time.process_time(), backend_cpu())
     profile = cProfile.Profile() if args.profile else None
     started = time.perf_counter()
     if profile is not None:
         profile.enable()
     done = rounds.round_advance(round_id=rnd.pk)
     round_s = time.perf_counter() - started
+    cpu_s = time.process_time() - cpu_before[0] + backend_cpu() - cpu_before[1]
     connection._commit = real_commit  # type: ignore[method-assign]
     if profile is not None:
         profile.disable()
@@ -150,6 +177,8 @@ def main() -> None:
                     - ((done.freeze_ms or 0) + (done.clear_ms or 0) + (done.commit_ms or 0)) / 1000,
                     3,
                 ),
+                "cpu_s": round(cpu_s, 3),
+                "load": round(os.getloadavg()[0], 1),
                 "winners": done.winners,
                 "gpus_allocated": done.gpus_allocated,
             }

@@ -68,6 +68,7 @@ def _populate(nodes: int) -> list[tuple[int, list[str], list[int]]]:
                 limits=[],
                 submitted_at=now,
                 state="running",
+                wait_round=0,  # given: Job()'s default would query the rounds per job
             )
             for i in range(nodes * LEASES_PER_NODE)
         ),

@@ -196,7 +196,7 @@ API_TOKENS_PER_USER = env_int("API_TOKENS_PER_USER", 20, minimum=1)
 
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "config.cache.RedisCache",
         "LOCATION": env_str("REDIS_URL"),
     }
     if env_str("REDIS_URL")

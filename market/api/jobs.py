@@ -152,32 +152,39 @@ class JobListView(APIView):
         key = _idempotency_key(request)
         digest = _digest(request.data) if key else ""
         try:
-            # A replay gets what the first submit got, even if its body would not pass the checks today.
-            job, created = (
-                services.job_replay(tenant=tenant, idempotency_key=key, request_digest=digest),
-                False,
+            args = submit_args(request.data)
+            # The bid's types are all the response shows, and validation has already loaded them.
+            types = {t.name: t for t, _ in args["bids"]}
+            job, created = services.job_submit(
+                tenant=tenant,
+                submitter=request.user,
+                idempotency_key=key,
+                request_digest=digest,
+                first_response=lambda job: _render(job, gpu_types=types),
+                # A repeated key that passes the checks meets the unique index and is re-read; one they
+                # refuse is looked up below. No lookup on the way of a new submit.
+                replay_checked=True,
+                # A token is for one tenant (access_tenant checked it is this one) and its
+                # authentication already proved the user a member: no need to ask again.
+                member_checked=isinstance(request.auth, ApiToken),
+                **args,
             )
+        except (services.JobError, PolicyError, serializers.ValidationError) as exc:
+            # A replay gets what the first submit got, even if its body would not pass the checks today.
+            job = _replay(tenant, key, digest)
             if job is None:
-                args = submit_args(request.data)
-                # The bid's types are all the response shows, and validation has already loaded them.
-                types = {t.name: t for t, _ in args["bids"]}
-                job, created = services.job_submit(
-                    tenant=tenant,
-                    submitter=request.user,
-                    idempotency_key=key,
-                    request_digest=digest,
-                    first_response=lambda job: _render(job, gpu_types=types),
-                    replay_checked=True,
-                    # A token is for one tenant (access_tenant checked it is this one) and its
-                    # authentication already proved the user a member: no need to ask again.
-                    member_checked=isinstance(request.auth, ApiToken),
-                    **args,
-                )
-        except (services.JobError, PolicyError) as exc:
-            raise _refused(exc) from exc
+                raise _refused(exc) if not isinstance(exc, serializers.ValidationError) else exc from exc
+            created = False
         if not created:  # a replay, or a concurrent submit with this key got there first
             return Response(_first_response(job), status=status.HTTP_201_CREATED)
         return Response(job.first_response or _render(job, gpu_types=types), status=status.HTTP_201_CREATED)
+
+
+def _replay(tenant: Tenant, key: str, digest: str) -> Job | None:
+    try:
+        return services.job_replay(tenant=tenant, idempotency_key=key, request_digest=digest)
+    except services.JobError as exc:  # the key was used for another body
+        raise _refused(exc) from exc
 
 
 class JobDetailView(APIView):

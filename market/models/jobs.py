@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 from django.conf import settings
 from django.db import models
+from django.db.models import Max, Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 
@@ -24,12 +29,32 @@ TERMINAL_STATES = (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobS
 LEASED_STATES = (JobState.ALLOCATED, JobState.RUNNING, JobState.PREEMPTING)
 
 
+@functools.cache  # built once: Django copies an expression before resolving it into a query
+def wait_mark_expression() -> Coalesce:
+    """The newest round that has frozen (or ended without freezing), 0 before any: a job whose wait begins now
+    is in no earlier round's book, so only rounds after this one count for it (market.selectors.waiting)."""
+    from market.models.rounds import Round, RoundState  # rounds.py needs nothing from here; import at call
+
+    newest = Round.objects.exclude(state=RoundState.OPEN).order_by("-pk").values("pk")[:1]
+    return Coalesce(Subquery(newest), Value(0), output_field=models.BigIntegerField())
+
+
+def wait_mark() -> int:
+    """wait_mark_expression's value now (Job.wait_round's default)."""
+    from market.models.rounds import Round, RoundState
+
+    return int(Round.objects.exclude(state=RoundState.OPEN).aggregate(top=Max("pk"))["top"] or 0)
+
+
 class Job(models.Model):
     """A gang of GPUs wanted for up to `max_seconds`, with a bid per acceptable GPU type.
 
     `limits` is the current bid: an ordered list of `{"gpu_type": name, "limit": micro-credits per GPU-hour}`,
     the first the most preferred. Every version, the first included, is kept in `Bid`; `bid_version` names
     the current one. `submitted_at` is kept when a preempted job returns to PENDING, so it keeps its place.
+
+    `rounds_waited` is derived, not stored (market.selectors.waiting): `waited_before` rounds up to round
+    `wait_round`, plus, while pending, every round after it that committed a book.
     """
 
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="jobs")
@@ -43,7 +68,8 @@ class Job(models.Model):
     bid_version = models.PositiveIntegerField(default=1)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     submitted_at = models.DateTimeField(default=timezone.now)
-    rounds_waited = models.PositiveIntegerField(default=0)
+    waited_before = models.PositiveIntegerField(default=0, help_text="Rounds waited up to wait_round.")
+    wait_round = models.BigIntegerField(default=wait_mark, help_text="Later rounds count (while pending).")
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -70,6 +96,24 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} {self.name}"
+
+    @property
+    def rounds_waited(self) -> int:
+        """Rounds this job has waited: as the job selectors annotated it (one query for a page), else derived
+        now with one query."""
+        if "_rounds_waited" in self.__dict__:
+            return int(self.__dict__["_rounds_waited"])
+        from market.selectors.waiting import rounds_waited_of  # the selectors import this module
+
+        return rounds_waited_of(self)
+
+    @rounds_waited.setter
+    def rounds_waited(self, value: int) -> None:
+        self.__dict__["_rounds_waited"] = value
+
+    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
+        self.__dict__.pop("_rounds_waited", None)  # derived from the fields being reloaded
+        super().refresh_from_db(*args, **kwargs)
 
 
 class Bid(models.Model):

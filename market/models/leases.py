@@ -29,15 +29,34 @@ class EndReason(models.TextChoices):
     )  # a hold sized by prediction ran out (docs/predictions.md)
 
 
+# The round commit writes leases, their GPUs and their commands by the thousand, and a foreign key constraint
+# costs one check per reference per row at COMMIT (49,000 at 4,688 winners: over half of the round's COMMIT,
+# docs/rounds.md §Measured). So these references are kept by the code, as bid outcomes' are: every writer
+# takes them from rows it read (jobs and the round locked) in the same transaction, and nothing deletes a
+# job, tenant, round, node, GPU or GPU type (they are retired or deactivated); on_delete still guards a
+# delete made through Django (PROTECT refuses it, CASCADE removes the lease's GPU rows), and the indexes stay.
+# Hence db_constraint=False below and on Command's references (market.models.outbox).
+
+
 class Lease(models.Model):
     """GPUs of one node held for one job at one price. `hold_key` names its ledger hold."""
 
-    job = models.ForeignKey("market.Job", on_delete=models.PROTECT, related_name="leases")
-    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="leases")
-    round = models.ForeignKey("market.Round", on_delete=models.PROTECT, related_name="leases")
+    job = models.ForeignKey(
+        "market.Job", on_delete=models.PROTECT, related_name="leases", db_constraint=False
+    )
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="leases", db_constraint=False
+    )
+    round = models.ForeignKey(
+        "market.Round", on_delete=models.PROTECT, related_name="leases", db_constraint=False
+    )
     # The node of its first GPU; a gang on whole nodes spans several (see lease_gpus), one command per node.
-    node = models.ForeignKey("nodeagent.Node", on_delete=models.PROTECT, related_name="leases")
-    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="leases")
+    node = models.ForeignKey(
+        "nodeagent.Node", on_delete=models.PROTECT, related_name="leases", db_constraint=False
+    )
+    gpu_type = models.ForeignKey(
+        "market.GpuType", on_delete=models.PROTECT, related_name="leases", db_constraint=False
+    )
     tier = models.CharField(max_length=1)
     preemptible = models.BooleanField()
     price = models.BigIntegerField(help_text="Micro-credits per GPU-hour.")
@@ -73,8 +92,10 @@ class LeaseGpu(models.Model):
     """A GPU bound to a lease. `active` is cleared when the GPU is given to another lease or freed; the
     partial unique index makes "no GPU bound twice" a database rule, not only the allocator's."""
 
-    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="lease_gpus")
-    gpu = models.ForeignKey("nodeagent.Gpu", on_delete=models.PROTECT, related_name="lease_gpus")
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="lease_gpus", db_constraint=False)
+    gpu = models.ForeignKey(
+        "nodeagent.Gpu", on_delete=models.PROTECT, related_name="lease_gpus", db_constraint=False
+    )
     active = models.BooleanField(default=True)
 
     class Meta:

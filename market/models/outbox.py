@@ -21,8 +21,13 @@ class Command(models.Model):
     than one it has already applied; the id orders a node's commands (a preempt comes before the bind that
     reuses its GPUs)."""
 
-    node = models.ForeignKey("nodeagent.Node", on_delete=models.PROTECT, related_name="commands")
-    lease = models.ForeignKey("market.Lease", on_delete=models.PROTECT, related_name="commands")
+    # No database constraints, as for leases (the comment above Lease says why).
+    node = models.ForeignKey(
+        "nodeagent.Node", on_delete=models.PROTECT, related_name="commands", db_constraint=False
+    )
+    lease = models.ForeignKey(
+        "market.Lease", on_delete=models.PROTECT, related_name="commands", db_constraint=False
+    )
     kind = models.CharField(max_length=16, choices=CommandKind.choices)
     payload = models.JSONField()
     fence = models.BigIntegerField()

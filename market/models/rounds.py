@@ -76,7 +76,7 @@ class BidOutcome(models.Model):
     # Every round writes one row per bid (20,000 at a time), so these references are kept by the code, not by
     # the database: the round commit writes them for the round it holds locked and the jobs it just read, in
     # one transaction, and nothing else writes outcomes. A foreign key constraint would add three checks per
-    # row at COMMIT (most of the commit's own time at 20,000 bids: docs/rounds.md §Speed); Django still
+    # row at COMMIT (most of the commit's own time at 20,000 bids: docs/rounds.md §Measured); Django still
     # cascades deletes. No index that no query needs either: the unique (job, round) index below serves
     # lookups by job, and nothing looks outcomes up by GPU type.
     round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="outcomes", db_constraint=False)

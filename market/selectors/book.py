@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import zlib
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
+from django.db import connection
 
 from accounts.models import Guarantee, Tenant
 from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Policy, Tenants
@@ -29,6 +31,7 @@ from market.models import (
     MarketPolicy,
 )
 from market.selectors.holds import sized_hold_seconds
+from market.selectors.waiting import rounds_waited_before
 from nodeagent.models import Gpu, Node
 
 _TIER_INDEX = {name: i for i, name in enumerate(TIER_NAMES)}
@@ -140,7 +143,7 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
         guardrail=[NO_PRICE if t.guardrail is None else t.guardrail for t in tenants],
     )
 
-    bids, versions = _bids(tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types))
+    bids, versions = _bids(round_id, tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types))
     book = Book(
         now=int(now.timestamp()),
         round=round_id,
@@ -184,19 +187,15 @@ def _leases(
     )
 
 
-def _bids(tenant_ix: dict[int, int], type_names: dict[str, int], n_types: int) -> tuple[Bids, dict[int, int]]:
-    """Pending jobs of active tenants; a job whose types all vanished is left out (it cannot win)."""
-    rows = (
-        Job.objects.filter(state=JobState.PENDING, tenant_id__in=tenant_ix)
-        .order_by("pk")
-        .values_list(
-            "pk", "tenant_id", "gpus", "limits", "max_seconds", "submitted_at", "rounds_waited", "bid_version"
-        )
-    )
-    jobs, tenant, gpus, max_s, submit, waited, limit_rows = [], [], [], [], [], [], []
+def _bids(
+    round_id: int, tenant_ix: dict[int, int], type_names: dict[str, int], n_types: int
+) -> tuple[Bids, dict[int, int]]:
+    """Pending jobs of active tenants; a job whose types all vanished is left out (it cannot win). Each with
+    the rounds it has waited before this one (market.selectors.waiting)."""
+    jobs, tenant, gpus, max_s, submit, before, marks, limit_rows = [], [], [], [], [], [], [], []
     versions: dict[int, int] = {}
-    for pk, tenant_id, k, limits, max_seconds, submitted, rounds_waited, version in rows.iterator(
-        chunk_size=5000
+    for pk, tenant_id, k, limits, max_seconds, submitted, waited_before, wait_round, version in _pending(
+        list(tenant_ix)
     ):
         row = [NO_PRICE] * n_types
         for entry in limits:
@@ -209,8 +208,9 @@ def _bids(tenant_ix: dict[int, int], type_names: dict[str, int], n_types: int) -
         tenant.append(tenant_ix[tenant_id])
         gpus.append(k)
         max_s.append(max_seconds)
-        submit.append(int(submitted.timestamp()))
-        waited.append(rounds_waited)
+        submit.append(submitted)
+        before.append(waited_before)
+        marks.append(wait_round)
         limit_rows.append(row)
         versions[pk] = version
     # A tenant that sizes holds by prediction bids with its predicted p90 as the hold's duration (the
@@ -219,6 +219,43 @@ def _bids(tenant_ix: dict[int, int], type_names: dict[str, int], n_types: int) -
     if sized:
         max_s = [sized.get(job, seconds) for job, seconds in zip(jobs, max_s, strict=True)]
     limit = np.array(limit_rows, dtype=np.int64).reshape(len(limit_rows), n_types)
+    waited = rounds_waited_before(round_id=round_id, waited_before=before, wait_round=marks)
     return Bids(
         job=jobs, tenant=tenant, gpus=gpus, limit=limit, max_s=max_s, submit=submit, waited=waited
     ), versions
+
+
+def _pending(tenant_ids: list[int]) -> list[Sequence[Any]]:
+    """(id, tenant id, gpus, limits, max seconds, submit time in epoch seconds, waited before, wait round,
+    bid version) of the tenants' pending jobs, in id order.
+
+    On PostgreSQL the rows come as one JSON document built by the server: 20,000 rows decoded by one
+    json.loads instead of a JSON field and a timestamp converted per row through the ORM, which was most of
+    the freeze (docs/rounds.md §Measured). Elsewhere (SQLite) through the ORM.
+    """
+    if connection.vendor == "postgresql":
+        sql = (
+            "SELECT coalesce(json_agg(json_build_array(id, tenant_id, gpus, limits, max_seconds, "
+            "floor(extract(epoch FROM submitted_at))::bigint, waited_before, wait_round, bid_version) "
+            f"ORDER BY id), '[]')::text FROM {Job._meta.db_table} WHERE state = %s AND tenant_id = ANY(%s)"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [JobState.PENDING, tenant_ids])
+            rows: list[Sequence[Any]] = json.loads(cursor.fetchone()[0])
+            return rows
+    rows = (
+        Job.objects.filter(state=JobState.PENDING, tenant_id__in=tenant_ids)
+        .order_by("pk")
+        .values_list(
+            "pk",
+            "tenant_id",
+            "gpus",
+            "limits",
+            "max_seconds",
+            "submitted_at",
+            "waited_before",
+            "wait_round",
+            "bid_version",
+        )
+    )
+    return [(*row[:5], int(row[5].timestamp()), *row[6:]) for row in rows.iterator(chunk_size=5000)]

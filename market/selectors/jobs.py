@@ -15,14 +15,16 @@ from django.db.models.functions import Coalesce
 
 from accounts.models import Tenant
 from market.models import Bid, BidOutcome, GpuType, Job, JournalEntry, Lease, LeaseGpu
+from market.selectors.waiting import with_rounds_waited
 
 # The detail lists at most this many outcomes, newest first; `outcomes_count` says how many there are.
 OUTCOMES_SHOWN = 100
 
 
 def tenant_jobs(*, tenant: Tenant) -> QuerySet[Job]:
-    """The tenant's jobs, newest first; the only way views reach a job (another tenant's id is not here)."""
-    return (
+    """The tenant's jobs, newest first, each with `rounds_waited`; the only way views reach a job (another
+    tenant's id is not here)."""
+    return with_rounds_waited(
         Job.objects.filter(tenant=tenant)
         .select_related("tenant", "submitter")
         .order_by("-submitted_at", "-id")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.cache import cache
+from django.db import transaction
 from django.db.models import Max, Sum
 
 from accounts.models import Guarantee, Tenant
@@ -17,6 +19,26 @@ def market_policy() -> MarketPolicy:
         singleton=1, defaults={"round_seconds": settings.ROUND_SECONDS}
     )
     return policy
+
+
+# The policy row as a job submit reads it (its default grace period), from the cache: a query saved on every
+# submit (bench/api.py). policy_update drops it when it changes the row and again when that commits; any other
+# change (the Django admin) reaches submits within POLICY_CACHE_S. Rounds read the row itself.
+POLICY_CACHE_KEY = "market:policy"
+POLICY_CACHE_S = 10
+
+
+def market_policy_cached() -> MarketPolicy:
+    policy = cache.get(POLICY_CACHE_KEY)
+    if not isinstance(policy, MarketPolicy):
+        policy = market_policy()
+        cache.set(POLICY_CACHE_KEY, policy, POLICY_CACHE_S)
+    return policy
+
+
+def forget_cached_policy() -> None:
+    cache.delete(POLICY_CACHE_KEY)
+    transaction.on_commit(lambda: cache.delete(POLICY_CACHE_KEY))
 
 
 def current_fence() -> int:

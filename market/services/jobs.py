@@ -29,9 +29,11 @@ from market.models import (
     JobState,
     Lease,
 )
+from market.models.jobs import wait_mark_expression
 from market.money import format_credits
 from market.selectors.jobs import largest_gangs
-from market.selectors.policy import current_fence, market_policy
+from market.selectors.policy import current_fence, market_policy_cached
+from market.selectors.waiting import rounds_waited_of
 from market.services.leases import lease_request_stop
 
 NAME_MAX_CHARS = 200
@@ -142,7 +144,7 @@ def _check_max_seconds(max_seconds: object) -> int:
 
 def _check_grace(grace_seconds: object) -> int:
     if grace_seconds is None:
-        return market_policy().default_grace_s
+        return market_policy_cached().default_grace_s
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int):
         raise PolicyError("grace_seconds", "must be a whole number of seconds")
     if not 0 <= grace_seconds <= GRACE_MAX_SECONDS:
@@ -222,8 +224,9 @@ def job_submit(
     with created=False and nothing is written; a different digest raises IdempotencyKeyReused. Two concurrent
     submits with one key meet on the unique index: the second waits for the first, its transaction fails and
     it re-reads. `first_response`, given a key, renders the response to store for replays, in the same
-    transaction, so a replay never sees the job without it. `replay_checked`: the caller has just looked the
-    key up (the API does, before validating the body), so only the unique index guards a concurrent repeat.
+    transaction, so a replay never sees the job without it. `replay_checked`: no lookup first; a repeated key
+    fails the insert on the unique index and is re-read then (the API looks the key up itself when a check
+    refuses the body, so a replay is answered whatever today's checks say).
     `member_checked`: the caller authenticated with a token of this tenant, which already proved membership.
     """
     idempotency_key = check_idempotency_key(idempotency_key)
@@ -267,8 +270,12 @@ def _job_create(
         submitter=submitter,
         idempotency_key=idempotency_key,
         request_digest=request_digest if idempotency_key else "",
+        wait_round=wait_mark_expression(),  # in the INSERT: no round trip of its own
         **fields,
     )
+    # Its value stays in the database: left unloaded, it is read back only if something asks for it.
+    del job.__dict__["wait_round"]
+    job.rounds_waited = 0  # a new wait
     Bid.objects.create(job=job, version=1, limits=job.limits, actor=submitter, created_at=job.submitted_at)
     if idempotency_key and first_response is not None:
         job.first_response = first_response(job)
@@ -322,8 +329,10 @@ def job_cancel(*, job: Job, actor: User) -> Job:
     job.cancel_requested_at = now
     fields = ["cancel_requested_at", "updated_at"]
     if job.state == JobState.PENDING:
+        # Its count stops here: what it had waited becomes its stored count (market.selectors.waiting).
+        job.waited_before = rounds_waited_of(job)
         job.state, job.ended_at = JobState.CANCELLED, now
-        fields += ["state", "ended_at"]
+        fields += ["state", "ended_at", "waited_before"]
     job.save(update_fields=fields)
     if job.state in (JobState.ALLOCATED, JobState.RUNNING):
         fence = current_fence()

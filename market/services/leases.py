@@ -23,6 +23,7 @@ from market.models import (
     LeaseGpu,
     LeaseState,
 )
+from market.models.jobs import wait_mark
 from market.services.ledger import ledger_settle
 from nodeagent.selectors.usage import measured_charge
 
@@ -146,8 +147,10 @@ def _job_after_lease(job_id: int, reason: EndReason, now: datetime) -> None:
     job.state = target
     fields = ["state", "updated_at"]
     if target == JobState.PENDING:
-        job.rounds_waited = 0
-        fields.append("rounds_waited")
+        # Back in the queue: a new wait, counted from 0 by the rounds after the newest frozen one (it is in
+        # no earlier book); it keeps its submit time, so its place.
+        job.waited_before, job.wait_round = 0, wait_mark()
+        fields += ["waited_before", "wait_round"]
     else:
         job.ended_at = now
         fields.append("ended_at")

@@ -111,7 +111,7 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
                 legs["entry_id"].append(entry_id)
                 legs["account_id"].append(accounts[r.tenant_id, kind])
                 legs["amount"].append(amount)
-    bulk.insert(Posting, legs)
+    bulk.insert(Posting, legs, ids=False)
     _move(accounts, {t: total[t] for t in tenants if total[t]})
     return HoldsPlaced(
         placed=[r.key for r in placed], replayed=replayed, refused=refused, conflicted=conflicted

@@ -18,7 +18,7 @@ from accounts.models import Guarantee, Tenant, User
 from accounts.services import PolicyError, guarantee_set
 from market.models import GpuType, MarketPolicy
 from market.money import MAX_AMOUNT
-from market.selectors.policy import market_policy
+from market.selectors.policy import forget_cached_policy, market_policy
 
 DAY = 86_400
 
@@ -82,6 +82,7 @@ def policy_update(*, actor: User | None, **changes: Any) -> MarketPolicy:
         for field, (_, new) in diff.items():
             setattr(policy, field, new)
         policy.save(update_fields=[*diff, "updated_at"])
+        forget_cached_policy()
         audit(actor=admin, tenant=None, action="policy.update", detail=diff)
     return policy
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import numpy as np
-from django.db.models import F, Q
+from django.db.models import F, OuterRef, Q
 
 from accounts.models import Tenant
 from allocator import REASON_NAMES, TIER_NAMES, Book, Result
@@ -39,6 +39,7 @@ from market.models import (
     RoundPrice,
 )
 from market.selectors.book import Snapshot
+from market.selectors.waiting import COUNTS, SubqueryCount
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from market.services.ledger_bulk import HoldRequest, ledger_hold_many
 from nodeagent.models import Gpu, Node
@@ -71,13 +72,17 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     book = snapshot.book
     stats = CommitStats()
     types = dict(GpuType.objects.values_list("name", "pk"))
-    tenants = dict(Tenant.objects.filter(slug__in=result.tenant_names).values_list("slug", "pk"))
-    nodes = dict(Node.objects.filter(name__in=result.node_names).values_list("name", "pk"))
+    tenants = dict(
+        Tenant.objects.filter(slug__in=bulk.any_of(result.tenant_names, "text")).values_list("slug", "pk")
+    )
+    nodes = dict(
+        Node.objects.filter(name__in=bulk.any_of(result.node_names, "text")).values_list("name", "pk")
+    )
     node_id_of = np.array([nodes[name] for name in result.node_names], dtype=np.int64)
     gpu_of = {
         (node_id, index): (pk, uuid)
         for pk, node_id, index, uuid in Gpu.objects.filter(
-            node_id__in=nodes.values(), absent=False
+            node_id__in=bulk.any_of(list(nodes.values())), absent=False
         ).values_list("pk", "node_id", "index", "uuid")
     }
 
@@ -138,11 +143,9 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
         else:
             candidates.append(i)
 
-    # Losers wait one more round. Pending jobs, so taken after the winners' locks but before any account.
-    lost = result.losers.job.tolist() + list(skipped)
-    Job.objects.filter(pk__in=bulk.any_of(lost), state=JobState.PENDING).update(
-        rounds_waited=F("rounds_waited") + 1, updated_at=now
-    )
+    # Losers (and winners skipped here) have waited this round too: that is derived, nothing to write; pending
+    # jobs left out of the book must not count it. Job rows: after the winners' locks, before any account.
+    _skip_round_for_absent(rnd, snapshot)
 
     tenant_of = [tenants[name] for name in result.tenant_names]
     w_tenant, w_hold = w.tenant.tolist(), w.hold.tolist()
@@ -163,9 +166,6 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
         key = hold_key(rnd.pk, win_jobs[i])
         if key in refused or key in conflicted:
             skipped[win_jobs[i]] = SKIP_BUDGET if key in refused else SKIP_HOLD_CONFLICT
-            Job.objects.filter(pk=win_jobs[i], state=JobState.PENDING).update(
-                rounds_waited=F("rounds_waited") + 1, updated_at=now
-            )
         else:
             placed.append(i)
 
@@ -200,6 +200,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     bulk.insert(
         LeaseGpu,
         {"lease_id": [b[0] for b in bound], "gpu_id": [b[1] for b in bound], "active": [True] * len(bound)},
+        ids=False,
     )
     commands: dict[str, list[object]] = {
         k: []
@@ -233,9 +234,9 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
                 ("expires_at", now + BIND_TTL),
             ):
                 commands[key].append(value)
-    bulk.insert(Command, commands)
+    bulk.insert(Command, commands, ids=False)
     Job.objects.filter(pk__in=bulk.any_of([win_jobs[i] for i in placed])).update(
-        state=JobState.ALLOCATED, rounds_waited=0, updated_at=now
+        state=JobState.ALLOCATED, waited_before=0, updated_at=now
     )
     if retiered:  # locked above
         Lease.objects.filter(pk__in=bulk.any_of(retiered), state__in=LIVE_LEASE_STATES).update(
@@ -250,6 +251,19 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     for reason in skipped.values():
         stats.skipped_reasons[reason] = stats.skipped_reasons.get(reason, 0) + 1
     return stats
+
+
+def _skip_round_for_absent(rnd: Round, snapshot: Snapshot) -> None:
+    """Pending jobs that are not in this round's book (tenant inactive, GPU types gone, or pending only since
+    the freeze) keep the count they had: their wait restarts after this round with what they had waited
+    (market.selectors.waiting). Usually none; the statement reads the pending jobs' index once."""
+    absent = Job.objects.filter(state=JobState.PENDING, wait_round__lt=rnd.pk).exclude(
+        pk__in=bulk.any_of(snapshot.book.bids.job.tolist())
+    )
+    counted = (
+        Round.objects.filter(COUNTS, pk__gt=OuterRef("wait_round"), pk__lt=rnd.pk).order_by().values("pk")
+    )
+    absent.update(waited_before=F("waited_before") + SubqueryCount(counted), wait_round=rnd.pk)
 
 
 def _preempt(*, rnd: Round, victims: list[Lease], now: datetime) -> list[int]:
@@ -320,6 +334,7 @@ def _outcomes(
             "reason": [""] * n_won + list(skipped.values()) + reason_names,
             "figure": [None] * (n_won + len(skipped)) + [None if f < 0 else f for f in lo.figure.tolist()],
         },
+        ids=False,
     )
 
 

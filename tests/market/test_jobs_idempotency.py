@@ -132,3 +132,23 @@ def test_concurrent_submits_with_one_key_and_different_bodies(market: World) -> 
             assert r.json()["gpus"] == job.gpus
     assert sum(r.status_code == 201 for r in results) == 3
     assert counts() == (1, 1, 1)
+
+
+@pytest.mark.django_db
+def test_replay_is_answered_even_when_the_checks_refuse_the_body_today(market: World, settings: Any) -> None:
+    """A new submit is not looked up first (the unique index catches a repeat); a body the checks refuse
+    is, so its replay still gets the first response."""
+    client = market.client(market.amy)
+    first = client.post(URL.format("alpha"), body(), format="json", HTTP_IDEMPOTENCY_KEY="run-1")
+    assert first.status_code == 201, first.json()
+    market.h100.max_price = 4_000_000  # the bid's 5 credits are above it now
+    market.h100.save(update_fields=["max_price"])
+    settings.JOB_MAX_PENDING_PER_TENANT = 1  # and alpha is at its cap
+    before = counts()
+    again = client.post(URL.format("alpha"), body(), format="json", HTTP_IDEMPOTENCY_KEY="run-1")
+    assert (again.status_code, again.content) == (201, first.content)
+    other = client.post(URL.format("alpha"), body(gpus=3), format="json", HTTP_IDEMPOTENCY_KEY="run-1")
+    assert (other.status_code, other.json()["error"]) == (409, "idempotency_key_reused")
+    fresh = client.post(URL.format("alpha"), body(), format="json", HTTP_IDEMPOTENCY_KEY="run-2")
+    assert (fresh.status_code, fresh.json()["error"]) == (409, "too_many_pending")
+    assert counts() == before

@@ -21,6 +21,7 @@ from market.services.jobs import (
     job_submit,
 )
 from market.services.leases import lease_stopped
+from market.services.policy import policy_update
 from tests.concurrency import run_together
 from tests.conftest import World
 from tests.market.test_jobs_cancel import start
@@ -55,6 +56,9 @@ def test_grace_defaults_to_the_market_policy(market: World) -> None:
     job, created = submit(market)
     assert created and job.grace_seconds == 45
     assert submit(market, grace_seconds=0)[0].grace_seconds == 0
+    # Submits read the policy through the cache; a change through the service is seen at once.
+    policy_update(actor=market.admin, default_grace_s=90)
+    assert submit(market)[0].grace_seconds == 90
 
 
 @pytest.mark.django_db
