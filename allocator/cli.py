@@ -11,7 +11,7 @@ import sys
 from typing import Any
 
 from allocator.book import Book
-from allocator.clearing import clear
+from allocator.reference import clear
 from allocator.errors import BookError
 from allocator.invariants import check
 from allocator.result_json import result_from_json

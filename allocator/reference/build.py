@@ -1,0 +1,108 @@
+"""Turn a finished round's working state into the frozen Result (prices, holds, GPUs, reasons)."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.book import TIER_B, TIER_G, TIER_S, hold_of
+from allocator.reference.placement import free_slots
+from allocator.reference.prices import next_posted
+from allocator.reference.round import RoundState
+from allocator.reference.tiers import spot_price
+from allocator.result import OVER_BUDGET, Losers, Preemptions, Result, Winners
+
+I64 = NDArray[np.int64]
+
+
+def spot_prices(state: RoundState) -> I64:
+    """The uniform tier-S price per type (-1 where no spot winner), step 4."""
+    types = state.book.types
+    out = np.full(len(types), -1, dtype=np.int64)
+    for t in range(len(types)):
+        if state.s_low[t] >= 0:
+            out[t] = spot_price(
+                int(types.reserve[t]), int(types.posted[t]), int(state.s_lose[t]), int(state.s_low[t])
+            )
+    return out
+
+
+def winners(state: RoundState, spot: I64) -> Winners:
+    """One row per placed gang, in placement order: tier G pays r, tier B pays p, tier S the spot price."""
+    book, batches = state.book, state.floor.batches
+    if not batches:
+        z = np.zeros(0, dtype=np.int64)
+        return Winners(z, z, z.astype(np.int32), z.astype(np.int8), z.astype(np.int32), z, z, np.zeros(1, np.int64), z.astype(np.int32), z.astype(np.int32))
+    ptr, fslots = free_slots(book.nodes)
+    row = np.concatenate([b.row for b in batches])
+    node = np.concatenate([b.node for b in batches])
+    count = np.concatenate([b.count for b in batches])
+    tier = np.concatenate([np.full(b.row.size, b.tier, dtype=np.int8) for b in batches])
+    gtype = np.concatenate([np.full(b.row.size, b.gpu_type, dtype=np.int32) for b in batches])
+    slot = np.concatenate([b.slots if b.slots is not None else _offset_slots(b, ptr, fslots) for b in batches])
+    gpu_node = np.repeat(node, count)
+    new = np.r_[True, row[1:] != row[:-1]]  # a gang on several nodes has consecutive entries
+    starts = np.flatnonzero(new)
+    gang_gpus = np.add.reduceat(count, starts)
+    w_row, w_tier, w_type = row[starts], tier[starts], gtype[starts]
+    table = np.stack([book.types.reserve, book.types.posted, spot])  # by tier, then type
+    price = table[w_tier.astype(np.int64), w_type]
+    bids = book.bids
+    slot_ptr = np.zeros(starts.size + 1, dtype=np.int64)
+    np.cumsum(gang_gpus, out=slot_ptr[1:])
+    return Winners(
+        bids.job[w_row],
+        w_row,
+        bids.tenant[w_row],
+        w_tier,
+        w_type,
+        price,
+        np.asarray(hold_of(gang_gpus, price, bids.max_s[w_row]), dtype=np.int64),
+        slot_ptr,
+        gpu_node.astype(np.int32),
+        slot.astype(np.int32),
+    )
+
+
+def _offset_slots(b: object, ptr: I64, fslots: I64) -> I64:
+    """Slots of a batch given by free-slot offsets: a node's free slots are handed out in ascending order."""
+    node, count, offset = b.node, b.count, b.offset  # type: ignore[attr-defined]
+    rep = np.repeat(np.arange(node.size), count)
+    j = np.arange(rep.size) - np.repeat(np.cumsum(count) - count, count)
+    return fslots[ptr[node[rep]] + offset[rep] + j]
+
+
+def losers(state: RoundState) -> Losers:
+    """Every bid that did not win, in bid-row order, with its reason and figure; over budget overrides a later
+    reason (the figure stays the hold it needed)."""
+    rows = np.flatnonzero(state.won_tier < 0)
+    reason = np.where(state.over_budget[rows], OVER_BUDGET, state.reason[rows]).astype(np.int8)
+    return Losers(state.book.bids.job[rows], rows, reason, state.reason_type[rows], state.figure[rows])
+
+
+def build_result(state: RoundState) -> Result:
+    """Assemble the Result of the round; its digest is computed on construction."""
+    book, pre = state.book, state.pre
+    spot = spot_prices(state)
+    gone = np.flatnonzero(pre.preempted)
+    reserved = sorted(state.floor.reserved_for.items())
+    return Result(
+        round=int(book.round),
+        winners=winners(state, spot),
+        losers=losers(state),
+        preemptions=Preemptions(
+            book.leases.lease[gone], gone, pre.preempt_reason[gone].astype(np.int8), pre.preempted_for[gone]
+        ),
+        retiered=state.retiered,
+        posted=next_posted(book, state.schedulable),
+        spot_price=spot,
+        reserved_node=np.array([n for n, _ in reserved], dtype=np.int32),
+        reserved_job=np.array([j for _, j in reserved], dtype=np.int64),
+        counters=dict(state.counters),
+        type_names=book.types.names,
+        node_names=book.nodes.names,
+        tenant_names=book.tenants.names,
+    )
+
+
+__all__ = ["TIER_B", "TIER_G", "TIER_S", "build_result"]

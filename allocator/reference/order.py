@@ -1,0 +1,86 @@
+"""Step 1 of ARCHITECTURE.md §Clearing: eligibility, type preference, market order and the budget filter."""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.book import Bids, GpuTypes, hold_of
+
+I64 = NDArray[np.int64]
+I32 = NDArray[np.int32]
+BOOL = NDArray[np.bool_]
+
+
+def preferences(bids: Bids, types: GpuTypes) -> I32:
+    """Eligibility and type preference (step 1). Column j is the type a bid tries in pass j: the types where its
+    limit is at least the reserve r, by decreasing margin over the posted price p, ties by type index; -1 pads."""
+    limit = bids.limit
+    eligible = limit >= types.reserve[None, :]
+    if limit.shape[1] == 1:
+        return np.where(eligible, 0, -1).astype(np.int32)
+    never = np.iinfo(np.int64).max
+    key = np.where(eligible, types.posted[None, :] - limit, never)
+    order = np.argsort(key, axis=1, kind="stable").astype(np.int32)
+    ok = np.take_along_axis(eligible, order, axis=1)
+    return np.where(ok, order, -1).astype(np.int32)
+
+
+class TieRank:
+    """The deterministic tie-break after price: every bid's rank by (submit time, job id)."""
+
+    def __init__(self, bids: Bids) -> None:
+        n = len(bids)
+        sub, job = bids.submit, bids.job
+        in_order = n < 2 or bool(
+            np.all((sub[1:] > sub[:-1]) | ((sub[1:] == sub[:-1]) & (job[1:] > job[:-1])))
+        )
+        self.n = n
+        self.identity = in_order  # the rank of a row is the row itself
+        if in_order:
+            self.rank = self.by_rank = np.arange(n, dtype=np.int64)
+        else:
+            self.by_rank = np.lexsort((job, sub)).astype(np.int64)
+            self.rank = np.empty(n, dtype=np.int64)
+            self.rank[self.by_rank] = np.arange(n, dtype=np.int64)
+
+
+def market_order(rows: I64, price: I64, ranks: TieRank) -> I64:
+    """``rows`` by price desc, then submit time, then job id (step 1 and "Ties"); ``price`` is by bid row.
+    One sort of packed (price, rank) integers where they fit 63 bits, else a lexsort."""
+    if rows.size < 2:
+        return rows
+    p = price[rows]
+    top, low = int(p.max()), int(p.min())
+    bits = max(1, (ranks.n - 1).bit_length())
+    if (top - low).bit_length() + bits > 62:
+        return rows[np.lexsort((ranks.rank[rows], -p))]
+    key = np.subtract(top, p, dtype=np.int64)
+    key <<= bits
+    key |= rows if ranks.identity else ranks.rank[rows]
+    key.sort()
+    key &= (1 << bits) - 1
+    return key if ranks.identity else ranks.by_rank[key]
+
+
+def budget_filter(rows: I64, price: I64, ranks: TieRank, bids: Bids, budget: I64) -> tuple[BOOL, I64]:
+    """Budget filter (step 1): in each tenant's own order (price desc, submit time, job id), its bids are admitted
+    while their holds at the limit price fit its budget; from the first that does not, none. Returns the refused
+    mask (by position of ``rows``) and every bid's hold at its limit (by position)."""
+    tenant = bids.tenant[rows]
+    need = np.asarray(hold_of(bids.gpus[rows], price[rows], bids.max_s[rows]), dtype=np.int64)
+    total = np.bincount(tenant, weights=need.astype(np.float64), minlength=budget.shape[0])
+    refused = np.zeros(rows.shape[0], dtype=np.bool_)
+    poor = total > budget  # (float sums: a tenant this close is walked, which is exact anyway)
+    if not poor[tenant].any():
+        return refused, need
+    pos = np.flatnonzero(poor[tenant])
+    r = rows[pos]
+    pos = pos[np.lexsort((ranks.rank[r], -price[r], tenant[pos]))]
+    spent = np.cumsum(need[pos])
+    m = tenant[pos]
+    first = np.r_[True, m[1:] != m[:-1]]
+    start = np.maximum.accumulate(np.where(first, np.arange(pos.size), 0))
+    before = spent[start] - need[pos[start]]
+    refused[pos] = spent - before > budget[m]  # a prefix: the running sum only grows
+    return refused, need
