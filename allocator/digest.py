@@ -44,25 +44,24 @@ def digest_units(result: Result) -> list[tuple[str, NDArray[Any]]]:
     return out
 
 
-def narrow(arr: NDArray[Any]) -> tuple[int, bytes]:
+def narrow(arr: NDArray[Any]) -> tuple[int, NDArray[Any]]:
     """The 1-D integer array ``arr`` as little-endian signed integers of the narrowest width that holds its
-    values, zero-padded to a multiple of 8 bytes; returns (width, bytes)."""
+    values; returns (width, the narrowed array). The body pads each to a multiple of 8 bytes."""
     lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
     for width, dtype in ((1, "<i1"), (2, "<i2"), (4, "<i4"), (8, "<i8")):
         if lo >= -(1 << (8 * width - 1)) and hi < 1 << (8 * width - 1):
             break
-    data = np.asarray(arr).astype(dtype, copy=False).tobytes()
-    return width, data + bytes(-len(data) % 8)
+    return width, np.ascontiguousarray(arr, dtype=dtype)
 
 
-def canonical_body(units: list[tuple[str, NDArray[Any]]]) -> tuple[bytes, bytes]:
-    """The head and body of the canonical serialisation of ``units`` (see the module docstring)."""
+def canonical_parts(units: list[tuple[str, NDArray[Any]]]) -> tuple[bytes, list[NDArray[Any]]]:
+    """The head of the canonical serialisation of ``units`` and the narrowed arrays of its body."""
     heads, body = [], []
     for name, arr in units:
         width, data = narrow(arr)
         heads.append(f"{name}|{width}|{arr.size}")
         body.append(data)
-    return "\x1e".join(heads).encode() + b"\x1d", b"".join(body)
+    return "\x1e".join(heads).encode() + b"\x1d", body
 
 
 def trailer(result: Result) -> bytes:
@@ -89,8 +88,10 @@ def _names_bytes(result: Result) -> bytes:
 
 def compute_digest(result: Result) -> str:
     """The canonical digest: BLAKE3 (256 bits, hex) of head, body and trailer (module docstring)."""
-    head, body = canonical_body(digest_units(result))
+    head, body = canonical_parts(digest_units(result))
     h = blake3.blake3(head)
-    h.update(body)
+    for data in body:
+        h.update(memoryview(data).cast("B"))
+        h.update(bytes(-data.nbytes % 8))
     h.update(trailer(result))
     return h.hexdigest()

@@ -67,6 +67,8 @@ def winners(state: RoundState, spot: I64) -> Winners:
 def _offset_slots(b: object, ptr: I64, fslots: I64) -> I64:
     """Slots of a batch given by free-slot offsets: a node's free slots are handed out in ascending order."""
     node, count, offset = b.node, b.count, b.offset  # type: ignore[attr-defined]
+    if count.size and int(count.min()) == int(count.max()):  # one gang size (best_fit's batches): no repeats
+        return (fslots[(ptr[node] + offset)[:, None] + np.arange(int(count[0]))]).ravel()
     rep = np.repeat(np.arange(node.size), count)
     j = np.arange(rep.size) - np.repeat(np.cumsum(count) - count, count)
     return fslots[ptr[node[rep]] + offset[rep] + j]

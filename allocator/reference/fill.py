@@ -23,20 +23,17 @@ def first_fit(size: I64, cap: I64, seg: I64 | None = None) -> BOOL:
     if seg is None:
         seg = np.zeros(n, dtype=np.int64)
         order = np.arange(n, dtype=np.int64)
+        fits = np.cumsum(size) <= cap[0]
     else:
-        bits = max(1, (n - 1).bit_length())
-        key = seg.astype(np.int64) << bits
-        key |= np.arange(n, dtype=np.int64)
-        key.sort()
-        order = key & ((1 << bits) - 1)
-    s, k = seg[order], size[order]
-    run = np.cumsum(k)
-    first = np.r_[True, s[1:] != s[:-1]]
-    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    within = run - (run[start] - k[start])
-    fits = within <= cap[s]
+        order = group_by(seg)
+        s = seg[order]
+        run = np.cumsum(size[order])
+        per = np.bincount(s, weights=size[order], minlength=cap.shape[0]).astype(np.int64)
+        fits = run - (np.cumsum(per) - per)[s] <= cap[s]  # running sum within each segment
     taken[order[fits]] = True
-    room = cap.astype(np.int64) - np.bincount(s[fits], weights=k[fits], minlength=cap.shape[0]).astype(np.int64)
+    room = cap.astype(np.int64) - np.bincount(
+        seg[order[fits]], weights=size[order[fits]], minlength=cap.shape[0]
+    ).astype(np.int64)
     tail = order[~fits]
     while tail.size:
         tail = tail[size[tail] <= room[seg[tail]]]
@@ -83,3 +80,10 @@ def fill_from(base: F64, cap: F64, weight: F64, supply: float) -> F64:
         else:
             lo = mid
     return np.asarray(np.minimum(cap, np.maximum(weight * lo - base, 0)), dtype=np.float64)
+
+
+def group_by(seg: I64) -> I64:
+    """Positions grouped by ``seg`` (non-negative), in their order within each group: a stable sort, a radix
+    sort where the values fit 16 bits (tenant indices usually do)."""
+    small = seg.size == 0 or int(seg.max()) < 1 << 15
+    return np.argsort(seg.astype(np.int16) if small else seg, kind="stable")

@@ -6,6 +6,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Bids, GpuTypes, hold_of
+from allocator.reference.fill import group_by
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
@@ -63,24 +64,29 @@ def market_order(rows: I64, price: I64, ranks: TieRank) -> I64:
     return key if ranks.identity else ranks.by_rank[key]
 
 
-def budget_filter(rows: I64, price: I64, ranks: TieRank, bids: Bids, budget: I64) -> tuple[BOOL, I64]:
-    """Budget filter (step 1): in each tenant's own order (price desc, submit time, job id), its bids are admitted
-    while their holds at the limit price fit its budget; from the first that does not, none. Returns the refused
-    mask (by position of ``rows``) and every bid's hold at its limit (by position)."""
-    tenant = bids.tenant[rows]
-    need = np.asarray(hold_of(bids.gpus[rows], price[rows], bids.max_s[rows]), dtype=np.int64)
-    total = np.bincount(tenant, weights=need.astype(np.float64), minlength=budget.shape[0])
-    refused = np.zeros(rows.shape[0], dtype=np.bool_)
-    poor = total > budget  # (float sums: a tenant this close is walked, which is exact anyway)
-    if not poor[tenant].any():
+def budget_filter(
+    rows: I64, order: I64, price: I64, bids: Bids, budget: I64
+) -> tuple[BOOL, I64]:
+    """Budget filter (step 1): in each tenant's own order (price desc, submit time, job id), its bids (``order``,
+    rows in market order) are admitted while their holds at the limit price fit its budget; from the first that
+    does not, none. Returns the refused mask (by position of ``order``) and the holds at the limit of the
+    bids walked (by bid row; -1 elsewhere: ``hold_of`` gives the others where needed). Only the tenants whose holds together exceed their budget are walked."""
+    need = np.full(len(bids), -1, dtype=np.int64)
+    approx = bids.gpus[rows] * (price[rows] / 3600.0) * bids.max_s[rows]
+    total = np.bincount(bids.tenant[rows], weights=approx, minlength=budget.shape[0])
+    refused = np.zeros(order.shape[0], dtype=np.bool_)
+    poor = total > budget * (1 - 1e-9) - len(bids)  # float sums: a tenant this close is walked, exactly
+    if not poor.any():
         return refused, need
-    pos = np.flatnonzero(poor[tenant])
-    r = rows[pos]
-    pos = pos[np.lexsort((ranks.rank[r], -price[r], tenant[pos]))]
-    spent = np.cumsum(need[pos])
-    m = tenant[pos]
+    pos = np.flatnonzero(poor[bids.tenant[order]])  # positions in market order: each tenant's in its own order
+    r = order[pos]
+    need[r] = hold_of(bids.gpus[r], price[r], bids.max_s[r])
+    m = bids.tenant[r]
+    by_tenant = group_by(m)
+    pos, r, m = pos[by_tenant], r[by_tenant], m[by_tenant]
+    spent = np.cumsum(need[r])
     first = np.r_[True, m[1:] != m[:-1]]
     start = np.maximum.accumulate(np.where(first, np.arange(pos.size), 0))
-    before = spent[start] - need[pos[start]]
+    before = spent[start] - need[r[start]]
     refused[pos] = spent - before > budget[m]  # a prefix: the running sum only grows
     return refused, need

@@ -55,8 +55,9 @@ class Floor:
     def of(cls, nodes: Nodes, n_types: int) -> Floor:
         free = nodes.free_count.astype(np.int64)
         gtype = nodes.gpu_type
-        max_cap = np.zeros(n_types, dtype=np.int64)
-        np.maximum.at(max_cap, gtype, nodes.capacity)
+        max_cap = np.array(
+            [int(nodes.capacity[gtype == t].max(initial=0)) for t in range(n_types)], dtype=np.int64
+        )
         return cls(
             nodes,
             free.copy(),
@@ -69,20 +70,23 @@ class Floor:
 
     def open_nodes(self, t: int) -> I64:
         ix = self.type_nodes[t]
-        return ix[~self.reserved[ix]]
+        return ix[~self.reserved[ix]] if self.reserved_for else ix
 
     def free_open(self, t: int) -> int:
         return int(self.free[self.open_nodes(t)].sum())
 
     def take(self, rows: I64, node: I64, count: I64, tier: int, t: int) -> None:
         """Record placements on ``node`` (grouped by node) and take their GPUs."""
-        used = self.initial_free[node] - self.free[node]
         before = np.cumsum(count) - count
         first = np.r_[True, node[1:] != node[:-1]] if node.size else np.zeros(0, dtype=np.bool_)
         start = np.maximum.accumulate(np.where(first, np.arange(node.size), 0))
-        offset = used + before - before[start]
+        self.record(rows, node, count, before - before[start], tier, t)
+
+    def record(self, rows: I64, node: I64, count: I64, within: I64, tier: int, t: int) -> None:
+        """Record placements whose ``within``: GPUs of the batch placed before them on their node."""
+        offset = self.initial_free[node] - self.free[node] + within
         self.batches.append(Placed(rows, node, count, offset, tier, t))
-        np.subtract.at(self.free, node, count)
+        self.free -= np.bincount(node, weights=count, minlength=self.free.shape[0]).astype(np.int64)
         self.touched[node] = True
 
 
@@ -98,11 +102,18 @@ def best_fit(floor: Floor, t: int, k: int, rows: I64, tier: int) -> BOOL:
     ix, per = ix[by_free], f[by_free] // k
     ends = np.cumsum(per)
     n = int(min(rows.shape[0], ends[-1]))
-    at = np.searchsorted(ends, np.arange(n), side="right")
-    node = ix[at]
-    if k > 0 and n:
-        order = np.argsort(node, kind="stable")  # one batch grouped by node (ascending gang order within)
-        floor.take(rows[:n][order], node[order], np.full(n, k, dtype=np.int64), tier, t)
+    used = int(np.searchsorted(ends, n)) + 1  # nodes that take a gang
+    ix, per = ix[:used], per[:used]
+    if n:  # gangs in priority order onto nodes in best-fit order, floor(f / k) each: grouped by node already
+        node = np.repeat(ix, per)[:n]
+        used = np.repeat(floor.initial_free[ix] - floor.free[ix] - k * (np.cumsum(per) - per), per)[:n]
+        offset = used + k * np.arange(n)  # the node's next free slot, then k more for each gang after
+        floor.batches.append(Placed(rows[:n], node, np.full(n, k, dtype=np.int64), offset, tier, t))
+        taken = np.zeros(ix.size, dtype=np.int64)
+        taken[: per.size] = per
+        taken[per.size - 1] -= int(per.sum()) - n  # the last node may take fewer
+        floor.free[ix] -= k * taken
+        floor.touched[ix[taken > 0]] = True
     placed[:n] = True
     return placed
 
@@ -138,7 +149,14 @@ def place_one(floor: Floor, t: int, k: int, row: int, tier: int) -> bool:
             return False
         floor.take(np.full(nodes.size, row, dtype=np.int64), nodes, take, tier, t)
         return True
-    return bool(best_fit(floor, t, k, np.array([row], dtype=np.int64), tier)[0])
+    ix = floor.open_nodes(t)
+    f = np.where(floor.free[ix] >= k, floor.free[ix], np.iinfo(np.int64).max)
+    if ix.size == 0 or f.min() == np.iinfo(np.int64).max:
+        return False
+    best = int(ix[int(np.argmin(f))])  # fewest free GPUs that hold it, the first of equals
+    one = np.array([row], dtype=np.int64)
+    floor.record(one, np.array([best]), np.array([k], dtype=np.int64), one * 0, tier, t)
+    return True
 
 
 def reserve_for(floor: Floor, t: int, k: int, job: int, limit: int) -> I64:

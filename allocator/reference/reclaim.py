@@ -11,6 +11,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book
+from allocator.reference.fill import first_fit
 from allocator.reference.placement import Floor, Placed
 
 I64 = NDArray[np.int64]
@@ -25,18 +26,16 @@ def retier(book: Book, held: I64, lease_tier: I8) -> I64:
     ls = book.leases
     cand = np.flatnonzero(lease_tier != TIER_G)
     cand = cand[np.lexsort((ls.lease[cand], ls.start[cand], ls.gpu_type[cand], ls.tenant[cand]))]
-    gap = np.maximum(book.tenants.guarantee - held[:, TIER_G, :], 0).astype(np.int64)
-    gpus = ls.gpus
-    moved = []
-    for v in cand.tolist():
-        m, t, k = int(ls.tenant[v]), int(ls.gpu_type[v]), int(gpus[v])
-        if k <= gap[m, t]:
-            gap[m, t] -= k
-            held[m, lease_tier[v], t] -= k
-            held[m, TIER_G, t] += k
-            lease_tier[v] = TIER_G
-            moved.append(v)
-    return np.sort(ls.lease[np.array(moved, dtype=np.int64)])
+    n_types = held.shape[2]
+    gap = np.maximum(book.tenants.guarantee - held[:, TIER_G, :], 0).astype(np.int64).ravel()
+    seg = ls.tenant[cand].astype(np.int64) * n_types + ls.gpu_type[cand]
+    moved = cand[first_fit(ls.gpus[cand], gap, seg)]
+    for v in moved.tolist():
+        m, t, k = int(ls.tenant[v]), int(ls.gpu_type[v]), int(ls.gpus[v])
+        held[m, lease_tier[v], t] -= k
+        held[m, TIER_G, t] += k
+        lease_tier[v] = TIER_G
+    return np.sort(ls.lease[moved])
 
 
 @dataclass

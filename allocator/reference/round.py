@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_B, TIER_G, TIER_S, Book
+from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.reference import placement as pl
 from allocator.reference import reclaim as rc
+from allocator.reference.fill import group_by
 from allocator.reference.order import TieRank, budget_filter, market_order, preferences
 from allocator.reference.tiers import entitlement, tier_b, tier_g, tier_s
 from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, RECLAIM
@@ -135,14 +136,14 @@ def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], price: I64
     """One pass: the budget filter over every type at once, then each type's tiers, placement and reclaim."""
     bids = state.book.bids
     order = market_order(rows, price, state.ranks)
-    refused, need = budget_filter(order, price, state.ranks, bids, state.budget_left)
+    refused, need = budget_filter(rows, order, price, bids, state.budget_left)
     if refused.any():
         r = order[refused]
         new = ~state.over_budget[r]
         state.over_budget[r[new]] = True
         state.reason_type[r[new]] = choice[r[new]]
-        state.figure[r[new]] = need[refused][new]
-        order, need = order[~refused], need[~refused]
+        state.figure[r[new]] = need[r[new]]
+        order = order[~refused]
     n_types = len(state.book.types)
     for t in range(n_types):
         part = order if n_types == 1 else order[choice[order] == t]
@@ -150,10 +151,11 @@ def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], price: I64
             continue
         won = clear_type(state, t, part, price, first=first)
         if n_types > 1 and won.any():  # a later pass may spend again: holds at the limit price
-            at = np.flatnonzero(choice[order] == t)[won]
-            state.budget_left -= np.bincount(
-                bids.tenant[order[at]], weights=need[at], minlength=len(state.budget_left)
-            ).astype(np.int64)
+            r = part[won]
+            hold = np.asarray(hold_of(bids.gpus[r], price[r], bids.max_s[r]), dtype=np.int64)
+            state.budget_left -= np.bincount(bids.tenant[r], weights=hold, minlength=len(state.budget_left)).astype(
+                np.int64
+            )
 
 
 @dataclass
@@ -193,10 +195,11 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     if first:
         serve_starving(state, t, s)
     place_groups(state, t, s)
-    reclaim_guarantees(state, t, s)
+    gained = placed_gpus(s, unused.shape[0])  # by tenant, GPUs placed so far in this type and pass
+    reclaim_guarantees(state, t, s, gained)
     if first and state.book.policy.fair_reclaim:
-        fair_reclaim(state, t, s)
-    record(state, t, s, left, spot_supply)
+        fair_reclaim(state, t, s, gained)
+    record(state, t, s, left, spot_supply, gained)
     return s.placed
 
 
@@ -244,7 +247,7 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
     group = np.where(s.tier < 0, REST, s.tier).astype(np.int64)
     stride = int(s.gpus.max()) + 1
     key = np.where(s.placed, 4 * stride, group * stride + stride - 1 - s.gpus)
-    order = np.argsort(key.astype(np.int32), kind="stable")
+    order = np.argsort(key.astype(np.int16 if 4 * stride < 1 << 15 else np.int64), kind="stable")
     bounds = np.searchsorted(key[order], np.arange(4 * stride + 1))
     for g in range(4):
         tier = TIER_S if g == REST else g
@@ -261,7 +264,7 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
             s.tier[pos[ok]] = tier
 
 
-def reclaim_guarantees(state: RoundState, t: int, s: TypeBids) -> None:
+def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
     """Reclaim (step 6): each unplaced tier-G gang (by tenant, then market order) preempts tier S, then tier B
     leases of the tenant furthest above its entitlement, never below the victim's own guarantee; where a gang
     of a tenant fails, no larger one of it is tried."""
@@ -269,7 +272,7 @@ def reclaim_guarantees(state: RoundState, t: int, s: TypeBids) -> None:
     if pos.size == 0:
         return
     book, p = state.book, state.pre
-    pos = pos[np.argsort(s.tenant[pos], kind="stable")]
+    pos = pos[group_by(s.tenant[pos])]
     q = book.tenants.guarantee[:, t]
     failed: dict[int, int] = {}
     for i in pos.tolist():
@@ -287,6 +290,7 @@ def reclaim_guarantees(state: RoundState, t: int, s: TypeBids) -> None:
         gang = (row, k, m, int(book.bids.job[row]))
         if rc.preempt_for(p, state.floor, t, gang, order, may_take, RECLAIM, TIER_G):
             s.placed[i] = True
+            gained[m] += k
             state.count("reclaimed_gangs")
         else:
             failed[m] = min(failed.get(m, k), k)
@@ -299,7 +303,7 @@ def above_entitlement(state: RoundState, t: int) -> F64:
     return np.maximum(state.holding(t) - q, 0) - np.floor(state.entitled[:, t] + 1e-9)
 
 
-def fair_reclaim(state: RoundState, t: int, s: TypeBids) -> None:
+def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
     """Fair reclaim (step 6, an admin policy): a tenant below its entitlement by at least one of its pending gangs
     (unplaced, at or above p) preempts tier S, then tier B leases of tenants above their entitlement, past the
     minimum runtime, only while the victim's tenant stays at or above its own entitlement and at or above the
@@ -310,13 +314,11 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids) -> None:
     q = book.tenants.guarantee[:, t].astype(np.int64)
     weight = book.tenants.weight
     ent = np.floor(state.entitled[:, t] + 1e-9)
-    pending = np.flatnonzero(~s.placed & (s.price >= posted))
-    if pending.size == 0:
-        return
     ls = book.leases
-    x = np.maximum(state.holding(t) + placed_gpus(s, q.shape[0]) - q, 0).astype(np.float64)
+    x = np.maximum(state.holding(t) + gained - q, 0).astype(np.float64)
     if not ((ls.gpu_type == t) & ~p.preempted & (x[ls.tenant] - ls.gpus >= ent[ls.tenant])).any():
         return  # nobody could give anything up
+    pending = np.flatnonzero(~s.placed & (s.price >= posted))
     short = ent - x
     claimants = np.unique(s.tenant[pending][s.gpus[pending] <= short[s.tenant[pending]]])
     claimants = claimants[np.lexsort((claimants, x[claimants] / weight[claimants]))]
@@ -337,7 +339,8 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids) -> None:
             if rc.preempt_for(p, state.floor, t, gang, order, may_take, FAIR_SHARE, TIER_B):
                 s.placed[i], s.tier[i] = True, TIER_B
                 state.count("fair_reclaimed_gangs")
-                x = np.maximum(state.holding(t) + placed_gpus(s, q.shape[0]) - q, 0).astype(np.float64)
+                gained[c] += k
+                x = np.maximum(state.holding(t) + gained - q, 0).astype(np.float64)
             else:
                 failed = k
 
@@ -346,7 +349,7 @@ def placed_gpus(s: TypeBids, n_tenants: int) -> I64:
     return np.bincount(s.tenant[s.placed], weights=s.gpus[s.placed], minlength=n_tenants).astype(np.int64)
 
 
-def record(state: RoundState, t: int, s: TypeBids, left: I64, spot_supply: int) -> None:
+def record(state: RoundState, t: int, s: TypeBids, left: I64, spot_supply: int, gained: I64) -> None:
     """Outcomes of one type in one pass: winners are noted; every other bid gets the reason it lost here (unless
     refused by the budget filter in an earlier pass) with its figure (docs/allocator.md, reasons): chosen by a
     tier but not placed, or priced to win with no node left: no node fits (figure: the largest gang that could
@@ -357,7 +360,7 @@ def record(state: RoundState, t: int, s: TypeBids, left: I64, spot_supply: int) 
     won = s.rows[s.placed]
     state.won_tier[won] = s.tier[s.placed]
     state.won_type[won] = t
-    state.won[:, t] += placed_gpus(s, state.won.shape[0])
+    state.won[:, t] += gained
     spot = s.placed & (s.tier == TIER_S)
     low = int(s.price[spot].min()) if spot.any() else -1
     if low >= 0:

@@ -19,6 +19,13 @@ class MarketPolicy(models.Model):
     max_reservations = models.PositiveIntegerField(
         default=4, help_text="Starving gangs served with reserved nodes, per type and round."
     )
+    max_reserved_pct = models.PositiveIntegerField(
+        default=25, help_text="At most this share of a type's nodes is reserved for starving gangs at once (%)."
+    )
+    fair_reclaim = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="1: a tenant below its entitlement may preempt leases of tenants above theirs; 0: off.",
+    )
     retention_days = models.PositiveIntegerField(
         default=30,
         help_text="Days a round's book, per-bid outcomes and acknowledged commands are kept (summaries stay).",
