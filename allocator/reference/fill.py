@@ -24,16 +24,14 @@ def first_fit(size: I64, cap: I64, seg: I64 | None = None) -> BOOL:
         seg = np.zeros(n, dtype=np.int64)
         order = np.arange(n, dtype=np.int64)
         fits = np.cumsum(size) <= cap[0]
+        s, k = seg, size
     else:
         order = group_by(seg)
-        s = seg[order]
-        run = np.cumsum(size[order])
-        per = np.bincount(s, weights=size[order], minlength=cap.shape[0]).astype(np.int64)
-        fits = run - (np.cumsum(per) - per)[s] <= cap[s]  # running sum within each segment
+        s, k = seg[order], size[order]
+        per = np.bincount(s, weights=k, minlength=cap.shape[0]).astype(np.int64)
+        fits = np.cumsum(k) <= (cap + np.cumsum(per) - per)[s]  # the running sum within each segment
     taken[order[fits]] = True
-    room = cap.astype(np.int64) - np.bincount(
-        seg[order[fits]], weights=size[order[fits]], minlength=cap.shape[0]
-    ).astype(np.int64)
+    room = cap.astype(np.int64) - np.bincount(s[fits], weights=k[fits], minlength=cap.shape[0]).astype(np.int64)
     tail = order[~fits]
     while tail.size:
         tail = tail[size[tail] <= room[seg[tail]]]

@@ -72,8 +72,10 @@ def budget_filter(
     does not, none. Returns the refused mask (by position of ``order``) and the holds at the limit of the
     bids walked (by bid row; -1 elsewhere: ``hold_of`` gives the others where needed). Only the tenants whose holds together exceed their budget are walked."""
     need = np.full(len(bids), -1, dtype=np.int64)
-    approx = bids.gpus[rows] * (price[rows] / 3600.0) * bids.max_s[rows]
-    total = np.bincount(bids.tenant[rows], weights=approx, minlength=budget.shape[0])
+    every = rows.size == len(bids)  # (then no gathers: rows is every row in order)
+    gpus, max_s, tenant = (bids.gpus, bids.max_s, bids.tenant) if every else (bids.gpus[rows], bids.max_s[rows], bids.tenant[rows])
+    approx = gpus * (price if every else price[rows]) * (max_s / 3600.0)
+    total = np.bincount(tenant, weights=approx, minlength=budget.shape[0])
     refused = np.zeros(order.shape[0], dtype=np.bool_)
     poor = total > budget * (1 - 1e-9) - len(bids)  # float sums: a tenant this close is walked, exactly
     if not poor.any():

@@ -244,24 +244,31 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
     """Placement (step 5): tier G, then B, then S, then every other admitted bid that still fits (as spot, so no
     GPU stays idle while a bid fits); in each group the largest gangs first, each size in market order."""
     floor = state.floor
-    group = np.where(s.tier < 0, REST, s.tier).astype(np.int64)
-    stride = int(s.gpus.max()) + 1
-    key = np.where(s.placed, 4 * stride, group * stride + stride - 1 - s.gpus)
-    order = np.argsort(key.astype(np.int16 if 4 * stride < 1 << 15 else np.int64), kind="stable")
-    bounds = np.searchsorted(key[order], np.arange(4 * stride + 1))
-    for g in range(4):
+    for g in (TIER_G, TIER_B, TIER_S, REST):
+        if floor.free_open(t) == 0:
+            return
+        pos = np.flatnonzero((s.tier < 0 if g == REST else s.tier == g) & ~s.placed)
+        if pos.size == 0:
+            continue
+        size = s.gpus[pos]
+        pos, size = pos[np.argsort(-size.astype(np.int16), kind="stable")], np.sort(size)[::-1]
         tier = TIER_S if g == REST else g
-        for k in range(stride - 1, 0, -1):
-            c = g * stride + stride - 1 - k
-            pos = order[bounds[c] : bounds[c + 1]]
-            if pos.size == 0 or floor.free_open(t) < k:
+        for k, a, b in zip(*size_runs(size), strict=True):
+            if floor.free_open(t) < k:
                 continue
+            run = pos[a:b]
             if k > floor.max_cap[t]:
-                ok = np.array([pl.place_one(floor, t, k, int(s.rows[i]), tier) for i in pos.tolist()], dtype=bool)
+                ok = np.array([pl.place_one(floor, t, k, int(s.rows[i]), tier) for i in run.tolist()], dtype=bool)
             else:
-                ok = pl.best_fit(floor, t, k, s.rows[pos], tier)
-            s.placed[pos[ok]] = True
-            s.tier[pos[ok]] = tier
+                ok = pl.best_fit(floor, t, k, s.rows[run], tier)
+            s.placed[run[ok]] = True
+            s.tier[run[ok]] = tier
+
+
+def size_runs(size: I64) -> tuple[list[int], list[int], list[int]]:
+    """The gang sizes of ``size`` (sorted desc) with where each size's run starts and ends."""
+    cut = np.flatnonzero(np.r_[True, size[1:] != size[:-1], True])
+    return size[cut[:-1]].tolist(), cut[:-1].tolist(), cut[1:].tolist()
 
 
 def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
