@@ -37,18 +37,22 @@ def winners(state: RoundState, spot: I64) -> Winners:
     row = np.concatenate([b.row for b in batches])
     node = np.concatenate([b.node for b in batches])
     count = np.concatenate([b.count for b in batches])
-    tier = np.concatenate([np.full(b.row.size, b.tier, dtype=np.int8) for b in batches])
-    gtype = np.concatenate([np.full(b.row.size, b.gpu_type, dtype=np.int32) for b in batches])
+    sizes = [b.row.size for b in batches]
+    tier = np.repeat(np.array([b.tier for b in batches], dtype=np.int8), sizes)
+    gtype = np.repeat(np.array([b.gpu_type for b in batches], dtype=np.int32), sizes)
     slot = np.concatenate([b.slots if b.slots is not None else _offset_slots(b, ptr, fslots) for b in batches])
     gpu_node = np.repeat(node, count)
     new = np.r_[True, row[1:] != row[:-1]]  # a gang on several nodes has consecutive entries
-    starts = np.flatnonzero(new)
-    gang_gpus = np.add.reduceat(count, starts)
-    w_row, w_tier, w_type = row[starts], tier[starts], gtype[starts]
+    if new.all():
+        gang_gpus, w_row, w_tier, w_type = count, row, tier, gtype
+    else:
+        starts = np.flatnonzero(new)
+        gang_gpus = np.add.reduceat(count, starts)
+        w_row, w_tier, w_type = row[starts], tier[starts], gtype[starts]
     table = np.stack([book.types.reserve, book.types.posted, spot])  # by tier, then type
     price = table[w_tier.astype(np.int64), w_type]
     bids = book.bids
-    slot_ptr = np.zeros(starts.size + 1, dtype=np.int64)
+    slot_ptr = np.zeros(w_row.size + 1, dtype=np.int64)
     np.cumsum(gang_gpus, out=slot_ptr[1:])
     return Winners(
         bids.job[w_row],
