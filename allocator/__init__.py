@@ -20,8 +20,8 @@ from allocator.book import (
     Tenants,
     hold_of,
 )
-from allocator.reference import clear
 from allocator.errors import BookError
+from allocator.reference import clear
 from allocator.result import (
     BELOW_RESERVE,
     FAIR_SHARE,

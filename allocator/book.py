@@ -350,7 +350,13 @@ class Policy:
     fair_reclaim: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("min_runtime_s", "starve_rounds", "price_step_bp", "max_reservations", "max_reserved_pct"):
+        for name in (
+            "min_runtime_s",
+            "starve_rounds",
+            "price_step_bp",
+            "max_reservations",
+            "max_reserved_pct",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
                 raise BookError(f"policy.{name}", "must be a non-negative integer")

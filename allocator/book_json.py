@@ -311,7 +311,8 @@ def policy_from_json(data: Any) -> Policy:
         if key not in known:
             raise BookError(f"policy.{key}", "unknown policy setting")
         _int(data[key], f"policy.{key}", minimum=0, what="a non-negative integer")
-    return Policy(**{k: v if k == "fair_reclaim" else int(v) for k, v in data.items()})
+    ints = {k: int(v) for k, v in data.items() if k != "fair_reclaim"}
+    return Policy(**ints, fair_reclaim=bool(data.get("fair_reclaim", True)))
 
 
 def book_from_json(data: Any) -> Book:

@@ -19,7 +19,6 @@ import blake3
 import numpy as np
 from numpy.typing import NDArray
 
-
 if TYPE_CHECKING:
     from allocator.result import Result
 
@@ -48,10 +47,8 @@ def narrow(arr: NDArray[Any]) -> tuple[int, NDArray[Any]]:
     """The 1-D integer array ``arr`` as little-endian signed integers of the narrowest width that holds its
     values; returns (width, the narrowed array). The body pads each to a multiple of 8 bytes."""
     lo, hi = (int(arr.min()), int(arr.max())) if arr.size else (0, 0)
-    for width, dtype in ((1, "<i1"), (2, "<i2"), (4, "<i4"), (8, "<i8")):
-        if lo >= -(1 << (8 * width - 1)) and hi < 1 << (8 * width - 1):
-            break
-    return width, np.ascontiguousarray(arr, dtype=dtype)
+    width = next(w for w in (1, 2, 4, 8) if lo >= -(1 << (8 * w - 1)) and hi < 1 << (8 * w - 1))
+    return width, np.ascontiguousarray(arr, dtype=f"<i{width}")
 
 
 def canonical_parts(units: list[tuple[str, NDArray[Any]]]) -> tuple[bytes, list[NDArray[Any]]]:
@@ -91,7 +88,7 @@ def compute_digest(result: Result) -> str:
     head, body = canonical_parts(digest_units(result))
     h = blake3.blake3(head)
     for data in body:
-        h.update(memoryview(data).cast("B"))
+        h.update(data.tobytes())
         h.update(bytes(-data.nbytes % 8))
     h.update(trailer(result))
     return h.hexdigest()

@@ -13,8 +13,8 @@ from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.digest import compute_digest
-from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
 from allocator.reference.order import preferences
+from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
 
 I64 = NDArray[np.int64]
 BOOL = NDArray[np.bool_]

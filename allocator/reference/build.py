@@ -32,7 +32,18 @@ def winners(state: RoundState, spot: I64) -> Winners:
     book, batches = state.book, state.floor.batches
     if not batches:
         z = np.zeros(0, dtype=np.int64)
-        return Winners(z, z, z.astype(np.int32), z.astype(np.int8), z.astype(np.int32), z, z, np.zeros(1, np.int64), z.astype(np.int32), z.astype(np.int32))
+        return Winners(
+            z,
+            z,
+            z.astype(np.int32),
+            z.astype(np.int8),
+            z.astype(np.int32),
+            z,
+            z,
+            np.zeros(1, np.int64),
+            z.astype(np.int32),
+            z.astype(np.int32),
+        )
     ptr, fslots = free_slots(book.nodes)
     row = np.concatenate([b.row for b in batches])
     node = np.concatenate([b.node for b in batches])
@@ -40,7 +51,9 @@ def winners(state: RoundState, spot: I64) -> Winners:
     sizes = [b.row.size for b in batches]
     tier = np.repeat(np.array([b.tier for b in batches], dtype=np.int8), sizes)
     gtype = np.repeat(np.array([b.gpu_type for b in batches], dtype=np.int32), sizes)
-    slot = np.concatenate([b.slots if b.slots is not None else _offset_slots(b, ptr, fslots) for b in batches])
+    slot = np.concatenate(
+        [b.slots if b.slots is not None else _offset_slots(b, ptr, fslots) for b in batches]
+    )
     gpu_node = np.repeat(node, count)
     new = np.r_[True, row[1:] != row[:-1]]  # a gang on several nodes has consecutive entries
     if new.all():
@@ -72,10 +85,12 @@ def _offset_slots(b: object, ptr: I64, fslots: I64) -> I64:
     """Slots of a batch given by free-slot offsets: a node's free slots are handed out in ascending order."""
     node, count, offset = b.node, b.count, b.offset  # type: ignore[attr-defined]
     if count.size and int(count.min()) == int(count.max()):  # one gang size (best_fit's batches): no repeats
-        return (fslots[(ptr[node] + offset)[:, None] + np.arange(int(count[0]))]).ravel()
+        return np.asarray(
+            fslots[(ptr[node] + offset)[:, None] + np.arange(int(count[0]))], dtype=np.int64
+        ).ravel()
     rep = np.repeat(np.arange(node.size), count)
     j = np.arange(rep.size) - np.repeat(np.cumsum(count) - count, count)
-    return fslots[ptr[node[rep]] + offset[rep] + j]
+    return np.asarray(fslots[ptr[node[rep]] + offset[rep] + j], dtype=np.int64)
 
 
 def losers(state: RoundState) -> Losers:

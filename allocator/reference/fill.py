@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -31,7 +33,9 @@ def first_fit(size: I64, cap: I64, seg: I64 | None = None) -> BOOL:
         per = np.bincount(s, weights=k, minlength=cap.shape[0]).astype(np.int64)
         fits = np.cumsum(k) <= (cap + np.cumsum(per) - per)[s]  # the running sum within each segment
     taken[order[fits]] = True
-    room = cap.astype(np.int64) - np.bincount(s[fits], weights=k[fits], minlength=cap.shape[0]).astype(np.int64)
+    room = cap.astype(np.int64) - np.bincount(s[fits], weights=k[fits], minlength=cap.shape[0]).astype(
+        np.int64
+    )
     tail = order[~fits]
     while tail.size:
         tail = tail[size[tail] <= room[seg[tail]]]
@@ -61,7 +65,7 @@ def water_fill(want: F64, weight: F64, supply: float) -> F64:
     filled = below + r * w_rest  # what the level r_i hands out
     i = int(np.searchsorted(filled, supply))
     level = (supply - below[i]) / w_rest[i]
-    return np.minimum(want, weight * level)
+    return np.asarray(np.minimum(want, weight * level), dtype=np.float64)
 
 
 def fill_from(base: F64, cap: F64, weight: F64, supply: float) -> F64:
@@ -80,7 +84,7 @@ def fill_from(base: F64, cap: F64, weight: F64, supply: float) -> F64:
     return np.asarray(np.minimum(cap, np.maximum(weight * lo - base, 0)), dtype=np.float64)
 
 
-def group_by(seg: I64) -> I64:
+def group_by(seg: NDArray[np.integer[Any]]) -> I64:
     """Positions grouped by ``seg`` (non-negative), in their order within each group."""
     bits = max(1, (seg.size - 1).bit_length())
     if seg.size == 0 or int(seg.max()).bit_length() + bits > 62:

@@ -64,23 +64,27 @@ def market_order(rows: I64, price: I64, ranks: TieRank) -> I64:
     return key if ranks.identity else ranks.by_rank[key]
 
 
-def budget_filter(
-    rows: I64, order: I64, price: I64, bids: Bids, budget: I64
-) -> tuple[BOOL, I64]:
+def budget_filter(rows: I64, order: I64, price: I64, bids: Bids, budget: I64) -> tuple[BOOL, I64]:
     """Budget filter (step 1): in each tenant's own order (price desc, submit time, job id), its bids (``order``,
     rows in market order) are admitted while their holds at the limit price fit its budget; from the first that
     does not, none. Returns the refused mask (by position of ``order``) and the holds at the limit of the
     bids walked (by bid row; -1 elsewhere: ``hold_of`` gives the others where needed). Only the tenants whose holds together exceed their budget are walked."""
     need = np.full(len(bids), -1, dtype=np.int64)
     every = rows.size == len(bids)  # (then no gathers: rows is every row in order)
-    gpus, max_s, tenant = (bids.gpus, bids.max_s, bids.tenant) if every else (bids.gpus[rows], bids.max_s[rows], bids.tenant[rows])
+    gpus, max_s, tenant = (
+        (bids.gpus, bids.max_s, bids.tenant)
+        if every
+        else (bids.gpus[rows], bids.max_s[rows], bids.tenant[rows])
+    )
     approx = gpus * (price if every else price[rows]) * (max_s / 3600.0)
     total = np.bincount(tenant, weights=approx, minlength=budget.shape[0])
     refused = np.zeros(order.shape[0], dtype=np.bool_)
     poor = total > budget * (1 - 1e-9) - len(bids)  # float sums: a tenant this close is walked, exactly
     if not poor.any():
         return refused, need
-    pos = np.flatnonzero(poor[bids.tenant[order]])  # positions in market order: each tenant's in its own order
+    pos = np.flatnonzero(
+        poor[bids.tenant[order]]
+    )  # positions in market order: each tenant's in its own order
     r = order[pos]
     need[r] = hold_of(bids.gpus[r], price[r], bids.max_s[r])
     m = bids.tenant[r]

@@ -102,8 +102,8 @@ def best_fit(floor: Floor, t: int, k: int, rows: I64, tier: int) -> BOOL:
     ix, per = ix[by_free], f[by_free] // k
     ends = np.cumsum(per)
     n = int(min(rows.shape[0], ends[-1]))
-    used = int(np.searchsorted(ends, n)) + 1  # nodes that take a gang
-    ix, per = ix[:used], per[:used]
+    busy = int(np.searchsorted(ends, n)) + 1  # nodes that take a gang
+    ix, per = ix[:busy], per[:busy]
     if n:  # gangs in priority order onto nodes in best-fit order, floor(f / k) each: grouped by node already
         node = np.repeat(ix, per)[:n]
         used = np.repeat(floor.initial_free[ix] - floor.free[ix] - k * (np.cumsum(per) - per), per)[:n]

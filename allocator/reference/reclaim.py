@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.book import TIER_B, TIER_G, TIER_S, Book
+from allocator.book import TIER_G, TIER_S, Book
 from allocator.reference.fill import first_fit
 from allocator.reference.placement import Floor, Placed
 
@@ -65,7 +65,7 @@ def victim_order(p: Preempting, t: int, above: NDArray[np.float64]) -> list[int]
     )
     rows = np.flatnonzero(ok)
     key = (p.lease_tier[rows] != TIER_S, -above[ls.tenant[rows]], -ls.start[rows], ls.lease[rows])
-    return rows[np.lexsort(key[::-1])].tolist()
+    return [int(v) for v in rows[np.lexsort(key[::-1])]]
 
 
 def preempt_for(
@@ -101,7 +101,7 @@ def preempt_for(
         if sum(victims.values()) >= need and floor.reserved_for.get(node, job) == job:
             screen.append((need, node))
     for _, node in sorted(screen):
-        chosen, have, taken = [], int(floor.free[node]), {}
+        chosen, have, taken = [], int(floor.free[node]), dict[int, int]()
         for v in order:
             if have >= k:
                 break
@@ -120,7 +120,14 @@ def preempt_for(
 
 
 def place_on_freed(
-    p: Preempting, floor: Floor, t: int, node: int, gang: tuple[int, int, int], chosen: list[int], reason: int, tier: int
+    p: Preempting,
+    floor: Floor,
+    t: int,
+    node: int,
+    gang: tuple[int, int, int],
+    chosen: list[int],
+    reason: int,
+    tier: int,
 ) -> None:
     """Preempt ``chosen`` and place the gang on ``node``: its free slots not yet handed out, then freed ones."""
     row, k, job = gang
@@ -143,4 +150,3 @@ def place_on_freed(
     floor.batches.append(
         Placed(one, np.array([node], dtype=np.int64), np.array([k], dtype=np.int64), one * 0, tier, t, slots)
     )
-

@@ -52,7 +52,12 @@ class RoundState:
 
     @classmethod
     def start(cls, book: Book) -> RoundState:
-        n_bids, n_types, n_tenants, n_leases = len(book.bids), len(book.types), len(book.tenants), len(book.leases)
+        n_bids, n_types, n_tenants, n_leases = (
+            len(book.bids),
+            len(book.types),
+            len(book.tenants),
+            len(book.leases),
+        )
         held = book.tenants.held.astype(np.int64)
         lease_tier = book.leases.tier.copy()
         retiered = rc.retier(book, held, lease_tier)
@@ -96,7 +101,7 @@ class RoundState:
 
     def holding(self, t: int) -> I64:
         """GPUs of type ``t`` each tenant holds now: before the round, less preempted, plus won."""
-        return self.pre.held[:, :, t].sum(axis=1) + self.won[:, t]
+        return np.asarray(self.pre.held[:, :, t].sum(axis=1) + self.won[:, t], dtype=np.int64)
 
 
 def clear_round(book: Book) -> RoundState:
@@ -153,9 +158,9 @@ def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], price: I64
         if n_types > 1 and won.any():  # a later pass may spend again: holds at the limit price
             r = part[won]
             hold = np.asarray(hold_of(bids.gpus[r], price[r], bids.max_s[r]), dtype=np.int64)
-            state.budget_left -= np.bincount(bids.tenant[r], weights=hold, minlength=len(state.budget_left)).astype(
-                np.int64
-            )
+            state.budget_left -= np.bincount(
+                bids.tenant[r], weights=hold, minlength=len(state.budget_left)
+            ).astype(np.int64)
 
 
 @dataclass
@@ -208,7 +213,9 @@ def select_tier_b(state: RoundState, t: int, s: TypeBids, g: BOOL) -> int:
     it took."""
     book = state.book
     q, weight = book.tenants.guarantee[:, t].astype(np.int64), book.tenants.weight
-    held = state.holding(t) + np.bincount(s.tenant[g], weights=s.gpus[g], minlength=q.shape[0]).astype(np.int64)
+    held = state.holding(t) + np.bincount(s.tenant[g], weights=s.gpus[g], minlength=q.shape[0]).astype(
+        np.int64
+    )
     at_p = np.flatnonzero((s.price >= book.types.posted[t]) & ~g)
     pending = np.bincount(s.tenant[at_p], weights=s.gpus[at_p], minlength=q.shape[0]).astype(np.int64)
     e = entitlement(held, q, pending, weight, int(state.schedulable[t]))
@@ -258,7 +265,9 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
                 continue
             run = pos[a:b]
             if k > floor.max_cap[t]:
-                ok = np.array([pl.place_one(floor, t, k, int(s.rows[i]), tier) for i in run.tolist()], dtype=bool)
+                ok = np.array(
+                    [pl.place_one(floor, t, k, int(s.rows[i]), tier) for i in run.tolist()], dtype=bool
+                )
             else:
                 ok = pl.best_fit(floor, t, k, s.rows[run], tier)
             s.placed[run[ok]] = True
@@ -307,7 +316,9 @@ def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> N
 def above_entitlement(state: RoundState, t: int) -> F64:
     """By tenant: excess held of type ``t`` less its entitlement (how far above it the tenant is)."""
     q = state.book.tenants.guarantee[:, t]
-    return np.maximum(state.holding(t) - q, 0) - np.floor(state.entitled[:, t] + 1e-9)
+    return np.asarray(
+        np.maximum(state.holding(t) - q, 0) - np.floor(state.entitled[:, t] + 1e-9), dtype=np.float64
+    )
 
 
 def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
@@ -336,7 +347,7 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
             if k > ent[c] - x[c] or (failed is not None and k >= failed):
                 continue
 
-            def may_take(v: int, taken: int, c: int = c, k: int = k) -> bool:
+            def may_take(v: int, taken: int, c: int = c, k: int = k, x: F64 = x) -> bool:
                 m = int(ls.tenant[v])
                 after = x[m] - taken - int(ls.gpus[v])
                 return bool(after >= ent[m] and after / weight[m] >= (x[c] + k) / weight[c])

@@ -6,6 +6,8 @@ tenant and gang size, and returns which positions it selects; placement comes la
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -27,7 +29,7 @@ def tier_g(tenant: I64, gpus: I64, unused: I64) -> BOOL:
     return taken
 
 
-def excess(schedulable: int, held: I64, guarantee: I64) -> int:
+def excess(schedulable: int, held: NDArray[np.integer[Any]], guarantee: NDArray[np.integer[Any]]) -> int:
     """The excess E of a type (step 3): its schedulable GPUs minus what tenants use within their guarantees."""
     return max(int(schedulable - np.minimum(held, guarantee).sum()), 0)
 

@@ -20,7 +20,8 @@ class MarketPolicy(models.Model):
         default=4, help_text="Starving gangs served with reserved nodes, per type and round."
     )
     max_reserved_pct = models.PositiveIntegerField(
-        default=25, help_text="At most this share of a type's nodes is reserved for starving gangs at once (%)."
+        default=25,
+        help_text="At most this share of a type's nodes is reserved for starving gangs at once (%).",
     )
     fair_reclaim = models.PositiveSmallIntegerField(
         default=1,

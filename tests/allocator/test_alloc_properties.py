@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 from alloc_books import Shape, make_book, shapes
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from allocator import Bids, Book, clear
 from allocator.invariants import CHECKS, check
