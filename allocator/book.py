@@ -345,8 +345,8 @@ class Policy:
     min_runtime_s: int = 600
     starve_rounds: int = 5
     price_step_bp: int = 500
-    max_reservations: int = 4
-    max_reserved_pct: int = 25
+    max_reservations: int = 1
+    max_reserved_pct: int = 10
     fair_reclaim: bool = True
 
     def __post_init__(self) -> None:

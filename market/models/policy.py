@@ -17,10 +17,10 @@ class MarketPolicy(models.Model):
         default=5, help_text="Rounds before a gang gets reserved nodes."
     )
     max_reservations = models.PositiveIntegerField(
-        default=4, help_text="Starving gangs served with reserved nodes, per type and round."
+        default=1, help_text="Starving gangs served with reserved nodes, per type and round."
     )
     max_reserved_pct = models.PositiveIntegerField(
-        default=25,
+        default=10,
         help_text="At most this share of a type's nodes is reserved for starving gangs at once (%).",
     )
     fair_reclaim = models.PositiveSmallIntegerField(

@@ -90,11 +90,11 @@ def test_fair_reclaim_is_an_admin_switch_that_reaches_the_round_book(world: Worl
     assert world.client(world.amy).get(POLICY).json()["fair_reclaim"] == 1
     bad = patch(admin, POLICY, {"fair_reclaim": 2})
     assert bad.status_code == 400 and "fair_reclaim" in bad.json()["fields"]
-    assert patch(admin, POLICY, {"fair_reclaim": 0, "max_reserved_pct": 10}).json()["fair_reclaim"] == 0
+    assert patch(admin, POLICY, {"fair_reclaim": 0, "max_reserved_pct": 20}).json()["fair_reclaim"] == 0
     [row] = audit_rows("policy.update")
-    assert row.detail == {"fair_reclaim": [1, 0], "max_reserved_pct": [25, 10]}
+    assert row.detail == {"fair_reclaim": [1, 0], "max_reserved_pct": [10, 20]}
     book = book_snapshot(round_id=0, now=timezone.now(), policy=market_policy()).book
-    assert book.policy.fair_reclaim is False and book.policy.max_reserved_pct == 10
+    assert book.policy.fair_reclaim is False and book.policy.max_reserved_pct == 20
     assert policy_from_json(book.to_json()["policy"]) == book.policy
 
 
