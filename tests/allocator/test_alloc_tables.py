@@ -410,6 +410,7 @@ CASES = [
             bids("a", 3, first_job=1, gpus=8, limit=R, waited=9),
             [lease(1 + i, "c", "G", [(f"n{i}", s) for s in range(4)]) for i in range(4)],
             starve_rounds=5,
+            max_reservations=4,
             max_reserved_pct=50,
         ),
         want_gpus={},
