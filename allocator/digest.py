@@ -88,7 +88,7 @@ def compute_digest(result: Result) -> str:
     head, body = canonical_parts(digest_units(result))
     h = blake3.blake3(head)
     for data in body:
-        h.update(data.tobytes())
+        h.update(data.view(np.uint8).data)
         h.update(bytes(-data.nbytes % 8))
     h.update(trailer(result))
     return h.hexdigest()

@@ -82,9 +82,8 @@ def budget_filter(rows: I64, order: I64, price: I64, bids: Bids, budget: I64) ->
     poor = total > budget * (1 - 1e-9) - len(bids)  # float sums: a tenant this close is walked, exactly
     if not poor.any():
         return refused, need
-    pos = np.flatnonzero(
-        poor[bids.tenant[order]]
-    )  # positions in market order: each tenant's in its own order
+    poor_row = poor[bids.tenant]  # by row (sequential reads), then one byte per bid in market order
+    pos = np.flatnonzero(poor_row[order])  # positions in market order: each tenant's in its own order
     r = order[pos]
     need[r] = hold_of(bids.gpus[r], price[r], bids.max_s[r])
     m = bids.tenant[r]

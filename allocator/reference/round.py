@@ -258,9 +258,9 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
         if pos.size == 0:
             continue
         size = s.gpus[pos]
-        pos, size = pos[np.argsort(-size.astype(np.int16), kind="stable")], np.sort(size)[::-1]
+        pos = pos[np.argsort(-size.astype(np.int16), kind="stable")]  # largest first, market order within
         tier = TIER_S if g == REST else g
-        for k, a, b in zip(*size_runs(size), strict=True):
+        for k, a, b in size_runs(size):
             if floor.free_open(t) < k:
                 continue
             run = pos[a:b]
@@ -274,10 +274,12 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
             s.tier[run[ok]] = tier
 
 
-def size_runs(size: I64) -> tuple[list[int], list[int], list[int]]:
-    """The gang sizes of ``size`` (sorted desc) with where each size's run starts and ends."""
-    cut = np.flatnonzero(np.r_[True, size[1:] != size[:-1], True])
-    return size[cut[:-1]].tolist(), cut[:-1].tolist(), cut[1:].tolist()
+def size_runs(size: I64) -> list[tuple[int, int, int]]:
+    """For gangs sorted by size, largest first: each size present with where its run starts and ends."""
+    count = np.bincount(size)[::-1]  # by size, largest first
+    ends = np.cumsum(count)
+    top = count.shape[0] - 1
+    return [(top - i, int(ends[i] - count[i]), int(ends[i])) for i in np.flatnonzero(count).tolist()]
 
 
 def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
