@@ -49,6 +49,7 @@ class Preempting:
     preempted_for: I64
     preempt_reason: I64
     held: I64
+    gpus: I64  # by lease
 
 
 def victim_order(p: Preempting, t: int, above: NDArray[np.float64]) -> list[int]:
@@ -110,7 +111,7 @@ def preempt_for(
             m = int(ls.tenant[v])
             if not may_take(v, taken.get(m, 0)):
                 continue
-            taken[m] = taken.get(m, 0) + int(ls.gpus[v])
+            taken[m] = taken.get(m, 0) + int(p.gpus[v])
             chosen.append(v)
             have += on[node][v]
         if have >= k:

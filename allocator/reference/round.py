@@ -73,6 +73,7 @@ class RoundState:
                 np.full(n_leases, -1, dtype=np.int64),
                 np.zeros(n_leases, dtype=np.int64),
                 held,
+                book.leases.gpus,
             ),
             schedulable=free_by_type.astype(np.int64) + held.sum(axis=(0, 1)),
             budget_left=book.tenants.budget,
@@ -293,23 +294,24 @@ def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> N
     pos = pos[group_by(s.tenant[pos])]
     q = book.tenants.guarantee[:, t]
     failed: dict[int, int] = {}
+    held, order = p.held[:, :, t].sum(axis=1), rc.victim_order(p, t, above_entitlement(state, t))
     for i in pos.tolist():
         m, k, row = int(s.tenant[i]), int(s.gpus[i]), int(s.rows[i])
         if failed.get(m, k + 1) <= k:
             state.count("guarantee_unrestored")
             continue
-        held = p.held[:, :, t].sum(axis=1)
 
         def may_take(v: int, taken: int, held: I64 = held) -> bool:
             victim = int(book.leases.tenant[v])
-            return bool(held[victim] - taken - book.leases.gpus[v] >= q[victim])
+            return bool(held[victim] - taken - p.gpus[v] >= q[victim])
 
-        order = rc.victim_order(p, t, above_entitlement(state, t))
         gang = (row, k, m, int(book.bids.job[row]))
         if rc.preempt_for(p, state.floor, t, gang, order, may_take, RECLAIM, TIER_G):
             s.placed[i] = True
             gained[m] += k
             state.count("reclaimed_gangs")
+            # holdings changed: who stands furthest above its entitlement may too
+            held, order = p.held[:, :, t].sum(axis=1), rc.victim_order(p, t, above_entitlement(state, t))
         else:
             failed[m] = min(failed.get(m, k), k)
             state.count("guarantee_unrestored")
@@ -336,7 +338,7 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
     ent = np.floor(state.entitled[:, t] + 1e-9)
     ls = book.leases
     x = np.maximum(state.holding(t) + gained - q, 0).astype(np.float64)
-    if not ((ls.gpu_type == t) & ~p.preempted & (x[ls.tenant] - ls.gpus >= ent[ls.tenant])).any():
+    if not ((ls.gpu_type == t) & ~p.preempted & (x[ls.tenant] - p.gpus >= ent[ls.tenant])).any():
         return  # nobody could give anything up
     pending = np.flatnonzero(~s.placed & (s.price >= posted))
     short = ent - x
@@ -351,7 +353,7 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
 
             def may_take(v: int, taken: int, c: int = c, k: int = k, x: F64 = x) -> bool:
                 m = int(ls.tenant[v])
-                after = x[m] - taken - int(ls.gpus[v])
+                after = x[m] - taken - int(p.gpus[v])
                 return bool(after >= ent[m] and after / weight[m] >= (x[c] + k) / weight[c])
 
             order = rc.victim_order(p, t, x - ent)
