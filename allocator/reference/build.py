@@ -51,19 +51,19 @@ def winners(state: RoundState, spot: I64) -> Winners:
     sizes = [b.row.size for b in batches]
     tier = np.repeat(np.array([b.tier for b in batches], dtype=np.int8), sizes)
     gtype = np.repeat(np.array([b.gpu_type for b in batches], dtype=np.int32), sizes)
+    table = np.stack([book.types.reserve, book.types.posted, spot])  # by tier, then type
+    each = np.repeat(np.array([table[b.tier, b.gpu_type] for b in batches], dtype=np.int64), sizes)
     slot = np.concatenate(
         [b.slots if b.slots is not None else _offset_slots(b, ptr, fslots) for b in batches]
     )
     gpu_node = np.repeat(node, count)
     new = np.r_[True, row[1:] != row[:-1]]  # a gang on several nodes has consecutive entries
     if new.all():
-        gang_gpus, w_row, w_tier, w_type = count, row, tier, gtype
+        gang_gpus, w_row, w_tier, w_type, price = count, row, tier, gtype, each
     else:
         starts = np.flatnonzero(new)
         gang_gpus = np.add.reduceat(count, starts)
-        w_row, w_tier, w_type = row[starts], tier[starts], gtype[starts]
-    table = np.stack([book.types.reserve, book.types.posted, spot])  # by tier, then type
-    price = table[w_tier.astype(np.int64), w_type]
+        w_row, w_tier, w_type, price = row[starts], tier[starts], gtype[starts], each[starts]
     bids = book.bids
     slot_ptr = np.zeros(w_row.size + 1, dtype=np.int64)
     np.cumsum(gang_gpus, out=slot_ptr[1:])

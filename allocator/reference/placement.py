@@ -208,7 +208,8 @@ def largest_fit(floor: Floor, t: int) -> int:
 
 def free_slots(nodes: Nodes) -> tuple[I64, I64]:
     """Every node's free slots in ascending order, as (start of each node's list, the list)."""
-    node, slot = np.nonzero(nodes.free)
+    width = nodes.free.shape[1]
+    flat = np.flatnonzero(nodes.free)  # row-major: by node, each node's slots ascending
     ptr = np.zeros(len(nodes) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(node, minlength=len(nodes)), out=ptr[1:])
-    return ptr, slot.astype(np.int64)
+    np.cumsum(nodes.free_count, out=ptr[1:])
+    return ptr, flat % width if width else flat
