@@ -7,7 +7,7 @@ round (``allocator.clear``): no other implementation exists to disagree with it.
 - placement.py  step 5: best fit, whole nodes, reservations for starving gangs
 - reclaim.py    steps 2 and 6: re-tiering, preemption for a guarantee and fair reclaim
 - prices.py     step 7: the posted price
-- round.py      the order of the steps; build.py: the Result
+- round.py      the order of the steps; state.py: the round's working state; build.py: the Result
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from numpy.typing import NDArray
 from allocator.book import TIER_B, TIER_G, TIER_S, hold_of
 from allocator.reference.placement import free_slots
 from allocator.reference.prices import next_posted
-from allocator.reference.round import RoundState
+from allocator.reference.state import RoundState
 from allocator.reference.tiers import spot_price
 from allocator.result import OVER_BUDGET, Losers, Preemptions, Result, Winners
 
