@@ -8,11 +8,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 I64 = NDArray[np.int64]
+Ints = NDArray[np.integer[Any]]  # gang sizes and tenant indices: int32 book columns or int64
 F64 = NDArray[np.float64]
 BOOL = NDArray[np.bool_]
 
 
-def first_fit(size: I64, cap: I64, seg: I64 | None = None) -> BOOL:
+def first_fit(size: Ints, cap: I64, seg: Ints | None = None) -> BOOL:
     """Gangs in order (``size`` by position) take from the cap of their segment (``seg``; None: one segment) each
     one that still fits; one that does not is skipped, a later smaller one may fit. Returns the taken mask.
 
@@ -25,13 +26,15 @@ def first_fit(size: I64, cap: I64, seg: I64 | None = None) -> BOOL:
     if seg is None:
         seg = np.zeros(n, dtype=np.int64)
         order = np.arange(n, dtype=np.int64)
-        fits = np.cumsum(size) <= cap[0]
+        fits = np.cumsum(size, dtype=np.int64) <= cap[0]
         s, k = seg, size
     else:
         order = group_by(seg)
         s, k = seg[order], size[order]
         per = np.bincount(s, weights=k, minlength=cap.shape[0]).astype(np.int64)
-        fits = np.cumsum(k) <= (cap + np.cumsum(per) - per)[s]  # the running sum within each segment
+        fits = (
+            np.cumsum(k, dtype=np.int64) <= (cap + np.cumsum(per) - per)[s]
+        )  # the running sum within each segment
     taken[order[fits]] = True
     room = cap.astype(np.int64) - np.bincount(s[fits], weights=k[fits], minlength=cap.shape[0]).astype(
         np.int64

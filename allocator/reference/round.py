@@ -7,6 +7,8 @@ placement and guarantee reclaim (no tier B, no fair reclaim, no new reservations
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -92,8 +94,8 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     s = TypeBids(
         rows,
         price[rows],
-        bids.tenant[rows].astype(np.int64),
-        bids.gpus[rows].astype(np.int64),
+        bids.tenant[rows],  # int32 columns: gathered, not widened
+        bids.gpus[rows],
         np.full(rows.shape[0], -1, dtype=np.int8),
         np.zeros(rows.shape[0], dtype=np.bool_),
     )
@@ -184,7 +186,7 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
             s.tier[run[ok]] = tier
 
 
-def size_runs(size: I64) -> list[tuple[int, int, int]]:
+def size_runs(size: NDArray[np.integer[Any]]) -> list[tuple[int, int, int]]:
     """For gangs sorted by size, largest first: each size present with where its run starts and ends."""
     count = np.bincount(size)[::-1]  # by size, largest first
     ends = np.cumsum(count)

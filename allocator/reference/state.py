@@ -15,6 +15,7 @@ from allocator.reference.order import TieRank
 
 I64 = NDArray[np.int64]
 I8 = NDArray[np.int8]
+I32 = NDArray[np.int32]
 F64 = NDArray[np.float64]
 BOOL = NDArray[np.bool_]
 
@@ -103,8 +104,8 @@ class TypeBids:
 
     rows: I64
     price: I64
-    tenant: I64
-    gpus: I64
+    tenant: I32
+    gpus: I32
     tier: I8  # selected by tier G, B or S (-1: by none)
     placed: BOOL
 

@@ -11,14 +11,14 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from allocator.reference.fill import fill_from, first_fit, water_fill
+from allocator.reference.fill import Ints, fill_from, first_fit, water_fill
 
 I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
 BOOL = NDArray[np.bool_]
 
 
-def tier_g(tenant: I64, gpus: I64, unused: I64) -> BOOL:
+def tier_g(tenant: Ints, gpus: Ints, unused: I64) -> BOOL:
     """Tier G (step 2): each tenant's bids, in its own order, first-fit into its unused guarantee (q minus every
     GPU it holds, in any tier). Price r; never preempted."""
     could = gpus <= unused[tenant]  # a larger gang never fits: what is unused only shrinks
@@ -43,7 +43,7 @@ def entitlement(held: I64, guarantee: I64, pending: I64, weight: F64, schedulabl
     return water_fill(want, weight, float(excess(schedulable, held, guarantee)))
 
 
-def tier_b(tenant: I64, gpus: I64, entitled: F64, held_excess: I64, weight: F64, supply: int) -> BOOL:
+def tier_b(tenant: Ints, gpus: Ints, entitled: F64, held_excess: I64, weight: F64, supply: int) -> BOOL:
     """Tier B (step 3): each tenant first-fits its bids at or above p, in its own order, into floor(e_t) minus the
     excess it already holds (never negative). Where those room exceed the GPUs free this round, the free GPUs go
     to whoever is furthest below its entitlement relative to weight first (``fill_from``). Price p."""
@@ -53,7 +53,7 @@ def tier_b(tenant: I64, gpus: I64, entitled: F64, held_excess: I64, weight: F64,
     return first_fit(gpus, room.astype(np.int64), tenant)
 
 
-def tier_s(gpus: I64, supply: int) -> BOOL:
+def tier_s(gpus: Ints, supply: int) -> BOOL:
     """Tier S (step 4): what is left goes to the highest remaining bids per GPU (open positions in market order),
     first-fit by count. Preemptible."""
     return first_fit(gpus, np.array([max(supply, 0)], dtype=np.int64))
