@@ -151,3 +151,96 @@ def place_on_freed(
     floor.batches.append(
         Placed(one, np.array([node], dtype=np.int64), np.array([k], dtype=np.int64), one * 0, tier, t, slots)
     )
+
+
+def preempt_whole_nodes(
+    p: Preempting,
+    floor: Floor,
+    t: int,
+    gang: tuple[int, int, int, int],
+    order: list[int],
+    may_take: Callable[[int, int], bool],
+    reason: int,
+    tier: int,
+) -> bool:
+    """Make room for a gang larger than any node of type ``t`` on whole nodes of one topology domain, as
+    placement puts such a gang: a node qualifies when everything running on it is a victim in ``order`` that
+    ``may_take`` allows (then it is whole once they go); of the domains whose qualifying nodes hold the gang,
+    the one where the fewest victim GPUs must go, its cheapest nodes first (then node index). Returns whether
+    the gang was placed."""
+    row, k, claimant, job = gang
+    ls, nodes = p.book.leases, floor.nodes
+    eligible = set(order)
+    running: dict[int, set[int]] = {}  # node of type t -> leases not preempted with a GPU there
+    for v in range(len(ls)):
+        if p.preempted[v] or ls.gpu_type[v] != t:
+            continue
+        for node in ls.slot_node[int(ls.slot_ptr[v]) : int(ls.slot_ptr[v + 1])].tolist():
+            running.setdefault(int(node), set()).add(v)
+    by_domain: dict[int, list[tuple[int, int, list[int]]]] = {}
+    for node in floor.open_nodes(t).tolist() + [n for n, j in floor.reserved_for.items() if j == job]:
+        if nodes.gpu_type[node] != t:
+            continue
+        victims = sorted(running.get(node, set()))
+        if any(v not in eligible or ls.tenant[v] == claimant for v in victims):
+            continue
+        cost = sum(int(p.gpus[v]) for v in victims)
+        if (
+            int(floor.free[node])
+            + sum((ls.slot_node[ls.slot_ptr[v] : ls.slot_ptr[v + 1]] == node).sum() for v in victims)
+            != nodes.capacity[node]
+        ):
+            continue  # something else holds GPUs there (placed this round)
+        by_domain.setdefault(int(nodes.domain[node]), []).append((cost, node, victims))
+    best: tuple[int, list[tuple[int, int, list[int]]]] | None = None
+    for cands in by_domain.values():
+        chosen, have, spent, taken = [], 0, 0, dict[int, int]()
+        for cost, node, victims in sorted(cands):
+            if have >= k:
+                break
+            if not all(may_take(v, taken.get(int(ls.tenant[v]), 0)) for v in victims):
+                continue
+            for v in victims:
+                taken[int(ls.tenant[v])] = taken.get(int(ls.tenant[v]), 0) + int(p.gpus[v])
+            chosen.append((cost, node, victims))
+            have += int(nodes.capacity[node])
+            spent += cost
+        if have >= k and (best is None or spent < best[0]):
+            best = (spent, chosen)
+    if best is None:
+        return False
+    chosen = sorted(best[1], key=lambda c: c[1])
+    node_ids, counts, slots, left = [], [], [], k
+    for _, node, victims in chosen:
+        freed = []
+        for v in victims:
+            a, b = int(ls.slot_ptr[v]), int(ls.slot_ptr[v + 1])
+            freed += [int(x) for n, x in zip(ls.slot_node[a:b], ls.slot_idx[a:b], strict=True) if n == node]
+            p.preempted[v] = True
+            p.preempted_for[v] = job
+            p.preempt_reason[v] = reason
+            p.held[ls.tenant[v], p.lease_tier[v], t] -= int(p.gpus[v])
+        take = min(int(nodes.capacity[node]), left)
+        left -= take
+        # as placement hands out a node's free slots: the next ones not yet handed out, then the freed ones
+        from_free = min(int(floor.free[node]), take)
+        skip = int(floor.initial_free[node] - floor.free[node])
+        free_now = np.flatnonzero(nodes.free[node])[skip : skip + from_free]
+        node_ids.append(node)
+        counts.append(take)
+        slots.append(np.concatenate([free_now, np.sort(np.array(freed, dtype=np.int64))[: take - from_free]]))
+        floor.free[node] -= from_free
+        floor.touched[node] = True
+    n = len(node_ids)
+    floor.batches.append(
+        Placed(
+            np.full(n, row, dtype=np.int64),
+            np.array(node_ids, dtype=np.int64),
+            np.array(counts, dtype=np.int64),
+            np.zeros(n, dtype=np.int64),
+            tier,
+            t,
+            np.concatenate(slots),
+        )
+    )
+    return True

@@ -196,8 +196,9 @@ def size_runs(size: NDArray[np.integer[Any]]) -> list[tuple[int, int, int]]:
 
 def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
     """Reclaim (step 6): each unplaced tier-G gang (by tenant, then market order) preempts tier S, then tier B
-    leases of the tenant furthest above its entitlement, never below the victim's own guarantee; where a gang
-    of a tenant fails, no larger one of it is tried."""
+    leases of the tenant furthest above its entitlement, never below the victim's own guarantee: on one node, or
+    for a gang larger than a node on whole nodes of one domain; where a gang of a tenant fails, no larger one of
+    it is tried."""
     pos = np.flatnonzero((s.tier == TIER_G) & ~s.placed)
     if pos.size == 0:
         return
@@ -217,7 +218,9 @@ def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> N
             return bool(held[victim] - taken - p.gpus[v] >= q[victim])
 
         gang = (row, k, m, int(book.bids.job[row]))
-        if rc.preempt_for(p, state.floor, t, gang, order, may_take, RECLAIM, TIER_G):
+        one_node = k <= state.floor.max_cap[t]
+        preempt = rc.preempt_for if one_node else rc.preempt_whole_nodes
+        if preempt(p, state.floor, t, gang, order, may_take, RECLAIM, TIER_G):
             s.placed[i] = True
             gained[m] += k
             state.count("reclaimed_gangs")

@@ -180,6 +180,20 @@ CASES = [
         want_counters={"reclaimed_gangs": 4},
     ),
     Case(
+        "a gang larger than a node reclaims its guarantee on whole nodes of one domain",
+        book(
+            [node("n0", free=[]), node("n1", free=[]), node("n2", domain=1, free=[])],
+            [tenant("a", guarantee=16), tenant("b")],
+            bids("a", 1, first_job=1, gpus=16, limit=R),
+            [lease(10 + i, "b", "S", [(f"n{i // 2}", 4 * (i % 2) + s) for s in range(4)]) for i in range(6)],
+        ),
+        want_gpus={"a": 16},
+        want_tiers={"a": {"G": 16}},
+        want_preempted=(10, 11, 12, 13),
+        want_nodes={1: {"n0", "n1"}},
+        want_counters={"reclaimed_gangs": 1, "guarantee_unrestored": 0},
+    ),
+    Case(
         "reclaim respects the minimum runtime",
         book(
             [node("n0", free=[])],
