@@ -57,11 +57,10 @@ def winners(state: RoundState, spot: I64) -> Winners:
         [b.slots if b.slots is not None else _offset_slots(b, ptr, fslots) for b in batches]
     )
     gpu_node = np.repeat(node, count)
-    new = np.r_[True, row[1:] != row[:-1]]  # a gang on several nodes has consecutive entries
-    if new.all():
+    if not state.floor.spread:  # every gang on one node: one entry each
         gang_gpus, w_row, w_tier, w_type, price = count, row, tier, gtype, each
-    else:
-        starts = np.flatnonzero(new)
+    else:  # a gang on several nodes has consecutive entries
+        starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
         gang_gpus = np.add.reduceat(count, starts)
         w_row, w_tier, w_type, price = row[starts], tier[starts], gtype[starts], each[starts]
     bids = book.bids

@@ -46,22 +46,25 @@ class TieRank:
             self.rank[self.by_rank] = np.arange(n, dtype=np.int64)
 
 
-def market_order(rows: I64, price: I64, ranks: TieRank) -> I64:
-    """``rows`` by price desc, then submit time, then job id (step 1 and "Ties"); ``price`` is by bid row.
-    One sort of packed (price, rank) integers where they fit 63 bits, else a lexsort."""
-    if rows.size < 2:
-        return rows
+def market_order(rows: I64, price: I64, ranks: TieRank) -> tuple[I64, I64]:
+    """``rows`` by price desc, then submit time, then job id (step 1 and "Ties"), with their prices in that
+    order; ``price`` is by bid row. One sort of packed (price, rank) integers where they fit 63 bits (the
+    prices come back out of the sorted keys), else a lexsort."""
     p = price[rows]
+    if rows.size < 2:
+        return rows, p
     top, low = int(p.max()), int(p.min())
     bits = max(1, (ranks.n - 1).bit_length())
     if (top - low).bit_length() + bits > 62:
-        return rows[np.lexsort((ranks.rank[rows], -p))]
+        order = np.lexsort((ranks.rank[rows], -p))
+        return rows[order], p[order]
     key = np.subtract(top, p, dtype=np.int64)
     key <<= bits
     key |= rows if ranks.identity else ranks.rank[rows]
     key.sort()
+    p = top - (key >> bits)
     key &= (1 << bits) - 1
-    return key if ranks.identity else ranks.by_rank[key]
+    return (key if ranks.identity else ranks.by_rank[key]), p
 
 
 def budget_filter(rows: I64, order: I64, price: I64, bids: Bids, budget: I64) -> tuple[BOOL, I64]:

@@ -49,6 +49,7 @@ class Floor:
     type_nodes: list[I64]
     max_cap: I64
     batches: list[Placed] = field(default_factory=list)
+    spread: bool = False  # some gang spans several nodes (then a batch has several entries for it)
     reserved_for: dict[int, int] = field(default_factory=dict)  # node -> job
 
     @classmethod
@@ -148,6 +149,7 @@ def place_one(floor: Floor, t: int, k: int, row: int, tier: int) -> bool:
         if nodes.size == 0:
             return False
         floor.take(np.full(nodes.size, row, dtype=np.int64), nodes, take, tier, t)
+        floor.spread = True
         return True
     ix = floor.open_nodes(t)
     f = np.where(floor.free[ix] >= k, floor.free[ix], np.iinfo(np.int64).max)

@@ -232,6 +232,7 @@ def preempt_whole_nodes(
         floor.free[node] -= from_free
         floor.touched[node] = True
     n = len(node_ids)
+    floor.spread = True
     floor.batches.append(
         Placed(
             np.full(n, row, dtype=np.int64),

@@ -64,7 +64,7 @@ def below_reserve(state: RoundState, prefs: NDArray[np.int32]) -> None:
 def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], price: I64, *, first: bool) -> None:
     """One pass: the budget filter over every type at once, then each type's tiers, placement and reclaim."""
     bids = state.book.bids
-    order = market_order(rows, price, state.ranks)
+    order, p_order = market_order(rows, price, state.ranks)
     refused, need = budget_filter(rows, order, price, bids, state.budget_left)
     if refused.any():
         r = order[refused]
@@ -72,13 +72,14 @@ def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], price: I64
         state.over_budget[r[new]] = True
         state.reason_type[r[new]] = choice[r[new]]
         state.figure[r[new]] = need[r[new]]
-        order = order[~refused]
+        order, p_order = order[~refused], p_order[~refused]
     n_types = len(state.book.types)
     for t in range(n_types):
-        part = order if n_types == 1 else order[choice[order] == t]
+        mine = None if n_types == 1 else choice[order] == t
+        part = order if mine is None else order[mine]
         if part.size == 0:
             continue
-        won = clear_type(state, t, part, price, first=first)
+        won = clear_type(state, t, part, p_order if mine is None else p_order[mine], first=first)
         if n_types > 1 and won.any():  # a later pass may spend again: holds at the limit price
             r = part[won]
             hold = np.asarray(hold_of(bids.gpus[r], price[r], bids.max_s[r]), dtype=np.int64)
@@ -88,12 +89,12 @@ def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], price: I64
 
 
 def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool) -> BOOL:
-    """Tiers G, B, S by count, placement, reclaim and outcomes for one type's bids (``rows``, market order).
-    Returns the placed mask by position."""
+    """Tiers G, B, S by count, placement, reclaim and outcomes for one type's bids (``rows``, market order, with
+    their limit prices in this type, ``price``, by position). Returns the placed mask by position."""
     bids = state.book.bids
     s = TypeBids(
         rows,
-        price[rows],
+        price,
         bids.tenant[rows],  # int32 columns: gathered, not widened
         bids.gpus[rows],
         np.full(rows.shape[0], -1, dtype=np.int8),
@@ -116,7 +117,7 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     reclaim_guarantees(state, t, s, gained)
     if first and state.book.policy.fair_reclaim:
         fair_reclaim(state, t, s, gained)
-    record(state, t, s, left, spot_supply, gained)
+    record(state, t, s, left, spot_supply, gained, first=first)
     return s.placed
 
 
@@ -281,7 +282,9 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
                 failed = k
 
 
-def record(state: RoundState, t: int, s: TypeBids, left: I64, spot_supply: int, gained: I64) -> None:
+def record(
+    state: RoundState, t: int, s: TypeBids, left: I64, spot_supply: int, gained: I64, *, first: bool
+) -> None:
     """Outcomes of one type in one pass: winners are noted; every other bid gets the reason it lost here (unless
     refused by the budget filter in an earlier pass) with its figure (docs/allocator.md, reasons): chosen by a
     tier but not placed, or priced to win with no node left: no node fits (figure: the largest gang that could
@@ -301,7 +304,9 @@ def record(state: RoundState, t: int, s: TypeBids, left: I64, spot_supply: int, 
     if not lost.any():
         return
     state.s_lose[t] = max(int(state.s_lose[t]), int(s.price[lost].max()))
-    at = np.flatnonzero(lost & ~state.over_budget[s.rows])
+    # a bid refused by the budget filter in an earlier pass keeps that reason (in pass 0 none is: refused bids
+    # never reach a type)
+    at = np.flatnonzero(lost if first else lost & ~state.over_budget[s.rows])
     price, unsold = s.price[at], s.tier[at] < 0
     reason = np.full(at.size, NO_FIT, dtype=np.int8)
     figure = np.full(at.size, pl.largest_fit(state.floor, t), dtype=np.int64)
