@@ -20,10 +20,11 @@ from allocator.book import (
     Tenants,
     hold_of,
 )
-from allocator.clearing import clear
 from allocator.errors import BookError
+from allocator.reference import clear
 from allocator.result import (
     BELOW_RESERVE,
+    FAIR_SHARE,
     GUARANTEE_FULL,
     NO_FIT,
     OUTBID,
@@ -37,10 +38,10 @@ from allocator.result import (
     WinnerRecord,
     Winners,
 )
-from allocator.warm import warm_up
 
 __all__ = [
     "BELOW_RESERVE",
+    "FAIR_SHARE",
     "GUARANTEE_FULL",
     "MICRO",
     "NO_FIT",
@@ -69,5 +70,4 @@ __all__ = [
     "Winners",
     "clear",
     "hold_of",
-    "warm_up",
 ]

@@ -338,18 +338,32 @@ class Leases:
 class Policy:
     """Round policy. ``price_step_bp``: multiplicative step of the posted price in basis points (step 7);
     ``starve_rounds``: rounds a gang may wait before nodes are reserved for it (step 5); ``min_runtime_s``:
-    a lease younger than this is never preempted (step 6); ``max_reservations``: starving gangs served per type."""
+    a lease younger than this is never preempted (step 6); ``max_reservations``: starving gangs served per type;
+    ``max_reserved_pct``: the share of a type's nodes that may be reserved at once (at least one node);
+    ``fair_reclaim``: whether a tenant below its entitlement may preempt for it (step 6)."""
 
     min_runtime_s: int = 600
     starve_rounds: int = 5
     price_step_bp: int = 500
-    max_reservations: int = 4
+    max_reservations: int = 1
+    max_reserved_pct: int = 10
+    fair_reclaim: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("min_runtime_s", "starve_rounds", "price_step_bp", "max_reservations"):
+        for name in (
+            "min_runtime_s",
+            "starve_rounds",
+            "price_step_bp",
+            "max_reservations",
+            "max_reserved_pct",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
                 raise BookError(f"policy.{name}", "must be a non-negative integer")
+        if self.max_reserved_pct > 100:
+            raise BookError("policy.max_reserved_pct", "must be at most 100")
+        if not isinstance(self.fair_reclaim, bool | np.bool_):
+            raise BookError("policy.fair_reclaim", "must be true or false")
 
 
 @dataclass(frozen=True)

@@ -302,12 +302,17 @@ def bids_from_columns(cols: Any, type_ix: Mapping[str, int], tenant_ix: Mapping[
 def policy_from_json(data: Any) -> Policy:
     if not isinstance(data, Mapping):
         raise BookError("policy", "must be an object")
-    known = {"min_runtime_s", "starve_rounds", "price_step_bp", "max_reservations"}
+    known = {"min_runtime_s", "starve_rounds", "price_step_bp", "max_reservations", "max_reserved_pct"}
     for key in data:
+        if key == "fair_reclaim":
+            if not isinstance(data[key], bool):
+                raise BookError("policy.fair_reclaim", "must be true or false")
+            continue
         if key not in known:
             raise BookError(f"policy.{key}", "unknown policy setting")
         _int(data[key], f"policy.{key}", minimum=0, what="a non-negative integer")
-    return Policy(**{k: int(v) for k, v in data.items()})
+    ints = {k: int(v) for k, v in data.items() if k != "fair_reclaim"}
+    return Policy(**ints, fair_reclaim=bool(data.get("fair_reclaim", True)))
 
 
 def book_from_json(data: Any) -> Book:
@@ -405,6 +410,8 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "starve_rounds": p.starve_rounds,
             "price_step_bp": p.price_step_bp,
             "max_reservations": p.max_reservations,
+            "max_reserved_pct": p.max_reserved_pct,
+            "fair_reclaim": bool(p.fair_reclaim),
         },
         "gpu_types": [
             {

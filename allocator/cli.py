@@ -11,9 +11,9 @@ import sys
 from typing import Any
 
 from allocator.book import Book
-from allocator.clearing import clear
 from allocator.errors import BookError
 from allocator.invariants import check
+from allocator.reference import clear
 from allocator.result_json import result_from_json
 
 

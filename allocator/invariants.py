@@ -13,8 +13,8 @@ from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.digest import compute_digest
-from allocator.result import BELOW_RESERVE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
-from allocator.tiers import preference_order
+from allocator.reference.order import preferences
+from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
 
 I64 = NDArray[np.int64]
 BOOL = NDArray[np.bool_]
@@ -241,19 +241,27 @@ def _outcome(book: Book, r: Result) -> tuple[I64, I64, I64]:
     return won_type, lost_type, reason
 
 
-def tier_b_proportional(book: Book, r: Result) -> list[str]:
-    """Tier B shares proportional to weight within one gang: for every tenant i still outbid in its first-choice
-    type t at or above p, no tenant j has b_j / w_j above (b_i + largest gang of i + 1) / w_i. Tenants whose bids
-    at or above p in t may have been selected but not placed there (lost as no_node_fits, or ended in another type)
-    are left out: placement, not the shares, decided them."""
+def tier_b_follows_entitlement(book: Book, r: Result) -> list[str]:
+    """Tier B within one gang of the weighted entitlement over holdings: for every tenant i still outbid in its
+    first-choice type t at or above p, no tenant j that won tier-B GPUs there ends, counting the excess it held
+    before and its tier-B winners, above (x_i + largest unmet gang of i + 1) / w_i per weight, where x_i is the
+    excess i holds after the round. Tenants whose bids at or above p in t may have been selected but not placed
+    there (lost as no_node_fits, or ended in another type) are left out: placement, not the shares, decided;
+    so are gangs placed by fair reclaim (step 6 has its own rules: they bring a tenant up to its entitlement
+    over holdings, which a tenant whose gangs fit no node's freed GPUs may not reach)."""
     w, bids, weight = r.winners, book.bids, book.tenants.weight
-    first = preference_order(bids, book.types)[:, 0]
+    first = preferences(bids, book.types)[:, 0]
     won_type, lost_type, reason = _outcome(book, r)
     n_tenants = len(book.tenants)
+    before, after = book.tenants.held.sum(axis=1).astype(np.int64), _held_after(book, r)
+    q = book.tenants.guarantee.astype(np.int64)
+    fair_jobs = r.preemptions.for_job[
+        r.preemptions.reason == FAIR_SHARE
+    ]  # placed by fair reclaim: its own rule
     out: list[str] = []
     for t in range(len(book.types)):
         b = np.zeros(n_tenants, dtype=np.int64)
-        rows = (w.tier == TIER_B) & (w.gpu_type == t)
+        rows = (w.tier == TIER_B) & (w.gpu_type == t) & ~np.isin(w.job, fair_jobs)
         np.add.at(b, w.tenant[rows], bids.gpus[w.bid[rows]])
         pool = (first == t) & (bids.limit[:, t] >= book.types.posted[t])
         elsewhere = pool & (won_type != t) & ((lost_type != t) | (reason == NO_FIT))
@@ -264,10 +272,12 @@ def tier_b_proportional(book: Book, r: Result) -> list[str]:
         unmet = (gang > 0) & ~unclear
         if not unmet.any() or not b.any():
             continue
-        floor_i = ((b + gang + 1) / weight)[unmet].min()
+        x_after = np.maximum(after[:, t] - q[:, t], 0)
+        floor_i = ((x_after + gang + 1) / weight)[unmet].min()
+        x_b = np.maximum(before[:, t] - q[:, t], 0) + b
         out += _first(
-            f"tier B share above weight in type {t} (tenant)",
-            b / weight > floor_i + 1e-9,
+            f"tier B beyond the weighted entitlement in type {t} (tenant)",
+            (b > 0) & (x_b / weight > floor_i + 1e-9),
             np.arange(n_tenants),
         )
     return out
@@ -299,7 +309,7 @@ CHECKS: tuple[Check, ...] = (
     preemption_rules,
     work_conserving,
     guarantee_honoured,
-    tier_b_proportional,
+    tier_b_follows_entitlement,
     below_reserve_never_wins,
     digest_matches,
 )

@@ -13,10 +13,9 @@ of the same result differ from those of earlier versions.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
@@ -39,24 +38,17 @@ REASON_NAMES = {
 }
 # Why a lease is preempted (Preemptions.reason).
 RECLAIM = 1  # its GPUs restore another tenant's guarantee (step 6)
-PREEMPT_NAMES = {RECLAIM: "reclaim_guarantee"}
+FAIR_SHARE = 2  # its GPUs bring another tenant up to its entitlement (step 6, fair reclaim)
+PREEMPT_NAMES = {RECLAIM: "reclaim_guarantee", FAIR_SHARE: "fair_share"}
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
 I8 = NDArray[np.int8]
-T = TypeVar("T")
-
-
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
 def _frozen_arrays(obj: object) -> None:
-    """Make every array field of the dataclass ``obj`` contiguous and read-only (field names are looked up
-    once per class: ``dataclasses.fields`` cost a round more than the rest of this)."""
-    names = _FIELD_NAMES.get(type(obj))
-    if names is None:
-        names = _FIELD_NAMES[type(obj)] = tuple(f.name for f in fields(obj))  # type: ignore[arg-type]
-    for name in names:
+    """Make every array field of the dataclass ``obj`` contiguous and read-only."""
+    for name in (f.name for f in fields(obj)):  # type: ignore[arg-type]
         value = getattr(obj, name)
         if isinstance(value, np.ndarray):
             value = np.ascontiguousarray(value)
@@ -180,27 +172,3 @@ class Result:
         from allocator.result_json import result_to_json
 
         return result_to_json(self)
-
-
-class Background(Generic[T]):
-    """``fn(*args)`` on a second thread while the caller goes on; ``get`` waits and returns its value (or raises
-    its exception). Numpy (on large arrays) and the compiled kernels release the GIL, so the two threads use two
-    cores."""
-
-    def __init__(self, fn: Callable[..., T], *args: Any) -> None:
-        self.value: T | None = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn, args), name="allocator", daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
-        try:
-            self.value = fn(*args)
-        except BaseException as exc:  # re-raised by get, in the caller's thread
-            self.error = exc
-
-    def get(self) -> T:
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.value  # type: ignore[return-value]

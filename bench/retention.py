@@ -97,7 +97,6 @@ def main() -> None:
     from django.db import connection
     from django.utils import timezone
 
-    from allocator import warm_up
     from market.models import Round
     from market.selectors.policy import market_policy
     from market.services.retention import retention_prune
@@ -105,7 +104,6 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     _populate(args.jobs)
-    warm_up()
     empty = _bytes()
     period = 300
     first = slot_of(timezone.now() - timedelta(days=2) - timedelta(seconds=period * args.rounds), period)

@@ -125,10 +125,6 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     _populate(args.jobs, args.tenants, args.nodes, args.seed)
-    from allocator import warm_up
-
-    warm_up()  # as a Celery worker does when it starts (config/celery.py): no round compiles the kernels
-
     rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
     # The steps time their own work; the COMMIT of each step's transaction (deferred foreign key checks of
     # everything the commit step inserted) comes after, so it is timed here.

@@ -32,6 +32,8 @@ POLICY_LABELS = {
     "default_grace_s": "Default grace period (seconds)",
     "starve_rounds": "Rounds before reserving nodes",
     "max_reservations": "Reservations per type and round",
+    "max_reserved_pct": "Reserved nodes per type, at most (%)",
+    "fair_reclaim": "Fair reclaim (1: on, 0: off)",
     "retention_days": "Keep round details (days)",
     "energy_price_kwh": "Energy price (credits per kWh)",
     "idle_util_pct": "Idle below utilisation (%, 0: off)",

@@ -64,7 +64,11 @@ class MarketPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-
     min_runtime_s = _knob("min_runtime_s", "A lease younger than this is never preempted, seconds.")
     default_grace_s = _knob("default_grace_s", "SIGTERM to SIGKILL for a job that sets none, seconds.")
     starve_rounds = _knob("starve_rounds", "Rounds a gang waits before nodes are reserved for it.")
-    max_reservations = _knob("max_reservations", "Nodes reserved for starving gangs per GPU type, at most.")
+    max_reservations = _knob(
+        "max_reservations", "Starving gangs served with reserved nodes per type, at most."
+    )
+    max_reserved_pct = _knob("max_reserved_pct", "Share of a type's nodes reserved at once, at most (%).")
+    fair_reclaim = _knob("fair_reclaim", "1: a tenant below its entitlement may preempt for it; 0: off.")
     retention_days = _knob("retention_days", "Days round books, bid outcomes and old commands are kept.")
     energy_price_kwh = _knob("energy_price_kwh", "Micro-credits per measured kWh added to charges; 0: none.")
     idle_util_pct = _knob("idle_util_pct", "Release leases whose GPUs stay below this utilisation; 0: off.")

@@ -17,7 +17,15 @@ class MarketPolicy(models.Model):
         default=5, help_text="Rounds before a gang gets reserved nodes."
     )
     max_reservations = models.PositiveIntegerField(
-        default=4, help_text="Starving gangs served with reserved nodes, per type and round."
+        default=1, help_text="Starving gangs served with reserved nodes, per type and round."
+    )
+    max_reserved_pct = models.PositiveIntegerField(
+        default=10,
+        help_text="At most this share of a type's nodes is reserved for starving gangs at once (%).",
+    )
+    fair_reclaim = models.PositiveSmallIntegerField(
+        default=1,
+        help_text="1: a tenant below its entitlement may preempt leases of tenants above theirs; 0: off.",
     )
     retention_days = models.PositiveIntegerField(
         default=30,

@@ -157,6 +157,8 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
             starve_rounds=policy.starve_rounds,
             price_step_bp=policy.price_step_bp,
             max_reservations=policy.max_reservations,
+            max_reserved_pct=policy.max_reserved_pct,
+            fair_reclaim=bool(policy.fair_reclaim),
         ),
     )
     return Snapshot(book=book, bid_versions=versions)

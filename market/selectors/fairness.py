@@ -5,8 +5,8 @@ weight and pending demand; its BidOutcome rows give what it won. From these, per
 
 - guaranteed: the guarantee q;
 - allocated: GPUs held after the round (held before plus won);
-- entitled: q plus its weighted share of the excess, water-filled by the allocator's own kernel over each
-  tenant's excess want (held above q plus pending demand at or above the posted price);
+- entitled: q plus its weighted share of the excess, the allocator's own entitlement function (allocator.reference.tiers.entitlement):
+  the excess water-filled over each tenant's excess want (held above q plus pending demand at or above p);
 - compliant: a tenant with demand for a type held at least min(demand, q) of it.
 
 Jain's index is the simulator's one implementation (allocator.sim.metrics.jain_excess).
@@ -20,7 +20,7 @@ from datetime import datetime
 
 import numpy as np
 
-from allocator.kernels import water_fill
+from allocator.reference.tiers import entitlement
 from allocator.sim.metrics import jain_excess
 from market.models import BidOutcome, EndReason, Lease, Round, RoundState
 from market.selectors.book import Snapshot
@@ -58,14 +58,8 @@ class Fairness:
 def _entitled(
     held: np.ndarray, q: np.ndarray, want_p: np.ndarray, weight: np.ndarray, cap: int
 ) -> np.ndarray:
-    """q + e_t for one type: the excess (capacity minus use within guarantees) water-filled over the wants."""
-    within = np.minimum(held, q)
-    excess = max(int(cap - within.sum()), 0)
-    want = (np.maximum(held - q, 0) + want_p).astype(np.int64)
-    share = np.zeros(len(want), dtype=np.int64)
-    if len(want):
-        water_fill(want, weight.astype(np.float64), excess, share)
-    return q + share
+    """q + floor(e_t) for one type: the allocator's own entitlement over holdings (step 3)."""
+    return q + np.floor(entitlement(held, q, want_p, weight.astype(np.float64), cap) + 1e-9).astype(np.int64)
 
 
 def fairness(*, since: datetime | None = None, until: datetime | None = None) -> Fairness:

@@ -30,6 +30,8 @@ POLICY_LIMITS: dict[str, tuple[int, int]] = {
     "default_grace_s": (0, 3_600),
     "starve_rounds": (1, 1_000),
     "max_reservations": (0, 1_000),
+    "max_reserved_pct": (1, 100),
+    "fair_reclaim": (0, 1),
     "retention_days": (1, 3_650),
     "energy_price_kwh": (0, 1_000_000_000),
     "idle_util_pct": (0, 100),

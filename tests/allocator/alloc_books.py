@@ -108,3 +108,35 @@ def make_book(s: Shape) -> Book:
     return Book(
         now=now, round=3, types=types, nodes=nodes, tenants=tenants, bids=bids, leases=leases, policy=policy
     )
+
+
+def make_hoarded_book(s: Shape) -> Book:
+    """``make_book``'s shape where tenant 0 (weight 1, no guarantee) holds every running lease in tier B, past the
+    minimum runtime, and every posted price sits at the reserve: fair reclaim has work in most such books."""
+    from dataclasses import replace
+
+    book = make_book(s)
+    ls = book.leases
+    if not len(ls):
+        return book
+    leases = Leases(
+        ls.lease,
+        np.zeros(len(ls), dtype=np.int32),
+        ls.gpu_type,
+        np.full(len(ls), 1, dtype=np.int8),
+        np.full(len(ls), book.now - 86400),
+        np.ones(len(ls), dtype=bool),
+        ls.slot_ptr,
+        ls.slot_node,
+        ls.slot_idx,
+    )
+    held = np.zeros_like(book.tenants.held)
+    np.add.at(held, (0, 1, leases.gpu_type[leases.slot_owner]), 1)
+    guarantee = book.tenants.guarantee.copy()
+    guarantee[0] = 0
+    weight = book.tenants.weight.copy()
+    weight[0] = 1.0
+    t = book.tenants
+    tenants = Tenants(t.names, weight, guarantee, held, t.balance, t.guardrail)
+    types = GpuTypes(book.types.names, book.types.reserve, book.types.reserve, book.types.max_price)
+    return replace(book, types=types, tenants=tenants, leases=leases)

@@ -196,7 +196,8 @@ def test_market_policy_changes_are_listed_with_who_and_before_after(world: World
     page = client.get("/console/market/")
     fields = {
         "round_seconds": "120", "price_step_bp": "500", "min_runtime_s": "600", "default_grace_s": "120",
-        "starve_rounds": "5", "max_reservations": "4", "retention_days": "30", "energy_price_kwh": "0.25",
+        "starve_rounds": "5", "max_reservations": "1", "max_reserved_pct": "10", "fair_reclaim": "0",
+        "retention_days": "30", "energy_price_kwh": "0.25",
         "idle_util_pct": "5", "idle_seconds": "900", "reserve-H100": "2", "max-H100": "20",
         "reserve-A100": "1.2", "max-A100": "12",
     }  # fmt: skip
@@ -212,6 +213,7 @@ def test_market_policy_changes_are_listed_with_who_and_before_after(world: World
     html = client.get("/console/market/").content.decode()
     assert "round_seconds: 300 → 120" in html and "root" in html
     assert "idle_util_pct: 0 → 5" in html and 'name="energy_price_kwh" value="0.25"' in html
+    assert policy.fair_reclaim == 0 and "fair_reclaim: 1 → 0" in html  # the admin switch for fair reclaim
     bad = client.post("/console/market/", {**fields, "price_step_bp": "0"})
     assert (
         bad.status_code == 400

@@ -80,6 +80,24 @@ def test_unchanged_values_are_left_out_and_a_no_op_writes_no_audit_row(world: Wo
     assert row.detail == {"starve_rounds": [5, 7]}
 
 
+def test_fair_reclaim_is_an_admin_switch_that_reaches_the_round_book(world: World) -> None:
+    """ARCHITECTURE.md §Clearing step 6: fair reclaim is on by default; an admin switches it off (audited), the
+    next round's book carries it to the allocator; anything but 0 or 1 is a 400 naming the field."""
+    from allocator.book_json import policy_from_json
+    from market.selectors.book import book_snapshot
+
+    admin = world.client(world.admin)
+    assert world.client(world.amy).get(POLICY).json()["fair_reclaim"] == 1
+    bad = patch(admin, POLICY, {"fair_reclaim": 2})
+    assert bad.status_code == 400 and "fair_reclaim" in bad.json()["fields"]
+    assert patch(admin, POLICY, {"fair_reclaim": 0, "max_reserved_pct": 20}).json()["fair_reclaim"] == 0
+    [row] = audit_rows("policy.update")
+    assert row.detail == {"fair_reclaim": [1, 0], "max_reserved_pct": [10, 20]}
+    book = book_snapshot(round_id=0, now=timezone.now(), policy=market_policy()).book
+    assert book.policy.fair_reclaim is False and book.policy.max_reserved_pct == 20
+    assert policy_from_json(book.to_json()["policy"]) == book.policy
+
+
 @pytest.mark.parametrize("user", ["alice", "amy", "bob"])
 def test_only_admins_change_the_rules(world: World, user: str) -> None:
     resp = patch(world.client(getattr(world, user)), POLICY, {"price_step_bp": 1})

@@ -1,0 +1,321 @@
+"""One clearing round, ARCHITECTURE.md §Clearing: the order of the steps, each a named rule in its own module.
+
+Bids accepting several GPU types are cleared in passes: in pass j every bid still pending tries its j-th preferred
+type (step 1). Pass 0 runs every step; later passes see only what earlier passes left, so they run tier G, tier S,
+placement and guarantee reclaim (no tier B, no fair reclaim, no new reservations).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
+from allocator.reference import placement as pl
+from allocator.reference import reclaim as rc
+from allocator.reference.fill import group_by
+from allocator.reference.order import budget_filter, market_order, preferences
+from allocator.reference.state import RoundState, TypeBids, placed_gpus
+from allocator.reference.tiers import entitlement, tier_b, tier_g, tier_s
+from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, RECLAIM
+
+I64 = NDArray[np.int64]
+I8 = NDArray[np.int8]
+F64 = NDArray[np.float64]
+BOOL = NDArray[np.bool_]
+REST = 3  # placement group of the bids no tier selected: they land as spot when they still fit
+
+
+def clear_round(book: Book) -> RoundState:
+    """Run every step of one round on ``book``; returns the finished working state (``result.build`` turns it
+    into the Result)."""
+    state = RoundState.start(book)
+    prefs = preferences(book.bids, book.types)
+    below_reserve(state, prefs)
+    limit = book.bids.limit
+    for j in range(prefs.shape[1]):
+        choice = prefs[:, j]
+        rows = np.flatnonzero((choice >= 0) & (state.won_tier < 0))
+        if rows.size == 0:
+            break
+        if limit.shape[1] == 1:
+            price = limit[:, 0]
+        else:
+            price = np.full(len(book.bids), -1, dtype=np.int64)
+            price[rows] = limit[rows, choice[rows]]
+        run_pass(state, rows, choice, price, first=j == 0)
+    return state
+
+
+def below_reserve(state: RoundState, prefs: NDArray[np.int32]) -> None:
+    """Eligibility (step 1): a bid below the reserve of every type it accepts never wins; its figure is the lowest
+    reserve among those types."""
+    bids, reserve = state.book.bids, state.book.types.reserve
+    rows = np.flatnonzero(prefs[:, 0] < 0)
+    if rows.size:
+        r = np.where(bids.limit[rows] >= 0, reserve[None, :], np.iinfo(np.int64).max)
+        state.reason[rows] = BELOW_RESERVE
+        state.reason_type[rows] = np.argmin(r, axis=1)
+        state.figure[rows] = r.min(axis=1)
+
+
+def run_pass(state: RoundState, rows: I64, choice: NDArray[np.int32], price: I64, *, first: bool) -> None:
+    """One pass: the budget filter over every type at once, then each type's tiers, placement and reclaim."""
+    bids = state.book.bids
+    order, p_order = market_order(rows, price, state.ranks)
+    refused, need = budget_filter(rows, order, price, bids, state.budget_left)
+    if refused.any():
+        r = order[refused]
+        new = ~state.over_budget[r]
+        state.over_budget[r[new]] = True
+        state.reason_type[r[new]] = choice[r[new]]
+        state.figure[r[new]] = need[r[new]]
+        order, p_order = order[~refused], p_order[~refused]
+    n_types = len(state.book.types)
+    for t in range(n_types):
+        mine = None if n_types == 1 else choice[order] == t
+        part = order if mine is None else order[mine]
+        if part.size == 0:
+            continue
+        won = clear_type(state, t, part, p_order if mine is None else p_order[mine], first=first)
+        if n_types > 1 and won.any():  # a later pass may spend again: holds at the limit price
+            r = part[won]
+            hold = np.asarray(hold_of(bids.gpus[r], price[r], bids.max_s[r]), dtype=np.int64)
+            state.budget_left -= np.bincount(
+                bids.tenant[r], weights=hold, minlength=len(state.budget_left)
+            ).astype(np.int64)
+
+
+def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool) -> BOOL:
+    """Tiers G, B, S by count, placement, reclaim and outcomes for one type's bids (``rows``, market order, with
+    their limit prices in this type, ``price``, by position). Returns the placed mask by position."""
+    bids = state.book.bids
+    s = TypeBids(
+        rows,
+        price,
+        bids.tenant[rows],  # int32 columns: gathered, not widened
+        bids.gpus[rows],
+        np.full(rows.shape[0], -1, dtype=np.int8),
+        np.zeros(rows.shape[0], dtype=np.bool_),
+    )
+    unused = np.maximum(state.book.tenants.guarantee[:, t] - state.holding(t), 0)
+    g = tier_g(s.tenant, s.gpus, unused)
+    s.tier[g] = TIER_G
+    left = unused - np.bincount(s.tenant[g], weights=s.gpus[g], minlength=unused.shape[0]).astype(np.int64)
+    supply = state.floor.free_open(t) - int(s.gpus[g].sum())
+    if first:
+        supply -= select_tier_b(state, t, s, g)
+    spot_supply = supply
+    open_ = np.flatnonzero(s.tier < 0)
+    s.tier[open_[tier_s(s.gpus[open_], supply)]] = TIER_S
+    if first:
+        serve_starving(state, t, s)
+    place_groups(state, t, s)
+    gained = placed_gpus(s, unused.shape[0])  # by tenant, GPUs placed so far in this type and pass
+    reclaim_guarantees(state, t, s, gained)
+    if first and state.book.policy.fair_reclaim:
+        fair_reclaim(state, t, s, gained)
+    record(state, t, s, left, spot_supply, gained, first=first)
+    return s.placed
+
+
+def select_tier_b(state: RoundState, t: int, s: TypeBids, g: BOOL) -> int:
+    """Tier B (step 3) on this type's bids at or above p not in tier G; notes the entitlements. Returns the GPUs
+    it took."""
+    book = state.book
+    q, weight = book.tenants.guarantee[:, t].astype(np.int64), book.tenants.weight
+    held = state.holding(t) + np.bincount(s.tenant[g], weights=s.gpus[g], minlength=q.shape[0]).astype(
+        np.int64
+    )
+    at_p = np.flatnonzero((s.price >= book.types.posted[t]) & ~g)
+    pending = np.bincount(s.tenant[at_p], weights=s.gpus[at_p], minlength=q.shape[0]).astype(np.int64)
+    e = entitlement(held, q, pending, weight, int(state.schedulable[t]))
+    state.entitled[:, t] = e
+    supply = state.floor.free_open(t) - int(s.gpus[g].sum())
+    b = tier_b(s.tenant[at_p], s.gpus[at_p], e, np.maximum(held - q, 0), weight, supply)
+    s.tier[at_p[b]] = TIER_B
+    return int(s.gpus[at_p[b]].sum())
+
+
+def serve_starving(state: RoundState, t: int, s: TypeBids) -> None:
+    """No starvation (step 5): a gang that has waited at least ``starve_rounds`` (whatever its price) is placed
+    in its best type before everything else; if it does not fit, nodes are reserved for it, longest wait first,
+    at most ``max_reservations`` gangs per type and ``max_reserved_pct`` of the type's nodes."""
+    book, floor = state.book, state.floor
+    policy = book.policy
+    at = np.flatnonzero(book.bids.waited[s.rows] >= policy.starve_rounds)
+    if at.size == 0:
+        return
+    at = at[np.argsort(-book.bids.waited[s.rows[at]], kind="stable")][: policy.max_reservations]
+    limit = max(1, floor.type_nodes[t].size * policy.max_reserved_pct // 100)
+    for i in at.tolist():
+        row, k = int(s.rows[i]), int(s.gpus[i])
+        tier = TIER_S if s.tier[i] < 0 else int(s.tier[i])
+        if pl.place_one(floor, t, k, row, tier):
+            s.placed[i], s.tier[i] = True, tier
+            state.count("starving_placed")
+        elif pl.reserve_for(floor, t, k, int(book.bids.job[row]), limit).size:
+            state.count("starving_reserved")
+
+
+def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
+    """Placement (step 5): tier G, then B, then S, then every other admitted bid that still fits (as spot, so no
+    GPU stays idle while a bid fits); in each group the largest gangs first, each size in market order."""
+    floor = state.floor
+    for g in (TIER_G, TIER_B, TIER_S, REST):
+        if floor.free_open(t) == 0:
+            return
+        pos = np.flatnonzero((s.tier < 0 if g == REST else s.tier == g) & ~s.placed)
+        if pos.size == 0:
+            continue
+        size = s.gpus[pos]
+        pos = pos[np.argsort(-size.astype(np.int16), kind="stable")]  # largest first, market order within
+        tier = TIER_S if g == REST else g
+        for k, a, b in size_runs(size):
+            if floor.free_open(t) < k:
+                continue
+            run = pos[a:b]
+            if k > floor.max_cap[t]:
+                ok = np.array(
+                    [pl.place_one(floor, t, k, int(s.rows[i]), tier) for i in run.tolist()], dtype=bool
+                )
+            else:
+                ok = pl.best_fit(floor, t, k, s.rows[run], tier)
+            s.placed[run[ok]] = True
+            s.tier[run[ok]] = tier
+
+
+def size_runs(size: NDArray[np.integer[Any]]) -> list[tuple[int, int, int]]:
+    """For gangs sorted by size, largest first: each size present with where its run starts and ends."""
+    count = np.bincount(size)[::-1]  # by size, largest first
+    ends = np.cumsum(count)
+    top = count.shape[0] - 1
+    return [(top - i, int(ends[i] - count[i]), int(ends[i])) for i in np.flatnonzero(count).tolist()]
+
+
+def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
+    """Reclaim (step 6): each unplaced tier-G gang (by tenant, then market order) preempts tier S, then tier B
+    leases of the tenant furthest above its entitlement, never below the victim's own guarantee: on one node, or
+    for a gang larger than a node on whole nodes of one domain; where a gang of a tenant fails, no larger one of
+    it is tried."""
+    pos = np.flatnonzero((s.tier == TIER_G) & ~s.placed)
+    if pos.size == 0:
+        return
+    book, p = state.book, state.pre
+    pos = pos[group_by(s.tenant[pos])]
+    q = book.tenants.guarantee[:, t]
+    failed: dict[int, int] = {}
+    held, order = p.held[:, :, t].sum(axis=1), rc.victim_order(p, t, above_entitlement(state, t))
+    for i in pos.tolist():
+        m, k, row = int(s.tenant[i]), int(s.gpus[i]), int(s.rows[i])
+        if failed.get(m, k + 1) <= k:
+            state.count("guarantee_unrestored")
+            continue
+
+        def may_take(v: int, taken: int, held: I64 = held) -> bool:
+            victim = int(book.leases.tenant[v])
+            return bool(held[victim] - taken - p.gpus[v] >= q[victim])
+
+        gang = (row, k, m, int(book.bids.job[row]))
+        one_node = k <= state.floor.max_cap[t]
+        preempt = rc.preempt_for if one_node else rc.preempt_whole_nodes
+        if preempt(p, state.floor, t, gang, order, may_take, RECLAIM, TIER_G):
+            s.placed[i] = True
+            gained[m] += k
+            state.count("reclaimed_gangs")
+            # holdings changed: who stands furthest above its entitlement may too
+            held, order = p.held[:, :, t].sum(axis=1), rc.victim_order(p, t, above_entitlement(state, t))
+        else:
+            failed[m] = min(failed.get(m, k), k)
+            state.count("guarantee_unrestored")
+
+
+def above_entitlement(state: RoundState, t: int) -> F64:
+    """By tenant: excess held of type ``t`` less its entitlement (how far above it the tenant is)."""
+    q = state.book.tenants.guarantee[:, t]
+    return np.asarray(
+        np.maximum(state.holding(t) - q, 0) - np.floor(state.entitled[:, t] + 1e-9), dtype=np.float64
+    )
+
+
+def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
+    """Fair reclaim (step 6, an admin policy): a tenant below its entitlement by at least one of its pending gangs
+    (unplaced, at or above p) preempts tier S, then tier B leases of tenants above their entitlement, past the
+    minimum runtime, only while the victim's tenant stays at or above its own entitlement and at or above the
+    share (excess / weight) the claimant reaches; never a tier G lease. The gang lands in tier B. Claimants
+    furthest below their share first; a tenant's gangs in its own order; where one fails, no larger one."""
+    book, p = state.book, state.pre
+    posted = int(book.types.posted[t])
+    q = book.tenants.guarantee[:, t].astype(np.int64)
+    weight = book.tenants.weight
+    ent = np.floor(state.entitled[:, t] + 1e-9)
+    ls = book.leases
+    x = np.maximum(state.holding(t) + gained - q, 0).astype(np.float64)
+    if not ((ls.gpu_type == t) & ~p.preempted & (x[ls.tenant] - p.gpus >= ent[ls.tenant])).any():
+        return  # nobody could give anything up
+    pending = np.flatnonzero(~s.placed & (s.price >= posted))
+    short = ent - x
+    claimants = np.unique(s.tenant[pending][s.gpus[pending] <= short[s.tenant[pending]]])
+    claimants = claimants[np.lexsort((claimants, x[claimants] / weight[claimants]))]
+    for c in claimants.tolist():
+        failed = None
+        for i in pending[s.tenant[pending] == c].tolist():
+            k = int(s.gpus[i])
+            if k > ent[c] - x[c] or (failed is not None and k >= failed):
+                continue
+
+            def may_take(v: int, taken: int, c: int = c, k: int = k, x: F64 = x) -> bool:
+                m = int(ls.tenant[v])
+                after = x[m] - taken - int(p.gpus[v])
+                return bool(after >= ent[m] and after / weight[m] >= (x[c] + k) / weight[c])
+
+            order = rc.victim_order(p, t, x - ent)
+            gang = (int(s.rows[i]), k, c, int(book.bids.job[s.rows[i]]))
+            if rc.preempt_for(p, state.floor, t, gang, order, may_take, FAIR_SHARE, TIER_B):
+                s.placed[i], s.tier[i] = True, TIER_B
+                state.count("fair_reclaimed_gangs")
+                gained[c] += k
+                x = np.maximum(state.holding(t) + gained - q, 0).astype(np.float64)
+            else:
+                failed = k
+
+
+def record(
+    state: RoundState, t: int, s: TypeBids, left: I64, spot_supply: int, gained: I64, *, first: bool
+) -> None:
+    """Outcomes of one type in one pass: winners are noted; every other bid gets the reason it lost here (unless
+    refused by the budget filter in an earlier pass) with its figure (docs/allocator.md, reasons): chosen by a
+    tier but not placed, or priced to win with no node left: no node fits (figure: the largest gang that could
+    still land). Else, where tiers G and B took every GPU: guarantee full and below p (figure p) when its
+    tenant's unused guarantee is short of the gang, else outbid (-1). Else outbid when at or below the lowest
+    winning spot price (figure: that price + 1)."""
+    posted = int(state.book.types.posted[t])
+    won = s.rows[s.placed]
+    state.won_tier[won] = s.tier[s.placed]
+    state.won_type[won] = t
+    state.won[:, t] += gained
+    spot = s.placed & (s.tier == TIER_S)
+    low = int(s.price[spot].min()) if spot.any() else -1
+    if low >= 0:
+        state.s_low[t] = low if state.s_low[t] < 0 else min(low, int(state.s_low[t]))
+    lost = ~s.placed
+    if not lost.any():
+        return
+    state.s_lose[t] = max(int(state.s_lose[t]), int(s.price[lost].max()))
+    # a bid refused by the budget filter in an earlier pass keeps that reason (in pass 0 none is: refused bids
+    # never reach a type)
+    at = np.flatnonzero(lost if first else lost & ~state.over_budget[s.rows])
+    price, unsold = s.price[at], s.tier[at] < 0
+    reason = np.full(at.size, NO_FIT, dtype=np.int8)
+    figure = np.full(at.size, pl.largest_fit(state.floor, t), dtype=np.int64)
+    if spot_supply <= 0:
+        full = unsold & (left[s.tenant[at]] < s.gpus[at]) & (price < posted)
+        reason[unsold] = np.where(full[unsold], GUARANTEE_FULL, OUTBID)
+        figure[unsold] = np.where(full[unsold], posted, -1)
+    elif low >= 0:
+        out = unsold & (price <= low)
+        reason[out], figure[out] = OUTBID, low + 1
+    rows = s.rows[at]
+    state.reason[rows], state.reason_type[rows], state.figure[rows] = reason, t, figure
