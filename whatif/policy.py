@@ -17,7 +17,7 @@ from typing import Any
 from accounts.models import Guarantee, Tenant
 from accounts.services import PolicyError
 from allocator.sim.policies.market import MarketOptions
-from market.models import GpuType, MarketPolicy
+from market.models import GpuType
 from market.money import MAX_AMOUNT
 from market.selectors.policy import market_policy
 from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
@@ -27,13 +27,6 @@ Policy = dict[str, Any]
 # The market-wide knobs a proposal may change; the others (round period, grace, ...) stay today's.
 KNOBS = ("price_step_bp", "min_runtime_s")
 FIXED_KNOBS = ("starve_rounds", "max_reservations")
-# ARCHITECTURE.md §Clearing step 6: fair reclaim is on by default.
-FAIR_RECLAIM_DEFAULT = True
-
-
-def fair_reclaim_stored() -> bool:
-    """Whether this build's market policy has the fair reclaim switch (another change adds it)."""
-    return any(f.name == "fair_reclaim" for f in MarketPolicy._meta.get_fields())
 
 
 def today_policy() -> Policy:
@@ -46,7 +39,7 @@ def today_policy() -> Policy:
         tenants[slug]["guarantees"][type_name] = gpus
     return {
         **{k: getattr(policy, k) for k in (*KNOBS, *FIXED_KNOBS)},
-        "fair_reclaim": bool(getattr(policy, "fair_reclaim", FAIR_RECLAIM_DEFAULT)),
+        "fair_reclaim": bool(policy.fair_reclaim),
         "types": {t.name: {"reserve": t.reserve_price, "max": t.max_price} for t in GpuType.objects.all()},
         "tenants": dict(sorted(tenants.items())),
     }

@@ -28,7 +28,6 @@ from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
 from whatif.policy import (
     KNOBS,
     Policy,
-    fair_reclaim_stored,
     market_options,
     policy_check,
     today_policy,
@@ -148,16 +147,10 @@ def whatif_execute(*, run_id: int) -> WhatIfRun | None:
     except HistoryError as exc:
         _finish(run_id, state=WhatIfState.FAILED, message=str(exc)[:500])
         return WhatIfRun.objects.get(pk=run_id)
-    unmodelled = sorted(
-        set(proposal.options.unmodelled())
-        if run.baseline["fair_reclaim"] != run.proposal["fair_reclaim"]
-        else set()
-    )
     result = {
         "summaries": outcome.summaries,
         "actual": actual_figures(Window(run.since, run.until)),
         "notes": list(trace.notes),
-        "unmodelled": unmodelled,
     }
     with transaction.atomic():
         WhatIfPlot.objects.filter(run_id=run_id).delete()
@@ -221,9 +214,8 @@ def _apply_tenants(admin: User, proposal: Policy, base: Policy) -> None:
 
 
 @transaction.atomic
-def whatif_apply(*, actor: User | None, run_id: int) -> list[str]:
-    """Make the run's proposal the platform's policy, once; returns what could not be applied (fair reclaim
-    on a build without the switch). WhatIfError when the run is not done, was applied already, or the policy
+def whatif_apply(*, actor: User | None, run_id: int) -> None:
+    """Make the run's proposal the platform's policy, once. WhatIfError when the run is not done, was applied already, or the policy
     changed since the run read it (its figures would no longer compare today with the proposal)."""
     admin = _admin(actor)
     run = WhatIfRun.objects.select_for_update().filter(pk=run_id).first()
@@ -240,17 +232,12 @@ def whatif_apply(*, actor: User | None, run_id: int) -> list[str]:
         )
     proposal, base = run.proposal, run.baseline
     knobs: dict[str, Any] = {k: proposal[k] for k in KNOBS if proposal[k] != base[k]}
-    skipped: list[str] = []
     if proposal["fair_reclaim"] != base["fair_reclaim"]:
-        if fair_reclaim_stored():
-            knobs["fair_reclaim"] = proposal["fair_reclaim"]
-        else:
-            skipped.append("fair_reclaim")
+        knobs["fair_reclaim"] = int(proposal["fair_reclaim"])  # the policy stores the switch as 0 or 1
     if knobs:
         policy_update(actor=admin, **knobs)
     _apply_types(admin, proposal, base)
     _apply_tenants(admin, proposal, base)
     run.applied_at, run.applied_by = timezone.now(), admin
     run.save(update_fields=["applied_at", "applied_by"])
-    audit(actor=admin, tenant=None, action="whatif.apply", detail={"run": run.pk, "not_applied": skipped})
-    return skipped
+    audit(actor=admin, tenant=None, action="whatif.apply", detail={"run": run.pk})

@@ -15,7 +15,7 @@ from frontend import whatif_form
 from frontend.access import admin_only, page
 from market.money import format_credits
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
-from whatif.policy import fair_reclaim_stored, today_policy
+from whatif.policy import today_policy
 from whatif.services import WhatIfError, whatif_apply, whatif_request
 
 PLOT_CAPTIONS = {
@@ -163,7 +163,6 @@ def whatif(request: HttpRequest) -> HttpResponse:
             ],
             "sum_errors": [errors[f"guarantees-{t}"] for t in types if f"guarantees-{t}" in errors],
             "runs": runs,
-            "fair_reclaim_stored": fair_reclaim_stored(),
         },
     )
     if errors:
@@ -212,13 +211,9 @@ def whatif_plot(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
 def whatif_apply_view(request: HttpRequest, run_id: int) -> HttpResponse:
     _run(run_id)
     try:
-        skipped = whatif_apply(actor=request.user, run_id=run_id)  # type: ignore[arg-type]
+        whatif_apply(actor=request.user, run_id=run_id)  # type: ignore[arg-type]
     except WhatIfError as exc:
         messages.error(request, f"Not applied: {exc}.")
     else:
         messages.success(request, "Proposal applied: the next round uses it. The audit log has each change.")
-        if skipped:
-            messages.warning(
-                request, "Fair reclaim is not a setting of this platform build yet; it was left as it is."
-            )
     return redirect("frontend:console_whatif_run", run_id=run_id)

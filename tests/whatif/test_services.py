@@ -135,7 +135,7 @@ def test_applying_goes_through_the_audited_policy_services_once(
     )
     run = _ask(history, django_capture_on_commit_callbacks, policy)
     before = AuditEvent.objects.count()
-    assert whatif_apply(actor=w.admin, run_id=run.pk) == []
+    whatif_apply(actor=w.admin, run_id=run.pk)
     assert (market_policy().price_step_bp, market_policy().min_runtime_s) == (800, 300)
     assert GpuType.objects.get(name="H100").reserve_price == 2_500_000
     held = dict(Guarantee.objects.values_list("tenant__slug", "gpus"))
@@ -166,23 +166,18 @@ def test_fair_reclaim_is_passed_to_the_simulator_options(history: History) -> No
 
     options = market_options(proposal(fair_reclaim=False))
     assert options.fair_reclaim is False
-    fields = {f for f in type(options.round_policy()).__dataclass_fields__}
-    # Until the allocator has the switch, a replay says it could not model it instead of ignoring it.
-    assert options.unmodelled() == ([] if "fair_reclaim" in fields else ["fair_reclaim"])
+    assert options.round_policy().fair_reclaim is False
 
 
-def test_fair_reclaim_is_applied_where_the_platform_has_the_switch(
+def test_fair_reclaim_switched_off_by_a_proposal_is_applied_and_audited(
     history: History, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from whatif.policy import fair_reclaim_stored
-
+    assert market_policy().fair_reclaim == 1
     run = _ask(history, django_capture_on_commit_callbacks, proposal(fair_reclaim=False))
-    skipped = whatif_apply(actor=history.world.admin, run_id=run.pk)
-    if fair_reclaim_stored():
-        assert skipped == [] and market_policy().fair_reclaim is False  # type: ignore[attr-defined]
-    else:
-        assert skipped == ["fair_reclaim"]
-        assert AuditEvent.objects.get(action="whatif.apply").detail["not_applied"] == ["fair_reclaim"]
+    whatif_apply(actor=history.world.admin, run_id=run.pk)
+    assert market_policy().fair_reclaim == 0
+    assert AuditEvent.objects.filter(action="policy.update").exists()
+    assert AuditEvent.objects.filter(action="whatif.apply").count() == 1
 
 
 def _queued(history: History) -> WhatIfRun:

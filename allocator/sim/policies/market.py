@@ -6,7 +6,7 @@ Nothing here decides who wins. The adapter only translates simulation state into
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,18 +30,14 @@ UNLIMITED_MICRO = 10**15
 class MarketOptions:
     """What the scenario format cannot say about a market policy: the round knobs of `allocator.book.Policy`
     and each type's price cap (micro-credits per GPU-hour; a type left out is capped at MAX_PRICE_FACTOR x its
-    reserve). A what-if replay (whatif/) sets them from the platform's policy or an admin's proposal.
-
-    `fair_reclaim` (ARCHITECTURE.md §Clearing step 6) is passed to the round policy when
-    `allocator.book.Policy` has a field of that name; until the allocator has the switch it is reported as
-    not modelled (see `unmodelled`) rather than silently ignored."""
+    reserve). A what-if replay (whatif/) sets them from the platform's policy or an admin's proposal."""
 
     price_step_bp: int = 500
     min_runtime_s: int = 600
     starve_rounds: int = 5
     max_reservations: int = 4
     max_price_micro: tuple[tuple[str, int], ...] = ()  # (GPU type, cap) pairs
-    fair_reclaim: bool | None = None  # None: the allocator's default
+    fair_reclaim: bool = True  # ARCHITECTURE.md §Clearing step 6, on by default
 
     def round_policy(self) -> RoundPolicy:
         knobs: dict[str, Any] = {
@@ -49,20 +45,9 @@ class MarketOptions:
             "min_runtime_s": self.min_runtime_s,
             "starve_rounds": self.starve_rounds,
             "max_reservations": self.max_reservations,
+            "fair_reclaim": self.fair_reclaim,
         }
-        if self.fair_reclaim is not None and "fair_reclaim" in _round_policy_fields():
-            knobs["fair_reclaim"] = self.fair_reclaim
         return RoundPolicy(**knobs)
-
-    def unmodelled(self) -> list[str]:
-        """Options this build of the allocator cannot act on (so a replay can say so)."""
-        if self.fair_reclaim is not None and "fair_reclaim" not in _round_policy_fields():
-            return ["fair_reclaim"]
-        return []
-
-
-def _round_policy_fields() -> set[str]:
-    return {f.name for f in fields(RoundPolicy)}
 
 
 class Market(Policy):
