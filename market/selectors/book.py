@@ -20,6 +20,7 @@ from django.db import connection
 
 from accounts.models import Guarantee, Tenant
 from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Policy, Tenants
+from market import bulk
 from market.models import (
     LIVE_LEASE_STATES,
     Account,
@@ -71,7 +72,13 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
     )
     node_ix = {pk: i for i, (pk, *_rest) in enumerate(node_rows)}
     domains = {d: i for i, d in enumerate(sorted({row[3] for row in node_rows}))}
-    gpus = list(Gpu.objects.values_list("pk", "node_id", "index", "healthy", "absent"))
+    # Only the GPUs of the nodes read above: an agent that registers between the two reads (each statement sees
+    # its own snapshot) joins the next round instead of failing this one.
+    gpus = list(
+        Gpu.objects.filter(node_id__in=bulk.any_of(list(node_ix))).values_list(
+            "pk", "node_id", "index", "healthy", "absent"
+        )
+    )
     capacity = np.zeros(len(node_rows), dtype=np.int32)
     for _pk, node_id, index, *_health in gpus:
         capacity[node_ix[node_id]] = max(capacity[node_ix[node_id]], index + 1)

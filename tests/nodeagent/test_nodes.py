@@ -191,3 +191,28 @@ def test_a_lease_left_on_a_down_node_is_settled_by_the_next_check(running):
     assert nodes_mark_down(timeout_s=60) == []
     lease.refresh_from_db()
     assert (lease.state, lease.end_reason) == (LeaseState.ENDED, EndReason.NODE_LOST)
+
+
+def test_a_node_that_registers_while_the_book_is_read_joins_the_next_round(world) -> None:
+    """The book reads nodes, then GPUs, in two statements: an agent registering in between (bench/load.py saw
+    it as a failed round, KeyError on the new node) must not fail the freeze; its GPUs count from the next book."""
+    from django.db import connection
+
+    w = world
+    w.nodes(w.h100, 1, size=8)
+    joined: list[str] = []
+
+    def register_after_the_node_read(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        result = execute(sql, params, many, context)
+        if not joined and 'FROM "nodeagent_node"' in sql and "ORDER BY" in sql:
+            joined.append("late")
+            w.nodes(w.h100, 1, size=8, prefix="late-")
+        return result
+
+    with connection.execute_wrapper(register_after_the_node_read):
+        first = book_snapshot(round_id=0, now=timezone.now(), policy=market_policy()).book
+    assert joined == ["late"]
+    assert list(first.nodes.names) == ["h100-d0-0"]
+    again = book_snapshot(round_id=0, now=timezone.now(), policy=market_policy()).book
+    assert sorted(again.nodes.names) == ["h100-d0-0", "late-0"]
+    assert int(again.nodes.free.sum()) == 16
