@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import shutil
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -17,13 +16,11 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PASSWORD, World
+from tests.browser.helpers import login, shot
+from tests.conftest import World
 from tests.frontend.conftest import report_usage
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-ROOT = Path(__file__).resolve().parents[2]
-DOCS_SHOTS = ROOT / "docs" / "screenshots"
 
 
 def _round_by_worker(queue: str) -> Any:
@@ -63,23 +60,6 @@ def _history(world: World, *, minutes_ago: tuple[int, ...]) -> None:
             make_job(tenant, user, gpus=2, limits={world.h100: 3}, name=f"{tenant.slug}-{minutes}")
 
 
-def _login(page: Any, url: str, username: str) -> None:
-    page.goto(f"{url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("main button[type=submit]")
-    page.wait_for_load_state()
-
-
-def _shot(page: Any, tmp_path: Path, name: str, *, docs: bool = False) -> Path:
-    path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    if docs:
-        DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(path, DOCS_SHOTS / f"{name}.png")
-    return path
-
-
 def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     world: World, live_server: Any, page: Any, worker_queue: str, tmp_path: Path
 ) -> None:
@@ -94,7 +74,7 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     allowance_set(actor=world.admin, tenant=world.alpha, amount=100_000_000, period="week", cap=2_000_000_000)
     allowances_apply()
     _history(world, minutes_ago=(30, 20))  # earlier rounds, for the price trend and some spend
-    _login(page, live_server.url, "amy")
+    login(page, live_server.url, "amy")
     page.click("text=Submit")
     page.fill("#id_name", "resnet <b>50</b>")
     page.fill("#id_command", "python train.py --epochs 3")
@@ -106,7 +86,7 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     page.wait_for_selector("#guidance li[data-type=H100]:has-text('H100 at 3.50')")
     assert page.locator("#guidance li").count() == 1
     assert "Tier B (borrowed)" in page.locator("#guidance").inner_text()
-    _shot(page, tmp_path, "submit")
+    shot(page, tmp_path, "submit")
     page.click("form button:has-text('Submit job')")
     page.wait_for_selector("h1:has-text('resnet <b>50</b>')")  # shown as typed, not as markup
     job = Job.objects.get(name="resnet <b>50</b>")
@@ -124,7 +104,7 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     page.wait_for_selector("text=Running")
     assert "resnet <b>50</b>" in page.locator("section", has_text="Running").last.inner_text()
     assert page.locator("tr", has_text="H100").locator("svg.spark").count() == 1
-    _shot(page, tmp_path, "dashboard", docs=True)
+    shot(page, tmp_path, "dashboard", docs=True)
     # ... its usage every minute for half an hour (what the agent's reports store, through the services) ...
     report_usage(lease, seconds=1800, log_tail="epoch 1/3 loss 0.91\nepoch 2/3 loss 0.40")
     page.goto(f"{live_server.url}/t/alpha/jobs/{job.pk}/")
@@ -134,7 +114,7 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     assert charts.first.get_attribute("aria-label") == f"Lease {lease.pk}: GPU utilisation"
     assert charts.first.locator("polyline").count() == 1  # one line: the lease's one node
     assert "epoch 2/3 loss 0.40" in page.locator("pre.log").inner_text()
-    _shot(page, tmp_path, "job-running", docs=True)
+    shot(page, tmp_path, "job-running", docs=True)
     # ... and the exit: 4 GPUs x 0.5 h measured x 2.00 credits.
     lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(minutes=30))
     page.reload()
@@ -147,7 +127,7 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
             "Completed: the job exited normally after 30 minutes; charged 4.00 credits for 2.00 GPU-hours measured"
         )
     )
-    _shot(page, tmp_path, "job-won")
+    shot(page, tmp_path, "job-won")
 
 
 def test_admin_drains_a_node_and_creates_a_bootstrap_token(
@@ -173,7 +153,7 @@ def test_admin_drains_a_node_and_creates_a_bootstrap_token(
     Node.objects.update(last_heartbeat=timezone.now(), agent_version="0.1.0")
     node = Node.objects.filter(gpu_type=world.h100).exclude(pk=lease.node_id).get()
     Gpu.objects.filter(node=node, index=3).update(healthy=False, error="Xid 79: GPU has fallen off the bus")
-    _login(page, live_server.url, "root")
+    login(page, live_server.url, "root")
     page.goto(f"{live_server.url}/console/nodes/")
     busy = page.locator(f"tr[data-node='{lease.node.name}']")
     assert f"alpha job {job.pk} ×4 (running)" in busy.inner_text()
@@ -195,7 +175,7 @@ def test_admin_drains_a_node_and_creates_a_bootstrap_token(
     page.click("form button:has-text('Create bootstrap token')")
     secret = page.locator("#new-bootstrap-token").inner_text()
     assert secret.startswith("gpb_") and BootstrapToken.objects.get().name == "gpu-node-07"
-    _shot(page, tmp_path, "console-nodes", docs=True)
+    shot(page, tmp_path, "console-nodes", docs=True)
     page.goto(f"{live_server.url}/console/nodes/")
     assert secret not in page.content()
 
@@ -209,9 +189,9 @@ def test_member_amends_and_cancels_another_job(
     world.nodes(world.h100, 1, size=8)
     job = make_job(world.alpha, world.amy, gpus=2, limits={world.h100: 2.5}, name="sweep")
     page.set_viewport_size({"width": 390, "height": 844})  # a phone, driven by the keyboard alone
-    _login(page, live_server.url, "amy")
+    login(page, live_server.url, "amy")
     page.goto(f"{live_server.url}/t/alpha/jobs/{job.pk}/")
-    _shot(page, tmp_path, "job-phone")
+    shot(page, tmp_path, "job-phone")
     page.focus("#bids-0-limit")
     page.keyboard.press("Control+A")
     page.keyboard.type("4.25")
@@ -221,7 +201,7 @@ def test_member_amends_and_cancels_another_job(
     page.focus("button:has-text('Cancel job')")
     page.keyboard.press("Enter")
     page.wait_for_selector("[data-field=state]:has-text('Cancelled')")
-    _shot(page, tmp_path, "amended-cancelled")
+    shot(page, tmp_path, "amended-cancelled")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390  # nothing wider than the phone
     assert Job.objects.get(pk=job.pk).state == "cancelled"
 
@@ -235,18 +215,18 @@ def test_losing_job_shows_its_reason_and_an_outsider_gets_404(
     world.fund(world.alpha, 500)
     cheap = make_job(world.alpha, world.amy, gpus=1, limits={world.h100: 1.5}, name="cheap")
     _round_by_worker(worker_queue)
-    _login(page, live_server.url, "amy")
+    login(page, live_server.url, "amy")
     page.goto(f"{live_server.url}/t/alpha/jobs/{cheap.pk}/")
     sentence = page.locator("tr.lost td.reason").first.inner_text()
     assert sentence == (
         "Your limit 1.50 is below the H100 reserve price 2.00, so it could not win; bid at least 2.00."
     )
-    _shot(page, tmp_path, "loser")
+    shot(page, tmp_path, "loser")
     page.click("header button:has-text('Log out')")
-    _login(page, live_server.url, "bob")
+    login(page, live_server.url, "bob")
     response = page.goto(f"{live_server.url}/t/alpha/jobs/{cheap.pk}/")
     assert response.status == 404
-    _shot(page, tmp_path, "outsider-404")
+    shot(page, tmp_path, "outsider-404")
 
 
 def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
@@ -260,7 +240,7 @@ def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
         for i in range(3):
             make_job(tenant, user, gpus=4, limits={world.h100: 3}, name=f"{tenant.slug}-{i}")
     _history(world, minutes_ago=(50, 40))  # before the change: no guarantee
-    _login(page, live_server.url, "root")
+    login(page, live_server.url, "root")
     page.click("text=Admin console")
     page.click("text=Alpha")
     page.fill("#id_weight", "5")
@@ -276,21 +256,21 @@ def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
     assert row.locator("td").first.inner_text() == "5"
     assert page.locator("svg.chart[aria-label^='alpha · H100']").count() == 1
     assert page.locator("[data-field=jain]").inner_text() != "–"
-    _shot(page, tmp_path, "fairness", docs=True)
+    shot(page, tmp_path, "fairness", docs=True)
 
     page.click("nav.subnav >> text=Audit")
     page.fill("#id_action", "tenant_policy.update")
     page.click("button:has-text('Filter')")
     entry = page.locator("table.data tbody tr").first.inner_text()
     assert "root" in entry and "alpha" in entry and "[1, 5]" in entry and "guarantees.H100" in entry
-    _shot(page, tmp_path, "audit")
+    shot(page, tmp_path, "audit")
     page.click("nav.subnav >> text=Market")
     assert page.locator("svg.chart").count() >= 3
-    _shot(page, tmp_path, "market")
+    shot(page, tmp_path, "market")
     page.click("nav.subnav >> text=Rounds")
     page.locator("table.data tbody tr a").first.click()
     page.wait_for_selector("h2:has-text('Winners')")
-    _shot(page, tmp_path, "round")
+    shot(page, tmp_path, "round")
 
 
 def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
@@ -299,7 +279,7 @@ def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
     from market.models import JournalEntry
     from market.tasks import allowance_tick
 
-    _login(page, live_server.url, "root")
+    login(page, live_server.url, "root")
     page.goto(f"{live_server.url}/console/tenants/alpha/")
     page.fill("#id_allowance_amount", "50")
     page.select_option("#id_allowance_period", "day")
@@ -307,7 +287,7 @@ def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
     page.click("button:has-text('Save allowance')")
     page.wait_for_selector("text=Saved.")
     assert page.locator("#id_allowance_amount").input_value() == "50.00"
-    _shot(page, tmp_path, "console-tenant")
+    shot(page, tmp_path, "console-tenant")
     for _ in range(2):  # a second tick in the same period credits nothing
         allowance_tick.apply_async(queue=worker_queue)
     deadline = time.monotonic() + 60
@@ -322,14 +302,14 @@ def test_admin_sets_an_allowance_and_the_periods_credit_appears_once(
     history = page.locator("table.data", has_text="Recent allowance credits").locator("tbody tr")
     assert history.count() == 1 and "50.00" in history.inner_text()
     assert page.locator("[data-field=available]").inner_text() == "50.00"
-    _shot(page, tmp_path, "allowance")
+    shot(page, tmp_path, "allowance")
 
 
 def test_a_bad_form_shows_the_error_beside_the_field(
     world: World, live_server: Any, page: Any, tmp_path: Path
 ) -> None:
     world.nodes(world.h100, 1, size=8)
-    _login(page, live_server.url, "amy")
+    login(page, live_server.url, "amy")
     page.goto(f"{live_server.url}/t/alpha/jobs/new/")
     page.fill("#id_name", "x")
     page.fill("#id_command", "run")
@@ -342,7 +322,7 @@ def test_a_bad_form_shows_the_error_beside_the_field(
     assert "greater than or equal to 1" in page.locator("#id_gpus-error").inner_text()
     assert page.locator("#bids-0-limit-error").inner_text()
     assert page.locator("#id_gpus").get_attribute("aria-invalid") == "true"
-    _shot(page, tmp_path, "form-errors")
+    shot(page, tmp_path, "form-errors")
 
 
 def test_the_spend_csv_downloads_and_parses(
@@ -360,7 +340,7 @@ def test_the_spend_csv_downloads_and_parses(
     lease = Lease.objects.get(job=job)
     report_usage(lease, seconds=3600, every=600)  # an hour measured on its 2 GPUs
     lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
-    _login(page, live_server.url, "alice")
+    login(page, live_server.url, "alice")
     page.goto(f"{live_server.url}/t/alpha/spend/")
     page.select_option("#id_gpu_type", "H100")
     page.click("button:has-text('Filter')")
@@ -374,4 +354,4 @@ def test_the_spend_csv_downloads_and_parses(
         ("settle", str(job.pk), "4.000000", "0.000000"),  # the whole hold: 2 GPUs x 1 h x 2.00
         ("hold", str(job.pk), "0.000000", "-4.000000"),
     ]
-    _shot(page, tmp_path, "spend")
+    shot(page, tmp_path, "spend")

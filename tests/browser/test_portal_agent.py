@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from market.money import format_fixed
-from tests.browser.test_portal import _login, _round_by_worker, _shot
+from tests.browser.helpers import login, shot
+from tests.browser.test_portal import _round_by_worker
 from tests.integration.test_agent_e2e import JOB, cluster, wait_until, worker_env  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -29,7 +30,7 @@ def test_member_submits_a_job_that_a_real_agent_runs_and_sees_its_charge_and_uti
     from nodeagent.models import LeaseUsage
 
     agent = cluster["agent"]("node-a")  # registered with a bootstrap token, 2 simulated H100s
-    _login(page, live_server.url, "amy")
+    login(page, live_server.url, "amy")
     page.click("text=Submit")
     page.fill("#id_name", "agent e2e")
     page.fill("#id_command", f"{sys.executable} {JOB} {SECONDS}")
@@ -55,7 +56,7 @@ def test_member_submits_a_job_that_a_real_agent_runs_and_sees_its_charge_and_uti
     charts = page.locator(f".usage-charts[data-lease='{lease.pk}'] svg.chart")
     assert charts.count() == 3
     assert charts.first.get_attribute("aria-label") == f"Lease {lease.pk}: GPU utilisation"
-    _shot(page, tmp_path, "job-agent-running")
+    shot(page, tmp_path, "job-agent-running")
 
     wait_until(
         lambda: Lease.objects.filter(pk=lease.pk, state=LeaseState.ENDED).exists(),
@@ -74,4 +75,4 @@ def test_member_submits_a_job_that_a_real_agent_runs_and_sees_its_charge_and_uti
     )
     assert page.locator(f".usage-charts[data-lease='{lease.pk}'] svg.chart polyline").count() == 3
     assert f"lease {lease.pk} done" in page.locator("pre.log").inner_text()
-    _shot(page, tmp_path, "job-agent-completed", docs=True)
+    shot(page, tmp_path, "job-agent-completed", docs=True)

@@ -4,32 +4,15 @@ prediction."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import PASSWORD, World
+from tests.browser.helpers import login, shot
+from tests.conftest import World
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-
-
-def _login(page: Any, url: str, username: str) -> None:
-    page.goto(f"{url}/login/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", PASSWORD)
-    page.click("main button[type=submit]")
-    page.wait_for_load_state()
-
-
-def _shot(page: Any, tmp_path: Path, name: str) -> None:
-    path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(path, DOCS_SHOTS / f"{name}.png")
 
 
 def test_member_sees_a_prediction_while_typing(
@@ -60,7 +43,7 @@ def test_member_sees_a_prediction_while_typing(
     # A higher bid for 4 GPUs waits ahead.
     make_job(world.gamma, world.carl, gpus=4, limits={world.h100: 6}, name="queued-ahead")
 
-    _login(page, live_server.url, "amy")
+    login(page, live_server.url, "amy")
     page.goto(f"{live_server.url}/t/alpha/jobs/new/")
     box = page.locator("#prediction")
     assert "Type the job's name" in box.inner_text()
@@ -80,7 +63,7 @@ def test_member_sees_a_prediction_while_typing(
     # The node frees when the running job's predicted hour is up, about 40 minutes from now.
     assert "In about 4" in text and "predicted ends" in text
     assert "Max hours 1 is less than" in text  # the form still says 1 hour: warned before submitting
-    _shot(page, tmp_path, "submit-prediction")
+    shot(page, tmp_path, "submit-prediction", docs=True)
     page.fill("#id_max_hours", "3")
     page.wait_for_selector("#prediction p[data-field=warning]", state="detached")
 
@@ -90,7 +73,7 @@ def test_member_sees_a_prediction_while_typing(
     card = page.locator("section[aria-labelledby=estimate-h]")
     assert "Jobs like this ran 1.9 h (median of 37 jobs" in card.inner_text()
     assert "1 bid (4 GPUs) ahead" in card.inner_text()
-    _shot(page, tmp_path, "job-prediction")
+    shot(page, tmp_path, "job-prediction", docs=True)
 
     page.goto(f"{live_server.url}/t/alpha/jobs/new/")
     # A name nothing resembles, with a gang size nobody ran: the cold start is said, not guessed.
@@ -105,7 +88,7 @@ def test_manager_opts_in_to_predicted_holds(
 ) -> None:
     from market.models import HoldPolicy
 
-    _login(page, live_server.url, "alice")
+    login(page, live_server.url, "alice")
     page.click("nav >> text=Holds")
     page.check("input[name=sized_by_prediction]")
     page.check("input[name=on_hold_end][value=stop]")
@@ -113,4 +96,4 @@ def test_manager_opts_in_to_predicted_holds(
     page.wait_for_selector("text=Hold sizing saved")
     policy = HoldPolicy.objects.get(tenant=world.alpha)
     assert policy.sized_by_prediction and policy.on_hold_end == "stop"
-    _shot(page, tmp_path, "holds-setting")
+    shot(page, tmp_path, "holds-setting", docs=True)

@@ -6,7 +6,6 @@ rounds and run as the demo agents run them (started, measured for the demo job's
 
 from __future__ import annotations
 
-import shutil
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
@@ -14,9 +13,9 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+from tests.browser.helpers import shot
 
-DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 def _demo_history(var_dir: Path) -> int:
@@ -58,13 +57,6 @@ def _demo_history(var_dir: Path) -> int:
     return ran
 
 
-def _shot(page: Any, tmp_path: Path, name: str) -> None:
-    path = tmp_path / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True)
-    DOCS_SHOTS.mkdir(parents=True, exist_ok=True)
-    shutil.copy(path, DOCS_SHOTS / f"{name}.png")
-
-
 def test_admin_runs_a_whatif_on_the_demo_history_and_applies_it(
     settings: Any, tmp_path: Path, live_server: Any, page: Any, worker_queue: str
 ) -> None:
@@ -98,7 +90,7 @@ def _whatif_in_the_console(url: str, page: Any, tmp_path: Path, password: str, j
     page.fill("#id_reserve-H100", "4.5")  # above vit-large's 4.0 bid: it would not have run
     page.fill("#id_weight-speech", "2")
     page.fill("#id_guarantee-speech-A100", "2")
-    _shot(page, tmp_path, "whatif-form")
+    shot(page, tmp_path, "whatif-form", docs=True)
     page.click("button:has-text('Run what-if')")
     page.wait_for_selector("#whatif-progress, #whatif-comparison")
     page.wait_for_selector("#whatif-comparison", timeout=120_000)  # the worker replays; the page reloads
@@ -111,7 +103,7 @@ def _whatif_in_the_console(url: str, page: Any, tmp_path: Path, password: str, j
     assert page.locator("#whatif-tenants tr", has_text="vision").count() == 1
     assert page.locator("figure.chart-box img").count() == 4
     page.wait_for_function("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
-    _shot(page, tmp_path, "whatif")
+    shot(page, tmp_path, "whatif", docs=True)
 
     page.click("button:has-text('Apply the proposal')")
     page.wait_for_selector("text=Proposal applied")
@@ -121,6 +113,6 @@ def _whatif_in_the_console(url: str, page: Any, tmp_path: Path, password: str, j
     run = WhatIfRun.objects.get()
     assert run.applied_at is not None and run.applied_by is not None and run.applied_by.username == "admin"
     assert AuditEvent.objects.filter(action="whatif.apply", detail__run=run.pk).exists()
-    _shot(page, tmp_path, "whatif-applied")
+    shot(page, tmp_path, "whatif-applied", docs=True)
     page.click("nav.subnav >> text=Audit")
     assert page.locator("table.data tbody tr", has_text="whatif.apply").count() == 1
