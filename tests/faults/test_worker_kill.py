@@ -20,8 +20,9 @@ from django.core.management import call_command
 from django.db.models import Count
 
 from allocator import clear
-from market.models import Hold, Job, JobState, Lease, Round, RoundState
+from market.models import Hold, Job, JobState, Lease, MarketPolicy, Round, RoundState
 from market.selectors.book import Snapshot
+from market.services.policy import DAY
 from market.services.round_commit import hold_key
 from tests.market.round_helpers import make_job
 from tests.workers import start_worker, stop_worker, wait_for
@@ -38,6 +39,9 @@ LEFT_AT = {
 
 @pytest.fixture
 def busy(world: Any) -> Any:
+    # One round period spans the whole test: with the default 300 s, a slow start of the next worker (a loaded
+    # machine) could let its tick fall into the next period and open a second round beside the one it finishes.
+    MarketPolicy.objects.update_or_create(singleton=1, defaults={"round_seconds": DAY})
     world.nodes(world.h100, 2, size=8)
     for tenant in (world.alpha, world.beta, world.gamma):
         world.fund(tenant, 1000)
