@@ -287,12 +287,38 @@ def _job_create(
 # Amend and cancel: the job row is locked, so they serialise with each other and with a round's commit.
 
 
+class _LeaseAppeared(Exception):
+    """A round gave the job a lease between taking its leases' locks and its own."""
+
+
 def _lock(job: Job) -> Job:
     """The job, row-locked. Its live leases are locked first: lease_stopped and preemption take a lease and
-    then its job, and taking them in the same order keeps a cancel from deadlocking with them."""
+    then its job, and taking them in the same order keeps a cancel from deadlocking with them. A round that
+    commits between the two locks can give the job a lease this did not lock (the job was pending); taking that
+    lease now would reverse the order, so the attempt is rolled back to its savepoint (which releases its row
+    locks) and made again. While the job is locked no round can add another."""
+    for _attempt in range(4):
+        try:
+            with transaction.atomic():
+                return _lock_once(job, strict=True)
+        except _LeaseAppeared:
+            continue
+    return _lock_once(job, strict=False)
+
+
+def _lock_once(job: Job, *, strict: bool) -> Job:
     live = Lease.objects.select_for_update().filter(job_id=job.pk, state__in=LIVE_LEASE_STATES)
-    list(live.order_by("pk").values_list("pk", flat=True))
-    return Job.objects.select_for_update().select_related("tenant", "submitter").get(pk=job.pk)
+    locked = set(live.order_by("pk").values_list("pk", flat=True))
+    # of=("self",): without it PostgreSQL's FOR UPDATE also locks the joined tenant and submitter rows, which every
+    # insert referencing them (a submit's job, an audit event) must share-lock: a deadlock under concurrent
+    # submits and cancels (tests/faults/test_bank.py saw it on accounts_user).
+    locked_job = (
+        Job.objects.select_for_update(of=("self",)).select_related("tenant", "submitter").get(pk=job.pk)
+    )
+    now_live = Lease.objects.filter(job_id=job.pk, state__in=LIVE_LEASE_STATES).values_list("pk", flat=True)
+    if strict and not set(now_live) <= locked:  # read without a lock: taking it is what must not happen
+        raise _LeaseAppeared
+    return locked_job
 
 
 @transaction.atomic
