@@ -67,7 +67,7 @@ class NvmlBackend:
     def _sample(self, uuid: str, handle: Any) -> GpuSample:
         try:
             util = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-            mem = int(pynvml.nvmlDeviceGetMemoryInfo(handle).used) / MB
+            mem = _memory_used(handle) / MB
             power = _optional(pynvml.nvmlDeviceGetPowerUsage, handle) / 1000.0  # mW
             energy_mj = _optional(pynvml.nvmlDeviceGetTotalEnergyConsumption, handle, -1)
             running = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
@@ -89,6 +89,16 @@ class NvmlBackend:
             pynvml.nvmlShutdown()
         except pynvml.NVMLError as exc:
             log.warning("nvmlShutdown: %s", _error(exc))
+
+
+def _memory_used(handle: Any) -> int:
+    """Bytes the GPU's processes use, as nvidia-smi shows them. The v1 call counts the driver's own
+    reservation as used (615 MB on an idle H200 that nvidia-smi showed at 0 MiB, scripts/gpu_check.py); v2 keeps
+    it apart. Drivers older than v2 (before r510) answer FUNCTION_NOT_FOUND or a version mismatch: v1 then."""
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2).used)
+    except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_ArgumentVersionMismatch):
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
 
 
 def _optional(call: Callable[[Any], Any], handle: Any, default: float = 0.0) -> float:

@@ -25,6 +25,7 @@ UUIDS = ["GPU-aaaa", "GPU-bbbb", "GPU-cccc"]
 def nvml(monkeypatch):
     """Three GPUs behind pynvml's functions; GPU 1's readings fail, GPU 2 has no energy counter."""
     calls = {"init": 0, "shutdown": 0}
+    driver = SimpleNamespace(memory_v2=True)
     processes: dict[int, list[SimpleNamespace]] = {0: [], 1: [], 2: []}
 
     def failing_on_1(value):
@@ -40,6 +41,16 @@ def nvml(monkeypatch):
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
         return 5_000_000 + handle
 
+    def memory(handle, version=None):
+        """v1 counts the driver's reservation (615 MB, as on a real H200) as used; v2 keeps it apart."""
+        used, reserved = (1000 + handle) * MB, 615 * MB
+        if version is None:
+            return SimpleNamespace(total=81559 * MB, used=used + reserved, free=0)
+        if not driver.memory_v2:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+        assert version == pynvml.nvmlMemory_v2
+        return SimpleNamespace(total=81559 * MB, reserved=reserved, used=used, free=0)
+
     patches = {
         "nvmlInit": lambda: calls.__setitem__("init", calls["init"] + 1),
         "nvmlShutdown": lambda: calls.__setitem__("shutdown", calls["shutdown"] + 1),
@@ -47,7 +58,7 @@ def nvml(monkeypatch):
         "nvmlDeviceGetHandleByIndex": lambda i: i,
         "nvmlDeviceGetUUID": lambda h: UUIDS[h],
         "nvmlDeviceGetName": lambda h: b"NVIDIA H100 80GB HBM3",  # old bindings answer bytes
-        "nvmlDeviceGetMemoryInfo": lambda h: SimpleNamespace(total=81559 * MB, used=(1000 + h) * MB, free=0),
+        "nvmlDeviceGetMemoryInfo": memory,
         "nvmlDeviceGetUtilizationRates": failing_on_1(lambda h: SimpleNamespace(gpu=90 + h, memory=10)),
         "nvmlDeviceGetPowerUsage": lambda h: 300_500,
         "nvmlDeviceGetTotalEnergyConsumption": energy,
@@ -55,7 +66,7 @@ def nvml(monkeypatch):
     }
     for name, fake in patches.items():
         monkeypatch.setattr(pynvml, name, fake)
-    return SimpleNamespace(calls=calls, processes=processes)
+    return SimpleNamespace(calls=calls, processes=processes, driver=driver)
 
 
 def test_nvml_inventory_and_a_failing_gpu_reported_unhealthy_while_the_others_go_on(nvml):
@@ -77,6 +88,13 @@ def test_nvml_inventory_and_a_failing_gpu_reported_unhealthy_while_the_others_go
     assert backend.sample({})[2].energy_j >= 300.5 * 0.2
     backend.close()
     assert nvml.calls == {"init": 1, "shutdown": 1}
+
+
+def test_nvml_memory_used_leaves_out_the_drivers_reservation_where_the_driver_can(nvml):
+    backend = NvmlBackend()
+    assert backend.sample({})[0].mem_used_mb == 1000.0  # as nvidia-smi shows it
+    nvml.driver.memory_v2 = False  # a driver before r510: v1 alone, reservation included
+    assert backend.sample({})[0].mem_used_mb == 1615.0
 
 
 def test_nvml_that_cannot_start_says_why(monkeypatch):
