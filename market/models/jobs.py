@@ -57,7 +57,10 @@ class Job(models.Model):
     `wait_round`, plus, while pending, every round after it that committed a book.
     """
 
-    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="jobs")
+    # Indexed by job_tenant_state, which leads with it.
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="jobs", db_index=False
+    )
     submitter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(max_length=200)
     command = models.TextField()

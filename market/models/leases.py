@@ -45,17 +45,31 @@ class Lease(models.Model):
         "market.Job", on_delete=models.PROTECT, related_name="leases", db_constraint=False
     )
     tenant = models.ForeignKey(
-        "accounts.Tenant", on_delete=models.PROTECT, related_name="leases", db_constraint=False
+        "accounts.Tenant",
+        on_delete=models.PROTECT,
+        related_name="leases",
+        db_constraint=False,
+        db_index=False,  # lease_tenant_state leads with it
     )
     round = models.ForeignKey(
         "market.Round", on_delete=models.PROTECT, related_name="leases", db_constraint=False
     )
     # The node of its first GPU; a gang on whole nodes spans several (see lease_gpus), one command per node.
+    # Neither is indexed: no query selects leases by node (they go through lease_gpus) or by type alone, and
+    # every index is written for each of the thousands of leases a round places.
     node = models.ForeignKey(
-        "nodeagent.Node", on_delete=models.PROTECT, related_name="leases", db_constraint=False
+        "nodeagent.Node",
+        on_delete=models.PROTECT,
+        related_name="leases",
+        db_constraint=False,
+        db_index=False,
     )
     gpu_type = models.ForeignKey(
-        "market.GpuType", on_delete=models.PROTECT, related_name="leases", db_constraint=False
+        "market.GpuType",
+        on_delete=models.PROTECT,
+        related_name="leases",
+        db_constraint=False,
+        db_index=False,
     )
     tier = models.CharField(max_length=1)
     preemptible = models.BooleanField()
@@ -68,7 +82,7 @@ class Lease(models.Model):
     hold_extensions = models.PositiveIntegerField(default=0, db_default=0)  # the commit inserts by COPY
     hold_warned_at = models.DateTimeField(null=True, blank=True)
     grace_seconds = models.PositiveIntegerField()
-    hold_key = models.CharField(max_length=200, unique=True)
+    hold_key = models.CharField(max_length=200)  # unique: lease_hold_key below
     state = models.CharField(max_length=16, choices=LeaseState.choices, default=LeaseState.ALLOCATED)
     started_at = models.DateTimeField()
     running_at = models.DateTimeField(null=True, blank=True)
@@ -83,6 +97,9 @@ class Lease(models.Model):
             models.Index(fields=["state"], name="lease_state"),
             models.Index(fields=["tenant", "state"], name="lease_tenant_state"),
         ]
+        # A constraint, not unique=True, which on PostgreSQL adds a second (LIKE) index no query uses: each
+        # index is written for every lease a round places (docs/rounds.md §Measured).
+        constraints = [models.UniqueConstraint(fields=["hold_key"], name="lease_hold_key")]
 
     def __str__(self) -> str:
         return f"lease {self.pk} of job {self.job_id} ({self.state})"

@@ -81,8 +81,11 @@ class HoldState(models.TextChoices):
 class Hold(models.Model):
     """Money moved from available to held until settlement charges part of it and releases the rest."""
 
-    key = models.CharField(max_length=200, unique=True)
-    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="holds")
+    key = models.CharField(max_length=200)  # unique: hold_key below
+    # Indexed by hold_tenant_state, which leads with it.
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="holds", db_index=False
+    )
     amount = models.BigIntegerField()
     state = models.CharField(max_length=16, choices=HoldState.choices, default=HoldState.OPEN)
     charged = models.BigIntegerField(default=0)
@@ -92,7 +95,10 @@ class Hold(models.Model):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [models.Index(fields=["tenant", "state"], name="hold_tenant_state")]
+        # Keys unique by a constraint rather than unique=True, which on PostgreSQL adds a LIKE index no query
+        # uses: a round writes thousands of holds, and every index of them (docs/rounds.md §Measured).
         constraints = [
+            models.UniqueConstraint(fields=["key"], name="hold_key"),
             models.CheckConstraint(condition=models.Q(amount__gte=0), name="hold_amount_nonnegative"),
             models.CheckConstraint(
                 condition=models.Q(charged__gte=0, charged__lte=models.F("amount")),
@@ -114,9 +120,12 @@ class JournalEntry(models.Model):
     which a repeated call with the same key must match."""
 
     # System keys (round:R:job:J, lease:L:settle) or a client's key scoped as client:<tenant id>:<key>.
-    key = models.CharField(max_length=240, unique=True)
+    key = models.CharField(max_length=240)  # unique: entry_key below (as Hold.key)
     kind = models.CharField(max_length=16, choices=EntryKind.choices)
-    tenant = models.ForeignKey("accounts.Tenant", on_delete=models.PROTECT, related_name="ledger_entries")
+    # Indexed by entry_tenant_created, which leads with it.
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.PROTECT, related_name="ledger_entries", db_index=False
+    )
     amount = models.BigIntegerField()
     hold = models.ForeignKey(Hold, null=True, blank=True, on_delete=models.PROTECT, related_name="entries")
     memo = models.CharField(max_length=200, blank=True)
@@ -134,7 +143,8 @@ class JournalEntry(models.Model):
         verbose_name_plural = "journal entries"
         indexes = [models.Index(fields=["tenant", "created_at"], name="entry_tenant_created")]
         constraints = [
-            models.CheckConstraint(condition=models.Q(amount__gte=0), name="entry_amount_nonnegative")
+            models.UniqueConstraint(fields=["key"], name="entry_key"),
+            models.CheckConstraint(condition=models.Q(amount__gte=0), name="entry_amount_nonnegative"),
         ]
 
     def __str__(self) -> str:
@@ -142,7 +152,8 @@ class JournalEntry(models.Model):
 
 
 class Posting(models.Model):
-    entry = models.ForeignKey(JournalEntry, on_delete=models.PROTECT, related_name="postings")
+    # Indexed by posting_entry_account, which leads with it.
+    entry = models.ForeignKey(JournalEntry, on_delete=models.PROTECT, related_name="postings", db_index=False)
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="postings")
     amount = models.BigIntegerField()
 

@@ -22,11 +22,20 @@ class Command(models.Model):
     reuses its GPUs)."""
 
     # No database constraints, as for leases (the comment above Lease says why).
+    # No single-column indexes either: command_node_state and command_lease_node_kind lead with them.
     node = models.ForeignKey(
-        "nodeagent.Node", on_delete=models.PROTECT, related_name="commands", db_constraint=False
+        "nodeagent.Node",
+        on_delete=models.PROTECT,
+        related_name="commands",
+        db_constraint=False,
+        db_index=False,
     )
     lease = models.ForeignKey(
-        "market.Lease", on_delete=models.PROTECT, related_name="commands", db_constraint=False
+        "market.Lease",
+        on_delete=models.PROTECT,
+        related_name="commands",
+        db_constraint=False,
+        db_index=False,
     )
     kind = models.CharField(max_length=16, choices=CommandKind.choices)
     payload = models.JSONField()
