@@ -71,8 +71,15 @@ def _rounds() -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "gpumarket_rounds_in_progress", "Rounds started and not yet finished.", value=in_progress
     )
+    preempted = CounterMetricFamily(
+        "gpumarket_round_preemptions",
+        "Leases preempted by rounds, by the allocator's rule (reclaim_guarantee or fair_share).",
+        labels=["reason"],
+    )
+    for reason, n in selectors.preemptions_by_reason().items():
+        preempted.add_metric([reason], n)
+    yield preempted
     for name, help_text, value in (
-        ("gpumarket_round_preemptions", "Leases preempted by rounds.", totals.preemptions),
         ("gpumarket_round_winners", "Bids that won a round (leases written).", totals.winners),
         ("gpumarket_round_bids", "Bids entered into rounds.", totals.bids),
         ("gpumarket_round_gpus_allocated", "GPUs allocated by rounds.", totals.gpus_allocated),

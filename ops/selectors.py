@@ -14,7 +14,17 @@ from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
 
 from accounts.models import Guarantee
-from market.models import LIVE_LEASE_STATES, Account, Job, JobState, Lease, LeaseGpu, Round, RoundState
+from market.models import (
+    LIVE_LEASE_STATES,
+    Account,
+    Job,
+    JobState,
+    Lease,
+    LeaseGpu,
+    PreemptReason,
+    Round,
+    RoundState,
+)
 from nodeagent.models import Gpu, Node
 
 # Upper bounds, seconds, of the round step histograms (a round of 20,000 jobs takes about a second).
@@ -34,7 +44,6 @@ class StepHistogram:
 @dataclass(frozen=True)
 class RoundTotals:
     by_state: dict[str, int]
-    preemptions: int
     winners: int
     bids: int
     gpus_allocated: int
@@ -45,7 +54,6 @@ class RoundTotals:
 def round_totals() -> RoundTotals:
     by_state = dict(Round.objects.values_list("state").annotate(n=Count("pk")).order_by())
     sums = Round.objects.aggregate(
-        preemptions=Coalesce(Sum("preemptions"), 0),
         winners=Coalesce(Sum("winners"), 0),
         bids=Coalesce(Sum("bids"), 0),
         gpus_allocated=Coalesce(Sum("gpus_allocated"), 0),
@@ -62,6 +70,19 @@ def round_totals() -> RoundTotals:
         last_id=last[0] if last else None,
         **{k: int(v) for k, v in sums.items()},
     )
+
+
+def preemptions_by_reason() -> dict[str, int]:
+    """Leases rounds preempted, by the allocator's rule (every rule, 0 where none): one count over the partial
+    index of preempted leases (market.Lease.preempt_reason). Leases preempted before the rule was recorded
+    are not counted."""
+    counted = dict(
+        Lease.objects.exclude(preempt_reason="")
+        .values_list("preempt_reason")
+        .annotate(n=Count("*"))
+        .order_by()
+    )
+    return {reason: int(counted.get(reason, 0)) for reason in PreemptReason.values}
 
 
 def round_step_histograms() -> dict[str, StepHistogram]:

@@ -259,7 +259,7 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
     preempted = (
         Lease.objects.filter(
             end_reason=EndReason.PREEMPTED, stop_requested_at=rnd.committed_at
-        ).select_related("tenant", "node", "gpu_type")
+        ).select_related("tenant", "node", "gpu_type", "preempted_for__tenant")
         if rnd.committed_at
         else Lease.objects.none()
     )

@@ -286,8 +286,9 @@ def _usage_charts(lease: Lease) -> list[SafeString]:
     ]
 
 
-def _lease_panels(leases: list[Lease]) -> list[dict[str, Any]]:
-    """Per lease (newest first): what the agents measured, its charts, and why it ended."""
+def _lease_panels(leases: list[Lease], *, admin: bool) -> list[dict[str, Any]]:
+    """Per lease (newest first): what the agents measured, its charts, and why it ended (or is being
+    preempted; `admin`: a platform admin also learns whom a preemption was for)."""
     panels = []
     charted = 0
     for lease in reversed(leases):
@@ -302,7 +303,7 @@ def _lease_panels(leases: list[Lease]) -> list[dict[str, Any]]:
                 "usage": usage,
                 "charts": charts,
                 "ended": lease_end_sentence(
-                    lease, gpu_seconds=usage.gpu_seconds if usage else 0.0, exit_code=exit_code
+                    lease, gpu_seconds=usage.gpu_seconds if usage else 0.0, exit_code=exit_code, admin=admin
                 ),
             }
         )
@@ -325,7 +326,7 @@ def _job_page(
             "queue": queue_places(found),
             "estimate": None if found.state in TERMINAL_STATES else job_estimate(job=found),
             "hold_notice": hold_notice(found.lease_rows),
-            "panels": _lease_panels(found.lease_rows),
+            "panels": _lease_panels(found.lease_rows, admin=user.is_staff),
             "log_tail": job_log_tail(found.lease_rows),
             "types": types,
             "rows": rows if rows is not None else bid_rows(None, types, found.limits),

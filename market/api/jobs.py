@@ -47,10 +47,15 @@ def _refused(exc: services.JobError | PolicyError) -> exceptions.APIException:
 
 
 def _render(
-    job: Job, serializer: type[JobSerializer] = JobSerializer, gpu_types: dict[str, Any] | None = None
+    job: Job,
+    serializer: type[JobSerializer] = JobSerializer,
+    gpu_types: dict[str, Any] | None = None,
+    *,
+    admin: bool = False,
 ) -> dict[str, Any]:
+    """`admin`: the viewer is a platform admin (a lease's preemption then names whom it was for)."""
     types = gpu_types if gpu_types is not None else gpu_types_by_name()
-    return dict(serializer(job, context={"gpu_types": types}).data)
+    return dict(serializer(job, context={"gpu_types": types, "admin": admin}).data)
 
 
 def _idempotency_key(request: Request) -> str:
@@ -198,7 +203,7 @@ class JobDetailView(APIView):
         if job is None:
             raise Http404("No such job.")
         job.estimate = None if job.state in TERMINAL_STATES else job_estimate(job=job)  # type: ignore[attr-defined]
-        return Response(_render(job, JobDetailSerializer))
+        return Response(_render(job, JobDetailSerializer, admin=request.user.is_staff))
 
 
 class BidAmendView(APIView):

@@ -4,6 +4,7 @@ bodies give them in credits (decimal strings or numbers), like the ledger API.""
 from __future__ import annotations
 
 import copy
+from dataclasses import asdict
 from datetime import datetime
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
@@ -17,10 +18,22 @@ from rest_framework import serializers
 from config.api import QuerySerializer
 from config.inputs import InputError, parse_decimal
 from market.api.ledger_serializers import CreditsField
-from market.models import Bid, BidOutcome, GpuType, Job, JobState, JournalEntry, Lease, LeaseGpu
+from market.models import (
+    Bid,
+    BidOutcome,
+    GpuType,
+    Job,
+    JobState,
+    JournalEntry,
+    Lease,
+    LeaseGpu,
+    PreemptReason,
+)
 from market.money import format_credits
+from market.selectors.explain import preemption_sentence
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
+from market.selectors.preemptions import preemption_of
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
 from nodeagent.selectors.usage import job_log_tail, usage_combined
 
@@ -319,6 +332,26 @@ class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]
     samples = serializers.IntegerField()
 
 
+class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    """Why a round preempted the lease (market.selectors.preemptions.Preemption). The job it made room for is
+    behind the tenant wall: its id only when it is this tenant's own job, or for a platform admin, who also
+    sees its tenant."""
+
+    reason = serializers.ChoiceField(
+        choices=PreemptReason.choices,
+        help_text="The allocator's rule: reclaim_guarantee (another tenant's guarantee) or fair_share "
+        "(another tenant's entitlement, fair reclaim).",
+    )
+    label = serializers.CharField(help_text='The rule in words, e.g. "Guarantee reclaim".')
+    round = serializers.IntegerField(help_text="The round that preempted it.")
+    for_own_tenant = serializers.BooleanField(help_text="Whether the job it made room for is this tenant's.")
+    for_job = serializers.IntegerField(
+        allow_null=True, help_text="That job: when it is this tenant's own, or for a platform admin."
+    )
+    for_tenant = serializers.CharField(allow_null=True, help_text="That job's tenant: platform admins only.")
+    text = serializers.CharField(help_text="The round, the rule and whom it was for, in one sentence.")
+
+
 class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
@@ -330,6 +363,10 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     usage = serializers.SerializerMethodField()
     hold_ends_at = serializers.SerializerMethodField(
         help_text="When a hold sized by prediction runs out (null: it covers max hours)."
+    )
+    preemption = serializers.SerializerMethodField(
+        help_text="Why a round preempted it (end_reason preempted); null otherwise, and for leases preempted "
+        "before reasons were recorded."
     )
 
     class Meta:
@@ -360,8 +397,19 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "hold_extensions",
             "hold_warned_at",
             "hold_ends_at",
+            "preemption",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(PreemptionSerializer(allow_null=True))
+    def get_preemption(self, lease: Lease) -> dict[str, Any] | None:
+        # context["admin"]: the viewer is a platform admin (market.api.jobs.JobDetailView).
+        admin = bool(self.context.get("admin"))
+        found = preemption_of(lease, admin=admin)
+        if found is None or found.round is None:
+            return None
+        text = preemption_sentence(lease, admin=admin)
+        return dict(PreemptionSerializer({**asdict(found), "text": text}).data)
 
     @extend_schema_field(LeaseUsageSerializer(allow_null=True))
     def get_usage(self, lease: Lease) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ from market.models.allowance import Allowance, AllowancePeriod
 from market.models.gpu_types import GpuType
 from market.models.hold_policy import HoldPolicy, OnHoldEnd
 from market.models.jobs import LEASED_STATES, TERMINAL_STATES, Bid, Job, JobState
-from market.models.leases import LIVE_LEASE_STATES, EndReason, Lease, LeaseGpu, LeaseState
+from market.models.leases import LIVE_LEASE_STATES, EndReason, Lease, LeaseGpu, LeaseState, PreemptReason
 from market.models.ledger import (
     Account,
     AccountKind,
@@ -47,6 +47,7 @@ __all__ = [
     "MarketPolicy",
     "OnHoldEnd",
     "Posting",
+    "PreemptReason",
     "Round",
     "RoundPrice",
     "RoundState",

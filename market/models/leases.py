@@ -29,6 +29,14 @@ class EndReason(models.TextChoices):
     )  # a hold sized by prediction ran out (docs/predictions.md)
 
 
+class PreemptReason(models.TextChoices):
+    """The allocator rule that preempted a lease (step 6). The values are the allocator's own names
+    (allocator.PREEMPT_NAMES, what its JSON result says), so the code is stable across both."""
+
+    RECLAIM_GUARANTEE = "reclaim_guarantee", "Guarantee reclaim"  # restores another tenant's guarantee
+    FAIR_SHARE = "fair_share", "Fair-share reclaim"  # brings another tenant up to its entitlement
+
+
 # The round commit writes leases, their GPUs and their commands by the thousand, and a foreign key constraint
 # costs one check per reference per row at COMMIT (49,000 at 4,688 winners: over half of the round's COMMIT,
 # docs/rounds.md §Measured). So these references are kept by the code, as bid outcomes' are: every writer
@@ -90,12 +98,45 @@ class Lease(models.Model):
     end_reason = models.CharField(max_length=16, choices=EndReason.choices, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     charged = models.BigIntegerField(null=True, blank=True)
+    # Why a round preempted it (set with end_reason "preempted" by the round commit, from the allocator's
+    # Result.preemptions): the rule, the round, and the job whose guarantee or entitlement it made room for
+    # (docs/rounds.md §Why a lease was preempted). Empty and null on every other lease, and on leases
+    # preempted before these were recorded. db_default: the commit inserts leases without these columns.
+    # Neither reference has an index (nothing looks leases up by them, and an index on columns null in
+    # nearly every row would cost each commit's inserts), so a delete of the job or round does not look for
+    # them either (DO_NOTHING): readers take a claimant that is gone as unknown. The partial index below
+    # holds only preempted leases, for the metrics' count by reason.
+    preempt_reason = models.CharField(
+        max_length=24, choices=PreemptReason.choices, blank=True, default="", db_default=""
+    )
+    preempted_round = models.ForeignKey(
+        "market.Round",
+        on_delete=models.DO_NOTHING,
+        null=True,
+        blank=True,
+        related_name="preempted_leases",
+        db_constraint=False,
+        db_index=False,
+    )
+    preempted_for = models.ForeignKey(
+        "market.Job",
+        on_delete=models.DO_NOTHING,
+        null=True,
+        blank=True,
+        related_name="preempted_leases",
+        db_constraint=False,
+        db_index=False,
+        help_text="The job the preemption made room for (of another tenant: reclaim never takes its own).",
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]
         indexes = [
             models.Index(fields=["state"], name="lease_state"),
             models.Index(fields=["tenant", "state"], name="lease_tenant_state"),
+            models.Index(
+                fields=["preempt_reason"], name="lease_preempt_reason", condition=~models.Q(preempt_reason="")
+            ),
         ]
         # A constraint, not unique=True, which on PostgreSQL adds a second (LIKE) index no query uses: each
         # index is written for every lease a round places (docs/rounds.md §Measured).

@@ -14,9 +14,10 @@ from datetime import datetime
 
 from django.db import connection
 
-from market.models import BidOutcome, EndReason, Job, JobState, Lease, RoundPrice
+from market.models import BidOutcome, EndReason, Job, JobState, Lease, PreemptReason, RoundPrice
 from market.money import format_fixed
 from market.selectors.policy import market_policy
+from market.selectors.preemptions import preemption_of
 from market.services.round_commit import SKIP_BUDGET, SKIP_CHANGED, SKIP_GPUS_TAKEN
 
 TIER_WORDS = {"G": "guaranteed", "B": "borrowed", "S": "spot"}
@@ -185,11 +186,50 @@ def _duration(seconds: float) -> str:
     return f"{minutes / 60:.1f} hours"
 
 
-def lease_end_sentence(lease: Lease, *, gpu_seconds: float, exit_code: int | None) -> str:
+def preemption_why(lease: Lease, *, admin: bool = False) -> str:
+    """What a round preempted `lease` for, as a clause ("to restore another team's guaranteed H100 GPUs"),
+    within the tenant wall (market.selectors.preemptions); empty when no reason was recorded."""
+    p = preemption_of(lease, admin=admin)
+    if p is None:
+        return ""
+    if p.for_own_tenant:
+        team = "your team"
+    elif p.for_tenant is not None:  # a platform admin
+        team = f"team {p.for_tenant}"
+    else:
+        team = "another team"
+    job = f" (job {p.for_job})" if p.for_job is not None else ""
+    t = lease.gpu_type.name
+    if p.reason == PreemptReason.RECLAIM_GUARANTEE:
+        return f"to restore {team}'s guaranteed {t} GPUs{job}"
+    return f"to bring {team} up to its fair share of {t} GPUs{job}"
+
+
+def preemption_sentence(lease: Lease, *, admin: bool = False) -> str:
+    """One plain sentence for a lease a round preempted, while it stops and after: the round, the rule and
+    whom it made room for (`preemption_why`). Empty when no reason was recorded (or not preempted)."""
+    why = preemption_why(lease, admin=admin)
+    if lease.end_reason != EndReason.PREEMPTED or not why:
+        return ""
+    when = f"in round {lease.preempted_round_id} " if lease.preempted_round_id else ""
+    if lease.ended_at is None:
+        return (
+            f"Being preempted {when}{why}: the job is sent SIGTERM and has {lease.grace_seconds} seconds to "
+            "save a checkpoint before SIGKILL, then goes back to the queue."
+        )
+    return f"Preempted {when}{why}."
+
+
+def lease_end_sentence(
+    lease: Lease, *, gpu_seconds: float, exit_code: int | None, admin: bool = False
+) -> str:
     """Why a lease ended, in one plain sentence for the job's owner, with what it was charged.
 
     `gpu_seconds` and `exit_code` are what the node agents measured (nodeagent.selectors.usage); the idle
-    thresholds are the policy's current ones. Empty while the lease has not ended."""
+    thresholds are the policy's current ones. Empty while the lease has not ended, except for a lease being
+    preempted (why, and the grace it has). `admin`: a platform admin, who may learn whom a preemption was for."""
+    if lease.end_reason == EndReason.PREEMPTED and lease.ended_at is None:
+        return preemption_sentence(lease, admin=admin)
     if not lease.end_reason or lease.ended_at is None:
         return ""
     ran = _duration((lease.ended_at - (lease.running_at or lease.started_at)).total_seconds())
@@ -205,9 +245,14 @@ def lease_end_sentence(lease: Lease, *, gpu_seconds: float, exit_code: int | Non
         code = f"with exit code {exit_code}" if exit_code is not None else "with an error"
         return f"Failed: the job exited {code} after {ran}; {charged}."
     if reason == EndReason.PREEMPTED:
+        why = preemption_why(lease, admin=admin)
+        if not why:  # preempted before reasons were recorded: the round's rule is not known
+            why = "because another team's guarantee or fair share needed these GPUs"
+        when = f"in round {lease.preempted_round_id} " if lease.preempted_round_id else ""
         return (
-            f"Preempted after {ran}: a higher bid or a guarantee needed these GPUs (a {TIER_WORDS.get(lease.tier, lease.tier)} "
-            f"lease may be taken back); {charged}, and the job went back to the queue for the next round."
+            f"Preempted {when}after {ran} {why} (a {TIER_WORDS.get(lease.tier, lease.tier)} lease may be taken "
+            f"back); {charged}, and the job went back to the queue: it resumes from its checkpoint, if it saved "
+            "one, when it wins a round again."
         )
     if reason == EndReason.EXPIRED:
         return f"Stopped at the job's maximum runtime ({_duration(lease.max_seconds)}); {charged}."

@@ -15,6 +15,7 @@ from django.db.models.functions import Coalesce
 
 from accounts.models import Tenant
 from market.models import Bid, BidOutcome, GpuType, Job, JournalEntry, Lease, LeaseGpu
+from market.selectors.preemptions import attach_claimants
 from market.selectors.waiting import with_rounds_waited
 
 # The detail lists at most this many outcomes, newest first; `outcomes_count` says how many there are.
@@ -69,8 +70,9 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
 
     The job comes back with these attributes set: `history` (every Bid, oldest first, with its actor),
     `latest_outcomes` (the newest OUTCOMES_SHOWN outcomes) and `outcomes_count`, `lease_rows` (its leases,
-    oldest first, each with `gpus_bound`, `usage_rows` and `hold_amount`) and `charges` (the journal entries of the
-    leases' holds, oldest first, each with its hold and `lease_id`).
+    oldest first, each with `gpus_bound`, `usage_rows`, `hold_amount` and `claimant`: whom a preemption made
+    room for, market.selectors.preemptions) and `charges` (the journal entries of the leases' holds, oldest
+    first, each with its hold and `lease_id`).
     """
     outcome_count = (
         BidOutcome.objects.filter(job=OuterRef("pk"))
@@ -105,6 +107,7 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
     if job is None:
         return None
     job.charges = hold_entries(leases=job.lease_rows)  # type: ignore[attr-defined]
+    attach_claimants(job.lease_rows)  # type: ignore[attr-defined]
     return job
 
 

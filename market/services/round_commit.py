@@ -20,7 +20,7 @@ import numpy as np
 from django.db.models import F, OuterRef, Q
 
 from accounts.models import Tenant
-from allocator import REASON_NAMES, TIER_NAMES, Book, Result
+from allocator import PREEMPT_NAMES, REASON_NAMES, TIER_NAMES, Book, Preemptions, Result
 from market import bulk
 from market.models import (
     LIVE_LEASE_STATES,
@@ -109,7 +109,9 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
         .values_list("pk", "state", "bid_version", "name", "command", "grace_seconds", "max_seconds", "gpus")
     }
 
-    victims = _preempt(rnd=rnd, victims=[leases[pk] for pk in preempted if pk in leases], now=now)
+    victims = _preempt(
+        rnd=rnd, victims=[leases[pk] for pk in preempted if pk in leases], why=result.preemptions, now=now
+    )
     stats.preemptions = len(victims)
 
     # Which winners can still be written.
@@ -266,13 +268,16 @@ def _skip_round_for_absent(rnd: Round, snapshot: Snapshot) -> None:
     absent.update(waited_before=F("waited_before") + SubqueryCount(counted), wait_round=rnd.pk)
 
 
-def _preempt(*, rnd: Round, victims: list[Lease], now: datetime) -> list[int]:
+def _preempt(*, rnd: Round, victims: list[Lease], why: Preemptions, now: datetime) -> list[int]:
     """Victims (live, locked, with their jobs) become STOPPING with a preempt command per node; their GPUs
     pass to this round's winners (the agent runs the preempt before the bind that reuses them: commands are
-    ordered by id)."""
+    ordered by id). Each keeps why: the allocator's rule (``why.reason``, by its stable name) and the job it
+    made room for (``why.for_job``), taken from the result by lease id, so a replayed commit writes the same."""
     ids = [lease.pk for lease in victims]
     if not ids:
         return []
+    rule = dict(zip(why.lease.tolist(), (PREEMPT_NAMES[r] for r in why.reason.tolist()), strict=True))
+    claimant = dict(zip(why.lease.tolist(), why.for_job.tolist(), strict=True))
     nodes: dict[int, set[int]] = defaultdict(set)
     for lease_id, node_id in LeaseGpu.objects.filter(lease_id__in=ids, active=True).values_list(
         "lease_id", "gpu__node_id"
@@ -281,7 +286,12 @@ def _preempt(*, rnd: Round, victims: list[Lease], now: datetime) -> list[int]:
     LeaseGpu.objects.filter(lease_id__in=ids, active=True).update(active=False)
     for lease in victims:
         lease.state, lease.stop_requested_at, lease.end_reason = LeaseState.STOPPING, now, EndReason.PREEMPTED
-    Lease.objects.bulk_update(victims, ["state", "stop_requested_at", "end_reason"])
+        lease.preempt_reason, lease.preempted_round_id = rule[lease.pk], rnd.pk
+        lease.preempted_for_id = claimant[lease.pk]
+    Lease.objects.bulk_update(
+        victims,
+        ["state", "stop_requested_at", "end_reason", "preempt_reason", "preempted_round", "preempted_for"],
+    )
     Command.objects.bulk_create(
         Command(
             node_id=node_id,

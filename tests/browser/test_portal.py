@@ -355,3 +355,54 @@ def test_the_spend_csv_downloads_and_parses(
         ("hold", str(job.pk), "0.000000", "-4.000000"),
     ]
     shot(page, tmp_path, "spend")
+
+
+def test_a_preempted_job_says_why_to_its_team_and_the_console_names_the_claimant(
+    world: World, live_server: Any, page: Any, tmp_path: Path
+) -> None:
+    from django.utils import timezone
+
+    from accounts.services import guarantee_set
+    from market.models import Lease, LeaseState
+    from market.selectors.policy import market_policy
+    from market.services.leases import lease_running, lease_stopped
+    from market.services.rounds import round_tick
+    from tests.market.round_helpers import make_job
+
+    world.nodes(world.h100, 1, size=8)
+    world.fund(world.alpha, 500)
+    world.fund(world.beta, 500)
+    policy = market_policy()
+    policy.min_runtime_s = 0
+    policy.save()
+    guarantee_set(tenant=world.alpha, gpu_type=world.h100, gpus=8)
+    victim_job = make_job(world.beta, world.bea, gpus=8, limits={world.h100: 6}, name="beta-sweep")
+    r1 = round_tick()
+    victim = Lease.objects.get(job=victim_job)
+    lease_running(lease_id=victim.pk, now=victim.started_at)
+    claimant = make_job(world.alpha, world.amy, gpus=8, limits={world.h100: 3}, name="alpha-secret-run")
+    r2 = round_tick(now=timezone.now() + timedelta(seconds=r1.period_s))
+    victim.refresh_from_db()
+    assert victim.state == LeaseState.STOPPING and victim.preempt_reason == "reclaim_guarantee"
+    login(page, live_server.url, "bea")
+    page.goto(f"{live_server.url}/t/beta/jobs/{victim_job.pk}/")
+    assert page.locator(f"[data-field=ended-{victim.pk}]").inner_text() == (
+        f"Being preempted in round {r2.pk} to restore another team's guaranteed H100 GPUs: the job is sent "
+        "SIGTERM and has 30 seconds to save a checkpoint before SIGKILL, then goes back to the queue."
+    )
+    lease_stopped(lease_id=victim.pk, now=victim.stop_requested_at + timedelta(seconds=25))
+    page.reload()
+    sentence = page.locator(f"[data-field=ended-{victim.pk}]").inner_text()
+    assert sentence.startswith(
+        f"Preempted in round {r2.pk} after 25 seconds to restore another team's guaranteed H100 GPUs"
+    ), sentence
+    assert sentence.endswith("it resumes from its checkpoint, if it saved one, when it wins a round again.")
+    assert "alpha" not in page.content() and f"job {claimant.pk}" not in sentence
+    shot(page, tmp_path, "job-preempted", docs=True)
+    page.click("header button:has-text('Log out')")
+    login(page, live_server.url, "root")
+    page.goto(f"{live_server.url}/console/rounds/{r2.pk}/")
+    row = page.locator(f"tr[data-lease='{victim.pk}']")
+    assert row.locator("[data-field=rule]").inner_text() == "Guarantee reclaim"
+    assert row.locator("[data-field=for]").inner_text() == f"alpha job {claimant.pk}"
+    shot(page, tmp_path, "console-round-preempted")
