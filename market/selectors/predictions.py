@@ -147,8 +147,8 @@ def runtime_sentence(got: Prediction | None, done_s: float = 0.0) -> str:
     if got is None:
         if done_s > 0:
             return (
-                f"No prediction: it has run {hours(done_s)}, longer than enough similar finished jobs to "
-                "predict from."
+                f"No prediction: it has run {hours(done_s)}, and too few similar finished jobs ran longer "
+                "than that to predict from."
             )
         return "No prediction yet: too few similar jobs have finished (cold start)."
     basis = f"median of {got.basis} jobs, {got.level_name}"
