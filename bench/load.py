@@ -8,8 +8,12 @@ gunicorn (sync workers) on loopback. A separate driver process first registers e
 `POST /api/v1/agent/register` (8 GPUs each), then, after a warm-up, measures a no-op phase
 (GET /api/v1/me) as the baseline, then runs the load:
 
-- client threads, each acting for a random tenant: submit (60%, with an Idempotency-Key, a tenth of them
-  retried with the same key), amend the bid of one of its jobs (20%), cancel one (20%);
+- tenants' actions, each for a random tenant: submit (60%, with an Idempotency-Key, a tenth of them
+  retried with the same key), amend the bid of one of its jobs (20%), cancel one (20%). By default they
+  arrive open loop, 10 per second (Poisson: 36,000 an hour, 180 per tenant, far above what teams submit),
+  sent by --clients threads, each latency counted from the action's scheduled time, so a client that falls
+  behind adds its wait (`late_p99_ms` says how far behind they fell). `--tenant-rate 0` is the closed loop:
+  each client acts again as soon as it has its answer, which finds what the machine saturates at;
 - one thread per agent doing what nodeagent/agent/daemon.py does, on the wire (docs/agent.md): a heartbeat
   every 15 s with the leases it runs, a command poll every --agent-poll seconds (5; `wait=0`: a long poll would
   hold a sync worker), each command acknowledged; a bind is started (`started`) and runs 5-30 s, then exits
@@ -27,7 +31,8 @@ must check, and one JSON line is printed:
 (`tenant_p99_ms`, `agent_p99_ms` apart). Target (issue 19): no 5xx, every accepted job accounted for,
 p99 under 500 ms.
 
-    .venv/bin/python bench/load.py                    # 200 tenants, 100 agents, 16 clients, 3 workers, 60 s
+    .venv/bin/python bench/load.py                    # 200 tenants (10 actions/s), 100 agents, 3 workers, 60 s
+    .venv/bin/python bench/load.py --tenant-rate 0    # closed loop: 16 clients as fast as answers come
     .venv/bin/python bench/load.py --seconds 30 --clients 8 --agents 50
 """
 
@@ -139,6 +144,9 @@ class Recorder:
         self.by_kind: dict[str, list[float]] = {}  # "POST heartbeat" etc.: where the time goes
         self.statuses: dict[int, int] = {}
         self.samples_5xx: list[str] = []
+        # Open loop: how late each arrival's first request left against its scheduled time. Its latency is
+        # counted from the schedule (began), so a client that falls behind cannot hide the wait.
+        self.late: list[float] = []
 
     def send(
         self,
@@ -149,12 +157,17 @@ class Recorder:
         token: str,
         body: Any = None,
         key: str | None = None,
+        began: float | None = None,
     ) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         if key:
             headers["Idempotency-Key"] = key
         raw = json.dumps(body).encode() if body is not None else None
-        began = time.perf_counter()
+        if began is None:
+            began = time.perf_counter()
+        else:
+            with self.lock:
+                self.late.append(time.perf_counter() - began)
         status, reply = _request(conn, method, path, raw, headers)
         elapsed = time.perf_counter() - began
         kind = f"{method} {_route(path)}"
@@ -190,7 +203,9 @@ class Tenants:
         self.accepted: set[int] = set()
         self.jobs: dict[int, list[int]] = {}  # tenant index -> job ids
 
-    def act(self, conn: http.client.HTTPConnection, rng: random.Random) -> None:
+    def act(self, conn: http.client.HTTPConnection, rng: random.Random, due: float | None = None) -> None:
+        """One action of a random tenant; `due`: its scheduled time (open loop), from which the first
+        request's latency counts."""
         t = rng.randrange(len(self.plan["tenants"]))
         slug, token = self.plan["tenants"][t]
         base = f"/api/v1/tenants/{slug}/jobs"
@@ -205,8 +220,9 @@ class Tenants:
                 "max_hours": rng.choice(["0.5", "1", "2"]),
                 "bids": [{"gpu_type": GPU_TYPE, "limit": f"{rng.uniform(2, 8):.2f}"}],
             }
-            for _ in range(2 if rng.random() < 0.1 else 1):  # a retry with the same key and body
-                status, reply = self.rec.send(conn, "tenant", "POST", base, token, body, key)
+            for attempt in range(2 if rng.random() < 0.1 else 1):  # a retry with the same key and body
+                began = due if attempt == 0 else None
+                status, reply = self.rec.send(conn, "tenant", "POST", base, token, body, key, began)
                 if status == 201 and reply:
                     with self.rec.lock:
                         self.accepted.add(reply["id"])
@@ -215,9 +231,10 @@ class Tenants:
             job = rng.choice(mine)
             limit = f"{rng.uniform(2, 9):.2f}"
             bids = {"bids": [{"gpu_type": GPU_TYPE, "limit": limit}]}
-            self.rec.send(conn, "tenant", "POST", f"{base}/{job}/bid", token, bids)
+            self.rec.send(conn, "tenant", "POST", f"{base}/{job}/bid", token, bids, began=due)
         else:
-            self.rec.send(conn, "tenant", "POST", f"{base}/{rng.choice(mine)}/cancel", token)
+            path = f"{base}/{rng.choice(mine)}/cancel"
+            self.rec.send(conn, "tenant", "POST", path, token, began=due)
 
 
 class SimAgent:
@@ -377,7 +394,39 @@ def _run(
 ) -> None:
     deadline = time.perf_counter() + seconds
 
+    rate = 0.0 if noop or tenants is None else float(plan.get("tenant_rate") or 0)
+    arrivals: list[float] = []
+    if rate:  # open loop: Poisson arrivals at `rate` per second, shared by the client threads
+        gen, at = random.Random("arrivals"), time.perf_counter()
+        while at < deadline:
+            at += gen.expovariate(rate)
+            arrivals.append(at)
+        arrivals.reverse()  # pop() from the end takes the earliest
+    arrivals_lock = threading.Lock()
+
+    def open_client(n: int) -> None:
+        assert tenants is not None
+        rng = random.Random(n)
+        conn = http.client.HTTPConnection("127.0.0.1", plan["port"], timeout=60)
+        while True:
+            with arrivals_lock:
+                if not arrivals or arrivals[-1] >= deadline:
+                    break
+                due = arrivals.pop()
+            wait = due - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            try:
+                tenants.act(conn, rng, due)
+            except (OSError, http.client.HTTPException) as exc:
+                rec.failed(exc)
+                conn.close()
+        conn.close()
+
     def client(n: int) -> None:
+        if rate:
+            open_client(n)
+            return
         rng = random.Random(n)
         conn = http.client.HTTPConnection("127.0.0.1", plan["port"], timeout=60)
         while time.perf_counter() < deadline:
@@ -446,6 +495,7 @@ def _drive(plan: dict[str, Any]) -> dict[str, Any]:
         "tenant_p99_ms": _pct(rec.latencies["tenant"], 0.99),
         "agent_p99_ms": _pct(rec.latencies["agent"], 0.99),
         "noop_p99_ms": _pct(baseline.latencies["tenant"], 0.99),
+        "late_p99_ms": _pct(rec.late, 0.99),
         "accepted": sorted(tenants.accepted),
         "agents": totals,
         "by_kind": {
@@ -466,6 +516,14 @@ def main() -> None:
     parser.add_argument(
         "--clients", type=int, default=16, help="concurrent tenant client threads (default 16)"
     )
+    parser.add_argument(
+        "--tenant-rate",
+        type=float,
+        default=10.0,
+        help="open loop: tenants' actions arrive at this many per second (Poisson; default 10), served by "
+        "--clients threads, each latency counted from its scheduled arrival; 0: closed loop, each client "
+        "acting again as soon as its last answer came (what the machine saturates at)",
+    )
     parser.add_argument("--seconds", type=float, default=60.0, help="length of the load (default 60)")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn sync workers (default 3)")
     parser.add_argument("--drive", action="store_true", help=argparse.SUPPRESS)
@@ -473,6 +531,8 @@ def main() -> None:
     if args.drive:
         print(json.dumps(_drive(json.load(sys.stdin))))
         return
+    if args.tenant_rate < 0:
+        parser.error("--tenant-rate: must be 0 (closed loop) or a rate above 0")
     if args.agents < 1 or args.tenants < 1 or args.clients < 1 or args.workers < 1 or args.agent_poll <= 0:
         parser.error("--agents, --tenants, --clients and --workers must be at least 1, --agent-poll above 0")
     url = os.environ.get("BENCH_LOAD_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpumarket_bench_load")
@@ -502,6 +562,7 @@ def main() -> None:
         ticker.start()
         plan = {"port": port, "tenants": tenants, "agents": agents, "clients": args.clients}
         plan |= {"seconds": args.seconds, "baseline_s": 3.0, "agent_poll_s": args.agent_poll}
+        plan |= {"tenant_rate": args.tenant_rate}
         cmd = [sys.executable, str(Path(__file__).resolve()), "--drive"]
         done = subprocess.run(cmd, input=json.dumps(plan), capture_output=True, text=True, check=False)
         sys.stderr.write(done.stderr)
@@ -551,6 +612,9 @@ def main() -> None:
                 "tenants": args.tenants,
                 "agents": args.agents,
                 "clients": args.clients,
+                "tenant_rate": args.tenant_rate or None,
+                "late_p99_ms": round(result["late_p99_ms"], 1),
+                "requests_per_s": round(result["requests"] / args.seconds, 1),
                 "workers": args.workers,
                 "seconds": args.seconds,
             }
