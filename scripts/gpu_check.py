@@ -33,7 +33,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-PORT = 8765
+PORT = 8765  # main() sets it from --port
 SERVER = f"http://127.0.0.1:{PORT}"
 BACKEND = "nvml"
 
@@ -278,9 +278,11 @@ def main() -> int:
     p.add_argument("--job-seconds", type=int, default=40)
     p.add_argument("--job-command", help="a CUDA program taking its run time in seconds as last argument")
     p.add_argument("--backend", choices=("nvml", "sim"), default="nvml", help="sim: a dry run without GPUs")
+    p.add_argument("--port", type=int, default=8765, help="the local server's port (default 8765)")
     args = p.parse_args()
-    global BACKEND
-    BACKEND = args.backend
+    global BACKEND, PORT, SERVER
+    BACKEND, PORT = args.backend, args.port
+    SERVER = f"http://127.0.0.1:{PORT}"
     args.out.mkdir(parents=True, exist_ok=True)
     job = shlex.split(args.job_command) if args.job_command else [sys.executable, "-c", CUDA_JOB]
     findings: dict[str, Any] = {"smi": smi()}
