@@ -175,6 +175,48 @@ def preemption_rules(book: Book, r: Result) -> list[str]:
     )
 
 
+def fair_reclaim_keeps_shares(book: Book, r: Result) -> list[str]:
+    """Fair reclaim (step 6) places its gang in tier B, never takes from the claimant itself, and leaves each
+    victim tenant at or above the share (excess / weight, in the gang's type) the claimant reaches, counting
+    everything the gang took from that tenant on every node. The checker sees the round's end, not the moment
+    of each gang, so it tests what must hold then: the victim at its most (its holdings before the round plus
+    all it won, less what this gang took) against the claimant at its least (its holdings before less all
+    preempted from it, plus the gang)."""
+    p, ls, w = r.preemptions, book.leases, r.winners
+    fair = p.reason == FAIR_SHARE
+    if not fair.any():
+        return []
+    rows, jobs = p.row[fair], p.for_job[fair]
+    hit = np.flatnonzero(np.isin(w.job, jobs))
+    at = dict(zip(w.job[hit].tolist(), hit.tolist(), strict=True))
+    q, weight = book.tenants.guarantee.astype(np.int64), book.tenants.weight
+    before = book.tenants.held.sum(axis=1).astype(np.int64)
+    won = np.zeros_like(before)
+    np.add.at(won, (w.tenant, w.gpu_type), book.bids.gpus[w.bid])
+    lost = np.zeros_like(before)
+    np.add.at(lost, (ls.tenant[p.row], ls.gpu_type[p.row]), ls.gpus[p.row])
+    taken: dict[tuple[int, int], int] = {}  # (job, victim tenant) -> GPUs that gang took from it
+    for v, j in zip(rows.tolist(), jobs.tolist(), strict=True):
+        key = (j, int(ls.tenant[v]))
+        taken[key] = taken.get(key, 0) + int(ls.gpus[v])
+    bad: dict[str, list[int]] = {}
+    for (j, m), gone in sorted(taken.items()):
+        i = at.get(j)
+        if i is None:
+            bad.setdefault("fair reclaim preempted for a job that did not win (job)", []).append(j)
+            continue
+        c, t, k = int(w.tenant[i]), int(w.gpu_type[i]), int(book.bids.gpus[w.bid[i]])
+        if w.tier[i] != TIER_B:
+            bad.setdefault("fair reclaim placed a gang outside tier B (job)", []).append(j)
+        victim = max(before[m, t] + won[m, t] - gone - q[m, t], 0) / weight[m]
+        claimant = (max(before[c, t] - lost[c, t] - q[c, t], 0) + k) / weight[c]
+        if m == c or victim < claimant - 1e-9:
+            bad.setdefault(
+                "fair reclaim took from the claimant, or a victim below its share (job)", []
+            ).append(j)
+    return [f"{rule}: {len(set(js))} case(s), first {js[0]}" for rule, js in bad.items()]
+
+
 def _leftover(book: Book, r: Result) -> tuple[I64, I64, I64]:
     """Per type: largest free block on one open node, largest whole-free capacity in one domain, node size."""
     nodes = book.nodes
@@ -307,6 +349,7 @@ CHECKS: tuple[Check, ...] = (
     prices_and_holds,
     tier_g_within_guarantee,
     preemption_rules,
+    fair_reclaim_keeps_shares,
     work_conserving,
     guarantee_honoured,
     tier_b_follows_entitlement,

@@ -1,6 +1,6 @@
 """Re-tiering (ARCHITECTURE.md §Clearing step 2) and reclaim by preemption (step 6): for a guarantee, and fair
-reclaim for an entitlement. Both preempt the same way (``preempt_for``); they differ in who may claim and which
-victims they may take (``may_take``)."""
+reclaim for an entitlement. Both preempt the same way (``preempt_gang``: one node, or whole nodes for a gang
+larger than a node); they differ in who may claim and which victims they may take (``may_take``)."""
 
 from __future__ import annotations
 
@@ -153,6 +153,23 @@ def place_on_freed(
     )
 
 
+def preempt_gang(
+    p: Preempting,
+    floor: Floor,
+    t: int,
+    gang: tuple[int, int, int, int],
+    order: list[int],
+    may_take: Callable[[int, int], bool],
+    reason: int,
+    tier: int,
+) -> bool:
+    """Where reclaim, for a guarantee or fair, makes room for a gang (bid row, GPUs k, tenant, job) as
+    placement would put it: on one node when it fits one (``preempt_for``), else on whole nodes of one domain
+    (``preempt_whole_nodes``). Returns whether it was placed."""
+    preempt = preempt_for if gang[1] <= floor.max_cap[t] else preempt_whole_nodes
+    return preempt(p, floor, t, gang, order, may_take, reason, tier)
+
+
 def preempt_whole_nodes(
     p: Preempting,
     floor: Floor,
@@ -164,69 +181,37 @@ def preempt_whole_nodes(
     tier: int,
 ) -> bool:
     """Make room for a gang larger than any node of type ``t`` on whole nodes of one topology domain, as
-    placement puts such a gang: a node qualifies when everything running on it is a victim in ``order`` that
-    ``may_take`` allows (then it is whole once they go); of the domains whose qualifying nodes hold the gang,
-    the one where the fewest victim GPUs must go, its cheapest nodes first (then node index). Returns whether
-    the gang was placed."""
+    placement puts such a gang: nodes that are whole once their victims go (``whole_node_victims``), chosen in
+    each domain by ``cheapest_nodes``; of the domains where they hold the gang, the one where the fewest victim
+    GPUs must go (then the first). Each victim is preempted once, however many chosen nodes it runs on (its GPUs
+    on nodes not chosen stay idle this round). Returns whether the gang was placed."""
     row, k, claimant, job = gang
     ls, nodes = p.book.leases, floor.nodes
-    eligible = set(order)
-    running: dict[int, set[int]] = {}  # node of type t -> leases not preempted with a GPU there
-    for v in range(len(ls)):
-        if p.preempted[v] or ls.gpu_type[v] != t:
-            continue
-        for node in ls.slot_node[int(ls.slot_ptr[v]) : int(ls.slot_ptr[v + 1])].tolist():
-            running.setdefault(int(node), set()).add(v)
-    by_domain: dict[int, list[tuple[int, int, list[int]]]] = {}
-    for node in floor.open_nodes(t).tolist() + [n for n, j in floor.reserved_for.items() if j == job]:
-        if nodes.gpu_type[node] != t:
-            continue
-        victims = sorted(running.get(node, set()))
-        if any(v not in eligible or ls.tenant[v] == claimant for v in victims):
-            continue
-        cost = sum(int(p.gpus[v]) for v in victims)
-        if (
-            int(floor.free[node])
-            + sum((ls.slot_node[ls.slot_ptr[v] : ls.slot_ptr[v + 1]] == node).sum() for v in victims)
-            != nodes.capacity[node]
-        ):
-            continue  # something else holds GPUs there (placed this round)
-        by_domain.setdefault(int(nodes.domain[node]), []).append((cost, node, victims))
-    best: tuple[int, list[tuple[int, int, list[int]]]] | None = None
-    for cands in by_domain.values():
-        chosen, have, spent, taken = [], 0, 0, dict[int, int]()
-        for cost, node, victims in sorted(cands):
-            if have >= k:
-                break
-            if not all(may_take(v, taken.get(int(ls.tenant[v]), 0)) for v in victims):
-                continue
-            for v in victims:
-                taken[int(ls.tenant[v])] = taken.get(int(ls.tenant[v]), 0) + int(p.gpus[v])
-            chosen.append((cost, node, victims))
-            have += int(nodes.capacity[node])
-            spent += cost
-        if have >= k and (best is None or spent < best[0]):
-            best = (spent, chosen)
+    best: tuple[int, dict[int, list[int]]] | None = None
+    for cands in whole_node_victims(p, floor, t, claimant, job, set(order)).values():
+        pick = cheapest_nodes(p, floor, cands, k, may_take)
+        if pick is not None and (best is None or pick[0] < best[0]):
+            best = pick
     if best is None:
         return False
-    chosen = sorted(best[1], key=lambda c: c[1])
-    node_ids, counts, slots, left = [], [], [], k
-    for _, node, victims in chosen:
+    chosen = best[1]
+    for v in sorted({v for victims in chosen.values() for v in victims}):
+        p.preempted[v] = True
+        p.preempted_for[v] = job
+        p.preempt_reason[v] = reason
+        p.held[ls.tenant[v], p.lease_tier[v], t] -= int(p.gpus[v])
+    node_ids, counts, slots, left = sorted(chosen), [], [], k
+    for node in node_ids:
         freed = []
-        for v in victims:
+        for v in chosen[node]:
             a, b = int(ls.slot_ptr[v]), int(ls.slot_ptr[v + 1])
             freed += [int(x) for n, x in zip(ls.slot_node[a:b], ls.slot_idx[a:b], strict=True) if n == node]
-            p.preempted[v] = True
-            p.preempted_for[v] = job
-            p.preempt_reason[v] = reason
-            p.held[ls.tenant[v], p.lease_tier[v], t] -= int(p.gpus[v])
         take = min(int(nodes.capacity[node]), left)
         left -= take
         # as placement hands out a node's free slots: the next ones not yet handed out, then the freed ones
         from_free = min(int(floor.free[node]), take)
         skip = int(floor.initial_free[node] - floor.free[node])
         free_now = np.flatnonzero(nodes.free[node])[skip : skip + from_free]
-        node_ids.append(node)
         counts.append(take)
         slots.append(np.concatenate([free_now, np.sort(np.array(freed, dtype=np.int64))[: take - from_free]]))
         floor.free[node] -= from_free
@@ -245,3 +230,62 @@ def preempt_whole_nodes(
         )
     )
     return True
+
+
+def whole_node_victims(
+    p: Preempting, floor: Floor, t: int, claimant: int, job: int, eligible: set[int]
+) -> dict[int, dict[int, list[int]]]:
+    """By domain, then node: the nodes of type ``t`` open to the gang (or reserved for it) where everything
+    running is an ``eligible`` victim of another tenant and nothing was placed this round, so the node is whole
+    once they go; each with those victims (none: a whole free node)."""
+    ls, nodes = p.book.leases, floor.nodes
+    running: dict[int, list[int]] = {}  # node -> leases not preempted with a GPU there, by lease row
+    for v in np.flatnonzero(~p.preempted & (ls.gpu_type == t)).tolist():
+        for node in np.unique(ls.slot_node[int(ls.slot_ptr[v]) : int(ls.slot_ptr[v + 1])]).tolist():
+            running.setdefault(node, []).append(v)
+    out: dict[int, dict[int, list[int]]] = {}
+    for node in floor.open_nodes(t).tolist() + [n for n, j in floor.reserved_for.items() if j == job]:
+        if nodes.gpu_type[node] != t:
+            continue
+        victims = running.get(node, [])
+        if any(v not in eligible or ls.tenant[v] == claimant for v in victims):
+            continue
+        held_there = sum(
+            int((ls.slot_node[ls.slot_ptr[v] : ls.slot_ptr[v + 1]] == node).sum()) for v in victims
+        )
+        if int(floor.free[node]) + held_there != nodes.capacity[node]:
+            continue  # something else holds GPUs there (placed this round)
+        out.setdefault(int(nodes.domain[node]), {})[node] = victims
+    return out
+
+
+def cheapest_nodes(
+    p: Preempting, floor: Floor, cands: dict[int, list[int]], k: int, may_take: Callable[[int, int], bool]
+) -> tuple[int, dict[int, list[int]]] | None:
+    """Nodes of one domain (``cands``: node -> its victims) for a gang of ``k`` GPUs, one at a time: the node
+    where the fewest victim GPUs not already chosen must go (a lease on several nodes counts once), then the
+    lowest index. A node is passed over when ``may_take`` refuses one of its victims given all that its tenant
+    gives up on the nodes chosen so far, so the rule holds for a tenant's whole loss (refused once, always
+    refused: the loss only grows). Returns (victim GPUs, node -> victims) when the nodes hold the gang."""
+    ls, cap = p.book.leases, floor.nodes.capacity
+    left = dict(cands)
+    chosen: dict[int, list[int]] = {}
+    gone: set[int] = set()
+    taken: dict[int, int] = {}  # victim tenant -> GPUs it gives up
+    have = spent = 0
+    while have < k and left:
+        fresh = {n: [v for v in vs if v not in gone] for n, vs in left.items()}
+        cost, node = min((sum(int(p.gpus[v]) for v in vs), n) for n, vs in fresh.items())
+        del left[node]
+        after = dict(taken)
+        for v in fresh[node]:
+            m = int(ls.tenant[v])
+            if not may_take(v, after.get(m, 0)):
+                break
+            after[m] = after.get(m, 0) + int(p.gpus[v])
+        else:
+            taken, chosen[node] = after, cands[node]
+            gone.update(fresh[node])
+            have += int(cap[node])
+            spent += cost
+    return (spent, chosen) if have >= k else None

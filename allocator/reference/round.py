@@ -219,9 +219,7 @@ def reclaim_guarantees(state: RoundState, t: int, s: TypeBids, gained: I64) -> N
             return bool(held[victim] - taken - p.gpus[v] >= q[victim])
 
         gang = (row, k, m, int(book.bids.job[row]))
-        one_node = k <= state.floor.max_cap[t]
-        preempt = rc.preempt_for if one_node else rc.preempt_whole_nodes
-        if preempt(p, state.floor, t, gang, order, may_take, RECLAIM, TIER_G):
+        if rc.preempt_gang(p, state.floor, t, gang, order, may_take, RECLAIM, TIER_G):
             s.placed[i] = True
             gained[m] += k
             state.count("reclaimed_gangs")
@@ -244,8 +242,10 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
     """Fair reclaim (step 6, an admin policy): a tenant below its entitlement by at least one of its pending gangs
     (unplaced, at or above p) preempts tier S, then tier B leases of tenants above their entitlement, past the
     minimum runtime, only while the victim's tenant stays at or above its own entitlement and at or above the
-    share (excess / weight) the claimant reaches; never a tier G lease. The gang lands in tier B. Claimants
-    furthest below their share first; a tenant's gangs in its own order; where one fails, no larger one."""
+    share (excess / weight) the claimant reaches, counting all it gives up for the gang; never a tier G lease.
+    The gang lands in tier B, as guarantee reclaim places it: on one node, or for a gang larger than a node on
+    whole nodes of one domain. Claimants furthest below their share first; a tenant's gangs in its own order;
+    where one fails, no larger one."""
     book, p = state.book, state.pre
     posted = int(book.types.posted[t])
     q = book.tenants.guarantee[:, t].astype(np.int64)
@@ -273,7 +273,7 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
 
             order = rc.victim_order(p, t, x - ent)
             gang = (int(s.rows[i]), k, c, int(book.bids.job[s.rows[i]]))
-            if rc.preempt_for(p, state.floor, t, gang, order, may_take, FAIR_SHARE, TIER_B):
+            if rc.preempt_gang(p, state.floor, t, gang, order, may_take, FAIR_SHARE, TIER_B):
                 s.placed[i], s.tier[i] = True, TIER_B
                 state.count("fair_reclaimed_gangs")
                 gained[c] += k

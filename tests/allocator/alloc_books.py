@@ -110,33 +110,67 @@ def make_book(s: Shape) -> Book:
     )
 
 
-def make_hoarded_book(s: Shape) -> Book:
+def make_hoarded_book(s: Shape, *, hoarders: int = 1, full: bool = False) -> Book:
     """``make_book``'s shape where tenant 0 (weight 1, no guarantee) holds every running lease in tier B, past the
-    minimum runtime, and every posted price sits at the reserve: fair reclaim has work in most such books."""
+    minimum runtime, and every posted price sits at the reserve: fair reclaim has work in most such books.
+    ``hoarders``: tenants 0.. (each weight 1, no guarantee) hold the leases in turn. ``full``: every GPU is held
+    instead, each two nodes of a type by one lease (as a gang larger than a node runs) or by a lease on each
+    half of each node, so gangs larger than a node are placed only by reclaim."""
     from dataclasses import replace
 
     book = make_book(s)
-    ls = book.leases
+    ls = _fill(book.nodes, np.random.default_rng(s.seed)) if full else book.leases
     if not len(ls):
         return book
+    n = len(ls)
     leases = Leases(
         ls.lease,
-        np.zeros(len(ls), dtype=np.int32),
+        (ls.tenant if full else np.arange(n)) % min(hoarders, s.n_tenants),
         ls.gpu_type,
-        np.full(len(ls), 1, dtype=np.int8),
-        np.full(len(ls), book.now - 86400),
-        np.ones(len(ls), dtype=bool),
+        np.full(n, 1, dtype=np.int8),
+        np.full(n, book.now - 86400),
+        np.ones(n, dtype=bool),
         ls.slot_ptr,
         ls.slot_node,
         ls.slot_idx,
     )
     held = np.zeros_like(book.tenants.held)
-    np.add.at(held, (0, 1, leases.gpu_type[leases.slot_owner]), 1)
+    np.add.at(held, (leases.tenant[leases.slot_owner], 1, leases.gpu_type[leases.slot_owner]), 1)
     guarantee = book.tenants.guarantee.copy()
-    guarantee[0] = 0
+    guarantee[:hoarders] = 0
     weight = book.tenants.weight.copy()
-    weight[0] = 1.0
+    weight[:hoarders] = 1.0
     t = book.tenants
     tenants = Tenants(t.names, weight, guarantee, held, t.balance, t.guardrail)
+    nodes = replace(book.nodes, free=np.zeros_like(book.nodes.free)) if full else book.nodes
     types = GpuTypes(book.types.names, book.types.reserve, book.types.reserve, book.types.max_price)
-    return replace(book, types=types, tenants=tenants, leases=leases)
+    return replace(book, types=types, nodes=nodes, tenants=tenants, leases=leases)
+
+
+def _fill(nodes: Nodes, rng: np.random.Generator) -> Leases:
+    """Leases over every GPU of ``nodes`` (tier and the rest filled in by the caller): the nodes of each type in
+    pairs, each pair one lease or, at random, each node as two leases of half its GPUs; ``tenant`` numbers the
+    pairs (the caller's owner: the pair's number modulo the hoarders)."""
+    parts: list[tuple[int, list[tuple[int, int]]]] = []  # (type, [(node, slot), ...])
+    pair_of: list[int] = []
+    for t in np.unique(nodes.gpu_type).tolist():
+        ix = np.flatnonzero(nodes.gpu_type == t).tolist()
+        for pair in (ix[i : i + 2] for i in range(0, len(ix), 2)):
+            gpus = [[(n, x) for x in range(int(nodes.capacity[n]))] for n in pair]
+            if len(pair) == 2 and rng.random() < 0.5:
+                parts.append((t, gpus[0] + gpus[1]))
+            else:
+                parts += [(t, g[h::2]) for g in gpus for h in (0, 1)]
+            pair_of += [len(set(pair_of))] * (len(parts) - len(pair_of))
+    ptr = np.r_[0, np.cumsum([len(g) for _, g in parts])]
+    return Leases(
+        np.arange(len(parts)) + 1,
+        np.array(pair_of, dtype=np.int32),
+        np.array([t for t, _ in parts]),
+        np.ones(len(parts), dtype=np.int8),
+        np.zeros(len(parts), dtype=np.int64),
+        np.ones(len(parts), dtype=bool),
+        ptr,
+        np.array([n for _, g in parts for n, _ in g]),
+        np.array([x for _, g in parts for _, x in g]),
+    )

@@ -40,6 +40,19 @@ def test_every_invariant_holds_under_fair_reclaim(shape: Shape) -> None:
     assert (book.leases.tenant[result.preemptions.row[fair]] == 0).all()
 
 
+@FAST
+@given(shapes())
+def test_every_invariant_holds_under_fair_reclaim_of_leases_over_nodes(shape: Shape) -> None:
+    """As above with every GPU held by two hoarders, half of it in leases on two nodes, so a gang larger than a
+    node lands only by reclaim, which must count a lease once over the nodes it frees and a tenant's loss over
+    all of them: every invariant holds, and fair reclaim takes only from the hoarders."""
+    book = make_hoarded_book(shape, hoarders=2, full=True)
+    result = clear(book)
+    assert check(book, result) == []
+    fair = result.preemptions.reason == FAIR_SHARE
+    assert (book.leases.tenant[result.preemptions.row[fair]] <= 1).all()
+
+
 @settings(max_examples=60, deadline=None)
 @given(shapes())
 def test_same_book_same_bytes(shape: Shape) -> None:

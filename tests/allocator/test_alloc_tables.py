@@ -127,6 +127,17 @@ BOTH_BUSY_LEASES = [
     {**lease(2, "c", "G", [("m0", s) for s in range(4)]), "gpu_type": "a100"},
 ]
 TWO_TYPES = {"h100": 3 * MICRO, "a100": 5 * MICRO // 2}  # a100's margin over its p is the larger
+FOUR_NODES = [node(f"n{i}", free=[]) for i in range(4)]
+
+
+def halves(owner: str, n_nodes: int, tier: str = "B") -> list[dict[str, Any]]:
+    """Two 4-GPU leases on each of nodes n0.. (lease ids 10 on), past the minimum runtime."""
+    return [
+        lease(10 + i, owner, tier, [(f"n{i // 2}", 4 * (i % 2) + s) for s in range(4)])
+        for i in range(2 * n_nodes)
+    ]
+
+
 CASES = [
     Case(
         "alone gets the whole cluster",
@@ -371,6 +382,59 @@ CASES = [
         ),
         want_gpus={},
         want_preempted=(),
+    ),
+    Case(
+        "fair reclaim frees two whole nodes for a 16-GPU gang of a tenant far below its entitlement",
+        book(
+            FOUR_NODES,
+            [tenant("a"), tenant("b")],
+            bids("b", 1, first_job=100, gpus=16),
+            halves("a", 4),
+        ),
+        want_gpus={"b": 16},
+        want_tiers={"b": {"B": 16}},
+        want_preempted=(10, 11, 12, 13),
+        want_nodes={100: {"n0", "n1"}},
+        want_counters={"fair_reclaimed_gangs": 1, "reclaimed_gangs": 0},
+    ),
+    Case(
+        "fair reclaim counts a victim lease on two nodes once (one 16-GPU lease makes room for a 16-GPU gang)",
+        book(
+            FOUR_NODES,
+            [tenant("a"), tenant("b")],
+            bids("b", 1, first_job=100, gpus=16),
+            [lease(10 + i, "a", "B", [(f"n{2 * i + s // 8}", s % 8) for s in range(16)]) for i in range(2)],
+        ),
+        want_gpus={"b": 16},
+        want_preempted=(10,),
+        want_nodes={100: {"n0", "n1"}},
+    ),
+    Case(
+        "fair reclaim takes no whole nodes that would leave the victim below its entitlement, counting all nodes",
+        book(
+            FOUR_NODES,
+            [tenant("a", weight=3), tenant("b", weight=4), tenant("d", weight=1)],
+            bids("b", 1, first_job=100, gpus=16),
+            # entitlements 12 : 16 : 4 over 32 GPUs: a may give up one node (8 of its 24), not two; d none
+            halves("a", 3) + [lease(20, "d", "B", [("n3", s) for s in range(8)])],
+        ),
+        want_gpus={},
+        want_preempted=(),
+        want_counters={"fair_reclaimed_gangs": 0},
+    ),
+    Case(
+        "guarantee reclaim on whole nodes never takes the victim below its guarantee, counting all nodes",
+        book(
+            [node("n0", free=[]), node("n1", free=[]), node("n2", free=[4, 5, 6, 7])],
+            [tenant("a", guarantee=16), tenant("b", guarantee=6)],
+            bids("a", 1, first_job=1, gpus=16, limit=R),
+            # b holds 20 with a guarantee of 6: it may lose 14, and two whole nodes are 16
+            [lease(9, "b", "S", [("n2", s) for s in range(4)], age=9000), *halves("b", 2, "S")],
+        ),
+        want_gpus={},
+        want_retiered=(9,),
+        want_preempted=(),
+        want_counters={"guarantee_unrestored": 1},
     ),
     Case(
         "all bids at the reserve keep the price at the reserve and split the excess by weight",
