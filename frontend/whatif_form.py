@@ -15,7 +15,7 @@ from django.http import QueryDict
 from django.utils import timezone
 
 from market.money import AmountError, format_credits, parse_credits
-from whatif.policy import KNOBS, Policy
+from whatif.policy import FIXED_KNOBS, KNOBS, Policy
 
 DATETIME_FORMAT = "%Y-%m-%dT%H:%M"
 DEFAULT_DAYS = 7
@@ -61,7 +61,7 @@ def parse(data: QueryDict, base: Policy) -> Parsed:
     out = Parsed()
     errors = out.errors
     out.since, out.until = _moment(data, "since", errors), _moment(data, "until", errors)
-    proposal: dict[str, Any] = {k: base[k] for k in ("starve_rounds", "max_reservations")}
+    proposal: dict[str, Any] = {k: base[k] for k in FIXED_KNOBS}  # today's: the form does not change them
     for knob in KNOBS:
         proposal[knob] = _whole(data, knob, errors)
     proposal["fair_reclaim"] = data.get("fair_reclaim") == "on"

@@ -1,7 +1,7 @@
 """A policy as a what-if compares it: the knobs an admin may change, as one JSON-able dict.
 
-    {"price_step_bp": 500, "min_runtime_s": 600, "starve_rounds": 5, "max_reservations": 4,
-     "fair_reclaim": true,
+    {"price_step_bp": 500, "min_runtime_s": 600, "starve_rounds": 5, "max_reservations": 1,
+     "max_reserved_pct": 10, "fair_reclaim": true,
      "types": {"H100": {"reserve": 2000000, "max": 20000000}, ...},          # micro-credits per GPU-hour
      "tenants": {"vision": {"weight": 2, "guarantees": {"H100": 4}}, ...}}
 
@@ -26,7 +26,7 @@ from whatif.trace import Trace
 Policy = dict[str, Any]
 # The market-wide knobs a proposal may change; the others (round period, grace, ...) stay today's.
 KNOBS = ("price_step_bp", "min_runtime_s")
-FIXED_KNOBS = ("starve_rounds", "max_reservations")
+FIXED_KNOBS = ("starve_rounds", "max_reservations", "max_reserved_pct")
 
 
 def today_policy() -> Policy:
@@ -94,6 +94,8 @@ def market_options(policy: Policy) -> MarketOptions:
         min_runtime_s=policy["min_runtime_s"],
         starve_rounds=policy["starve_rounds"],
         max_reservations=policy["max_reservations"],
+        # absent from what-ifs stored before it was modelled: the allocator's default, as they ran
+        max_reserved_pct=policy.get("max_reserved_pct", MarketOptions.max_reserved_pct),
         max_price_micro=tuple((name, p["max"]) for name, p in sorted(policy["types"].items())),
         fair_reclaim=policy["fair_reclaim"],
     )

@@ -26,18 +26,25 @@ MAX_PRICE_FACTOR = 10
 UNLIMITED_MICRO = 10**15
 
 
+_ROUND_DEFAULTS = RoundPolicy()
+
+
 @dataclass(frozen=True)
 class MarketOptions:
     """What the scenario format cannot say about a market policy: the round knobs of `allocator.book.Policy`
     and each type's price cap (micro-credits per GPU-hour; a type left out is capped at MAX_PRICE_FACTOR x its
     reserve). A what-if replay (whatif/) sets them from the platform's policy or an admin's proposal."""
 
-    price_step_bp: int = 500
-    min_runtime_s: int = 600
-    starve_rounds: int = 5
-    max_reservations: int = 4
+    # The round knobs default to the allocator's own defaults (one place: allocator.book.Policy), so a replay
+    # without options runs the rules the platform runs. (They were copied here once, and max_reservations
+    # stayed 4 when the allocator's became 1: the simulator's market reserved four gangs' nodes per type.)
+    price_step_bp: int = _ROUND_DEFAULTS.price_step_bp
+    min_runtime_s: int = _ROUND_DEFAULTS.min_runtime_s
+    starve_rounds: int = _ROUND_DEFAULTS.starve_rounds
+    max_reservations: int = _ROUND_DEFAULTS.max_reservations
+    max_reserved_pct: int = _ROUND_DEFAULTS.max_reserved_pct
     max_price_micro: tuple[tuple[str, int], ...] = ()  # (GPU type, cap) pairs
-    fair_reclaim: bool = True  # ARCHITECTURE.md §Clearing step 6, on by default
+    fair_reclaim: bool = _ROUND_DEFAULTS.fair_reclaim  # ARCHITECTURE.md §Clearing step 6
 
     def round_policy(self) -> RoundPolicy:
         knobs: dict[str, Any] = {
@@ -45,6 +52,7 @@ class MarketOptions:
             "min_runtime_s": self.min_runtime_s,
             "starve_rounds": self.starve_rounds,
             "max_reservations": self.max_reservations,
+            "max_reserved_pct": self.max_reserved_pct,
             "fair_reclaim": self.fair_reclaim,
         }
         return RoundPolicy(**knobs)
