@@ -3,6 +3,8 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from accounts.models import ApiToken
+from config.api import BodySerializer
+from config.fields import TextField
 
 
 class TenantRoleSerializer(serializers.Serializer):
@@ -32,8 +34,8 @@ class TokenSerializer(serializers.ModelSerializer):
         return obj.revoked_at is None
 
 
-class TokenCreateSerializer(serializers.Serializer):
-    name = serializers.CharField(max_length=100, trim_whitespace=True)
+class TokenCreateSerializer(BodySerializer):
+    name = TextField(max_length=100)
 
 
 class TokenCreatedSerializer(TokenSerializer):

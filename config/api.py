@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core.exceptions import (
@@ -13,43 +14,53 @@ from django.core.exceptions import (
 )
 from django.http import Http404, JsonResponse
 from rest_framework import exceptions, serializers, status
+from rest_framework.fields import empty
 from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from config.fields import SPACE, TEXT
+
 
 class Pagination(PageNumberPagination):
-    """`page` from 1 and `page_size` from 1 to 500; anything else is a 400 naming the parameter (DRF would
-    answer 404 for page=0 and quietly ignore a bad page_size). A page past the last one is a 404."""
+    """`page` from 1 to 999,999,999 and `page_size` from 1 to 500, as the schema says; anything else is a 400
+    naming the parameter (DRF would answer 404 for page=0, quietly ignore a bad page_size, and take
+    page=last, which the schema cannot call an integer). A page past the last one is a 404."""
 
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 500
+    max_page = 999_999_999
+    last_page_strings = ()
 
     def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
         parameters = super().get_schema_operation_parameters(view)
         for parameter in parameters:
             parameter["schema"]["minimum"] = 1
-            if parameter["name"] == self.page_size_query_param:
-                parameter["schema"]["maximum"] = self.max_page_size
+            parameter["schema"]["maximum"] = (
+                self.max_page_size if parameter["name"] == self.page_size_query_param else self.max_page
+            )
         return parameters
 
     def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> list[Any] | None:
-        for name, top in (("page", None), (self.page_size_query_param, self.max_page_size)):
-            _positive_param(request.query_params, name, top)
+        self.check_params(request)
         return super().paginate_queryset(queryset, request, view)
 
+    def check_params(self, request: Any) -> None:
+        """The page parameters as documented; also for a view that answers without pages (the audit CSV)."""
+        for name, top in (("page", self.max_page), (self.page_size_query_param, self.max_page_size)):
+            _positive_param(request.query_params, name, top)
 
-def _positive_param(params: Any, name: str, top: int | None) -> None:
+
+def _positive_param(params: Any, name: str, top: int) -> None:
     if name not in params:
         return
     text = params[name]
-    if text == "last" and name == "page":
-        return
-    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
+    digits = text.lstrip("0")  # bounded before int(): a million digits is refused as too large, unparsed
+    if not (text.isascii() and text.isdigit()) or not digits:
         raise exceptions.ValidationError({name: ["must be a whole number from 1"]})
-    if top is not None and int(text) > top:
-        raise exceptions.ValidationError({name: [f"must be at most {top}"]})
+    if len(digits) > len(str(top)) or int(digits) > top:
+        raise exceptions.ValidationError({name: [f"must be at most {top:,}"]})
 
 
 class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -60,11 +71,80 @@ class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
         blank = {
             name: ["must not be empty; leave the parameter out instead"]
             for name in self.fields
-            if hasattr(data, "getlist") and name in data and any(v.strip() == "" for v in data.getlist(name))
+            if hasattr(data, "getlist")
+            and name in data
+            and any(not v.strip(SPACE) for v in data.getlist(name))
         }
         if blank:
             raise exceptions.ValidationError(blank)
         return super().to_internal_value(data)
+
+
+# Base of every JSON request body (a comment, not a docstring: the schema would show a docstring as the
+# description of every body that has none of its own). Each field takes only the JSON type its schema
+# documents, where DRF would take "5" for an integer, 0 for false, the number 5 for a name and "" for no
+# related object. With refuse_unknown, a name that is no writable field is a 400 naming it (a misspelt setting
+# must not look like a change that did nothing), and the schema says additionalProperties: false
+# (config/schema.py). The portal checks its forms with the same serializers: with context {"form": True} the
+# values are form text, so their JSON types are not checked (DRF's fields parse "2" as a number, as a form
+# needs).
+class BodySerializer(serializers.Serializer):  # type: ignore[type-arg]
+    refuse_unknown = False
+    unknown_message = "is not a field of this request"
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping) and not self.context.get("form"):
+            writable = list(self._writable_fields)
+            errors = {
+                field.field_name: problem
+                for field in writable
+                if (problem := json_type_problem(field, field.get_value(data))) is not None
+            }
+            if self.refuse_unknown:
+                known = {field.field_name for field in writable}
+                errors |= {name: [self.unknown_message] for name in sorted(set(data) - known)}
+            if errors:
+                raise exceptions.ValidationError(errors)
+        return super().to_internal_value(data)
+
+
+def json_type_problem(field: serializers.Field, value: Any) -> Any:  # type: ignore[type-arg]
+    """Why `value` is not of the JSON type `field` documents, as DRF error detail (a list of messages, or
+    per key or index for objects and lists), or None. Absent and null are the field's to judge; fields of the
+    API's own types (config/fields.py, lists of objects) check their input themselves."""
+    if value is empty or value is None:
+        return None
+    if isinstance(field, serializers.DictField | serializers.ListField):
+        return _container_problem(field, value)
+    message = None
+    if isinstance(field, serializers.BooleanField):
+        message = None if isinstance(value, bool) else "must be true or false"
+    elif isinstance(field, serializers.IntegerField):
+        whole = isinstance(value, int) or (isinstance(value, float) and value.is_integer())
+        message = None if whole and not isinstance(value, bool) else "must be a whole number"
+    elif isinstance(field, serializers.FloatField):
+        message = (
+            None if isinstance(value, int | float) and not isinstance(value, bool) else "must be a number"
+        )
+    elif isinstance(field, serializers.CharField | serializers.SlugRelatedField | serializers.ChoiceField):
+        if not isinstance(value, str):
+            message = "must be a string"
+        elif value == "" and isinstance(field, serializers.SlugRelatedField):
+            message = "must not be empty"
+    return [message] if message else None
+
+
+def _container_problem(field: serializers.DictField | serializers.ListField, value: Any) -> Any:
+    if isinstance(field, serializers.DictField):
+        if not isinstance(value, dict):
+            return ["must be an object"]
+        items = list(value.items())
+    else:
+        if not isinstance(value, list):
+            return ["must be a list"]
+        items = list(enumerate(value))
+    problems = {key: p for key, item in items if (p := json_type_problem(field.child, item)) is not None}
+    return problems or None
 
 
 def flatten_errors(detail: Any, prefix: str = "") -> dict[str, list[str]]:
@@ -179,7 +259,8 @@ def schema_error_responses(
 ) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: every operation documents the errors every operation can give
     (400, 401, 403, 404, 429; writes also 409, 413, 415) with the one error shape, keeping any description
-    a view gave its own; string query parameters and headers are documented as non-empty."""
+    a view gave its own; string query parameters and headers are documented as non-empty and, where nothing
+    narrower is said of them, as not blank (QuerySerializer refuses both)."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA
     body = {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}
     for operations in result.get("paths", {}).values():
@@ -188,8 +269,11 @@ def schema_error_responses(
                 continue
             for parameter in operation.get("parameters", []):
                 # An empty query parameter or header is refused (QuerySerializer), so say so.
-                if parameter.get("in") in ("query", "header") and parameter["schema"].get("type") == "string":
-                    parameter["schema"].setdefault("minLength", 1)
+                schema = parameter["schema"]
+                if parameter.get("in") in ("query", "header") and schema.get("type") == "string":
+                    schema.setdefault("minLength", 1)
+                    if not {"enum", "format", "pattern"} & set(schema):
+                        schema["pattern"] = TEXT
             errors = _ERRORS | (_WRITE_ERRORS if method != "get" else {})
             responses = operation.setdefault("responses", {})
             for code, description in errors.items():

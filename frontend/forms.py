@@ -43,7 +43,7 @@ def bid_rows(
 
 def bids_payload(rows: list[BidRow]) -> list[dict[str, str]]:
     """The rows the user filled, as the API's `bids` list (a row with neither type nor limit is skipped)."""
-    return [{"gpu_type": r.gpu_type, "limit": r.limit} for r in rows if r.gpu_type or r.limit.strip()]
+    return [{"gpu_type": r.gpu_type, "limit": r.limit.strip()} for r in rows if r.gpu_type or r.limit.strip()]
 
 
 def flatten(detail: Any) -> dict[str, str]:

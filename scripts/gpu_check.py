@@ -206,7 +206,7 @@ def platform_check(job: list[str], seconds: int, var: Path, log: Path) -> dict[s
         "name": "gpu-check",
         "command": shlex.join([*job, str(seconds)]),
         "gpus": 1,
-        "max_hours": 1,
+        "max_hours": "1",
         "bids": [{"gpu_type": name, "limit": "6"}],
     }
     result: dict[str, Any] = {"gpu_type": name}

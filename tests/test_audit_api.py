@@ -86,6 +86,22 @@ def test_csv_export_has_every_matching_row_and_no_formulas(world: World) -> None
     assert '"name": "=cmd|x"' in row["detail"]  # inside JSON: a spreadsheet does not evaluate it
 
 
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [
+        ({"format": "csv", "page": "0"}, "page"),  # CSV has no pages, but the documented bounds hold
+        ({"format": "csv", "page": "9" * 25}, "page"),
+        ({"format": "csv", "page_size": "501"}, "page_size"),
+        ({"format": ""}, "format"),  # not answered as JSON: the schema allows csv or json only
+    ],
+)
+def test_audit_parameters_are_checked_whatever_the_format(
+    world: World, query: dict[str, str], field: str
+) -> None:
+    response = world.client(world.admin).get("/api/v1/audit", query)
+    assert response.status_code == 400 and field in response.json()["fields"], response.content
+
+
 def test_each_round_leaves_one_summary_row(world: World) -> None:
     world.nodes(world.h100, 1, size=4)
     world.fund(world.alpha, 100)

@@ -20,7 +20,7 @@ def test_anyone_signed_in_lists_types_anonymous_gets_401(world: World) -> None:
 
 def test_admin_creates_and_changes_a_type_audited(world: World) -> None:
     admin = world.client(world.admin)
-    body = {"name": "V100", "memory_gb": 32, "reserve_price": "0.5", "max_price": 5}
+    body = {"name": "V100", "memory_gb": 32, "reserve_price": "0.5", "max_price": "5"}
     resp = admin.post("/api/v1/gpu-types", body, format="json")
     assert resp.status_code == 201 and resp.json()["reserve_price"] == 500_000
     resp = admin.put("/api/v1/gpu-types/V100", {**body, "reserve_price": "0"}, format="json")
@@ -29,7 +29,7 @@ def test_admin_creates_and_changes_a_type_audited(world: World) -> None:
 
 
 def test_members_cannot_change_types(world: World) -> None:
-    body = {"name": "V100", "memory_gb": 32, "reserve_price": "0.5", "max_price": 5}
+    body = {"name": "V100", "memory_gb": 32, "reserve_price": "0.5", "max_price": "5"}
     assert world.client(world.alice).post("/api/v1/gpu-types", body, format="json").status_code == 403
     assert world.client(world.alice).put("/api/v1/gpu-types/H100", body, format="json").status_code == 403
     assert not GpuType.objects.filter(name="V100").exists()
@@ -49,7 +49,7 @@ def test_members_cannot_change_types(world: World) -> None:
     ],
 )
 def test_bad_type_is_400_naming_field(world: World, change: dict[str, object], field: str) -> None:
-    body = {"name": "V100", "memory_gb": 32, "reserve_price": "0.5", "max_price": 5, **change}
+    body = {"name": "V100", "memory_gb": 32, "reserve_price": "0.5", "max_price": "5", **change}
     before = GpuType.objects.count()
     resp = world.client(world.admin).post("/api/v1/gpu-types", body, format="json")
     assert resp.status_code == 400, resp.json()

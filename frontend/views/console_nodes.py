@@ -138,7 +138,7 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
 def bootstrap_token(request: HttpRequest) -> HttpResponse:
     """Create a one-time bootstrap token; the secret is shown in this answer and never again."""
     form = {k: request.POST.get(k, "").strip() for k in ("name", "gpu_type", "topology_domain", "ttl_hours")}
-    body = BootstrapCreateSerializer(data={k: v for k, v in form.items() if v})
+    body = BootstrapCreateSerializer(data={k: v for k, v in form.items() if v}, context={"form": True})
     if not body.is_valid():
         return _page(request, form=form, errors=flatten(body.errors), status=400)
     v = body.validated_data

@@ -90,7 +90,8 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
     }
     if data is not None:
         posted = [r.index for r in rows if r.gpu_type or r.limit.strip()]
-        body: dict[str, Any] = {k: values[k] for k in ("name", "command", "gpus", "max_hours")}
+        body: dict[str, Any] = {k: values[k] for k in ("name", "command", "gpus")}
+        body["max_hours"] = values["max_hours"].strip()
         body["bids"] = bids_payload(rows)
         if values["grace_seconds"].strip():
             body["grace_seconds"] = values["grace_seconds"].strip()
@@ -100,7 +101,7 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
                 submitter=request.user,  # type: ignore[arg-type]
                 idempotency_key=f"portal:{values['nonce'][:64]}",
                 request_digest=_digest(body),
-                **submit_args(body),
+                **submit_args(body, form=True),
             )
         except serializers.ValidationError as exc:
             errors = flatten(exc.detail)

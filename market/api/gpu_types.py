@@ -13,7 +13,8 @@ from rest_framework.views import APIView
 
 from accounts.access import require_admin
 from accounts.services import PolicyError
-from config.api import Pagination
+from config.api import BodySerializer, Pagination
+from config.fields import TextField
 from market.api.ledger_serializers import CreditsField
 from market.models import GpuType
 from market.money import format_credits
@@ -43,10 +44,14 @@ class GpuTypeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return format_credits(obj.max_price)
 
 
-class GpuTypeWriteSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    """Prices in credits per GPU-hour (decimal strings or numbers)."""
+class GpuTypeWriteSerializer(BodySerializer):
+    """Prices in credits per GPU-hour, as decimal strings."""
 
-    name = serializers.RegexField(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$", max_length=64)
+    name = TextField(
+        pattern="[A-Za-z0-9][A-Za-z0-9._-]{0,63}",
+        pattern_message="must be a letter or digit, then up to 63 letters, digits, dots, dashes or underscores",
+        max_length=64,
+    )
     memory_gb = serializers.IntegerField(min_value=1, max_value=100_000)
     reserve_price = CreditsField(allow_zero=True)
     max_price = CreditsField()

@@ -9,12 +9,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import access_tenant
+from config.api import BodySerializer
 from market.models import HoldPolicy, OnHoldEnd
 from market.selectors.holds import hold_policy
 from market.services.hold_policy import HoldPolicyRefused, hold_policy_set
 
 
-class HoldPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class HoldPolicySerializer(BodySerializer):
+    refuse_unknown = True
+    unknown_message = "is not a hold setting"
+
     sized_by_prediction = serializers.BooleanField(
         required=False,
         help_text="Hold the predicted 90th-percentile runtime (capped by max hours) instead of max hours.",
@@ -26,12 +30,6 @@ class HoldPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]
         "it (a warning comes 15 minutes before either stop).",
     )
     updated_at = serializers.DateTimeField(read_only=True, allow_null=True)
-
-    def validate(self, attrs: dict[str, object]) -> dict[str, object]:
-        unknown = sorted(set(self.initial_data) - set(self.fields))
-        if unknown:
-            raise serializers.ValidationError({name: ["is not a hold setting"] for name in unknown})
-        return attrs
 
 
 def _render(policy: HoldPolicy) -> dict[str, object]:

@@ -62,8 +62,8 @@ def _idempotency_key(request: Request) -> str:
     key = request.headers.get("Idempotency-Key")
     if key is None:
         return ""
-    if not key:
-        raise serializers.ValidationError({"Idempotency-Key": ["must not be empty when given"]})
+    if not key.strip(" "):
+        raise serializers.ValidationError({"Idempotency-Key": ["must not be empty or blank when given"]})
     try:
         return services.check_idempotency_key(key)
     except PolicyError as exc:
@@ -92,10 +92,11 @@ def _in_order(stored: Any, shape: Any) -> Any:
     return stored
 
 
-def submit_args(data: Any) -> dict[str, Any]:
+def submit_args(data: Any, *, form: bool = False) -> dict[str, Any]:
     """A submit body checked by JobSubmitSerializer, as job_submit's arguments (the portal's form uses it
-    too, so both doors give the same errors); raises the serializer's ValidationError."""
-    body = JobSubmitSerializer(data=data)
+    too, with form=True as its values are text, so both doors give the same errors); raises the
+    serializer's ValidationError."""
+    body = JobSubmitSerializer(data=data, context={"form": form})
     body.is_valid(raise_exception=True)
     v = body.validated_data
     return {
@@ -114,7 +115,8 @@ def _job(tenant: Tenant, job_id: int) -> Job:
 
 _IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",
-    str,
+    # Printable ASCII, not only spaces: what check_idempotency_key and _idempotency_key take.
+    {"type": "string", "pattern": r"^[ -~]*[!-~][ -~]*$", "maxLength": services.IDEMPOTENCY_KEY_MAX_CHARS},
     OpenApiParameter.HEADER,
     required=False,
     description="1 to 200 printable characters. Repeating a submit with the same key and body returns the "

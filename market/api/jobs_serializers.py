@@ -1,22 +1,21 @@
 """Jobs API shapes. Prices travel as integer micro-credits per GPU-hour with credit strings alongside; request
-bodies give them in credits (decimal strings or numbers), like the ledger API."""
+bodies give them in credits as decimal strings, like the ledger API, and hours as decimal strings too."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import asdict
 from datetime import datetime
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
 from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.api import QuerySerializer
-from config.inputs import InputError, parse_decimal
+from config.api import BodySerializer, QuerySerializer
+from config.fields import DecimalStringField, TextField
 from market.api.ledger_serializers import CreditsField
 from market.models import (
     Bid,
@@ -43,23 +42,34 @@ HOURS_DECIMALS = 4
 # Requests
 
 
-@extend_schema_field(OpenApiTypes.STR)
-class HoursField(serializers.Field):  # type: ignore[type-arg]
-    """Hours as a number or decimal string ("1.5"), more than 0 and at most 4 decimals; becomes whole seconds
-    (rounded half up), which must be at least one minute and at most JOB_MAX_HOURS."""
+# The fewest hours with HOURS_DECIMALS decimals that make at least MIN_SECONDS: 0.0167.
+HOURS_MIN = (Decimal(MIN_SECONDS) / 3600).quantize(Decimal(1).scaleb(-HOURS_DECIMALS), rounding=ROUND_UP)
+
+
+class HoursField(DecimalStringField):
+    """Hours as a decimal string ("1.5", at most 4 decimals) from HOURS_MIN (a minute) to JOB_MAX_HOURS;
+    becomes whole seconds, rounded half up. A JSON number is refused (config/fields.DecimalStringField)."""
+
+    example = "1.5"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(places=HOURS_DECIMALS, low=HOURS_MIN, high=Decimal(settings.JOB_MAX_HOURS), **kwargs)
+
+    def bounds(self) -> tuple[Decimal, Decimal]:
+        return HOURS_MIN, Decimal(settings.JOB_MAX_HOURS)  # read when used: tests change the setting
 
     def to_internal_value(self, data: Any) -> int:
-        try:
-            hours = parse_decimal(data, places=HOURS_DECIMALS, noun="a number of hours")
-        except InputError as exc:
-            raise serializers.ValidationError(str(exc)) from exc
-        if hours <= 0:
-            raise serializers.ValidationError("must be more than 0")
-        if hours * 3600 < MIN_SECONDS:
-            raise serializers.ValidationError("must be at least 1 minute (0.0167 hours)")
-        if hours > settings.JOB_MAX_HOURS:
-            raise serializers.ValidationError(f"must be at most {settings.JOB_MAX_HOURS} hours")
+        hours = super().to_internal_value(data)
         return int((hours * 3600).to_integral_value(rounding=ROUND_HALF_UP))
+
+    def explain(self, text: str) -> str:
+        message = super().explain(text)
+        if message.startswith("must be at least") or message == "must be positive":
+            return f"must be at least 1 minute ({HOURS_MIN} hours)"
+        return message
+
+    def too_high(self, high: Decimal) -> str:
+        return f"must be at most {high} hours"
 
     def to_representation(self, value: int) -> str:
         return hours_text(value)
@@ -72,8 +82,8 @@ def hours_text(seconds: int) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-class BidEntrySerializer(serializers.Serializer):  # type: ignore[type-arg]
-    gpu_type = serializers.CharField(max_length=64, help_text="A GPU type's name, e.g. H100.")
+class BidEntrySerializer(BodySerializer):
+    gpu_type = TextField(max_length=64, help_text="A GPU type's name, e.g. H100.")
     limit = CreditsField(
         help_text='Most you will pay, credits per GPU-hour, e.g. "4.5" (at most 6 decimals).'
     )
@@ -125,11 +135,11 @@ def _unknown_type(name: str, types: dict[str, GpuType]) -> str:
     return f"unknown GPU type {name!r}; known: {', '.join(sorted(types)) or 'none'}"
 
 
-class JobSubmitSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class JobSubmitSerializer(BodySerializer):
     """Body of a submit. Fields not listed here are ignored."""
 
-    name = serializers.CharField(max_length=NAME_MAX_CHARS)
-    command = serializers.CharField(
+    name = TextField(max_length=NAME_MAX_CHARS)
+    command = TextField(
         trim_whitespace=False,
         help_text="What the agent runs; at most JOB_COMMAND_MAX_CHARS characters (8192 by default).",
     )
@@ -147,35 +157,33 @@ class JobSubmitSerializer(serializers.Serializer):  # type: ignore[type-arg]
     )
 
     def validate_command(self, value: str) -> str:
-        if not value.strip():
-            raise serializers.ValidationError("must not be blank")
         limit = settings.JOB_COMMAND_MAX_CHARS
         if len(value) > limit:
             raise serializers.ValidationError(f"is {len(value)} characters; at most {limit} are allowed")
         return value
 
 
-class BidAmendSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class BidAmendSerializer(BodySerializer):
     bids = BidsField(help_text="The new bid, replacing the current one: most preferred type first.")
 
 
+_STATE = "|".join(JobState.values)
+
+
 class JobFilterSerializer(QuerySerializer):
-    state = serializers.CharField(
-        required=False, help_text=f"One state or several, comma-separated: {', '.join(JobState.values)}."
+    state = TextField(
+        required=False,
+        pattern=f"(?:{_STATE})(?:,(?:{_STATE}))*",
+        pattern_message=f"must be one or more of {', '.join(JobState.values)}, comma-separated",
+        help_text=f"One state or several, comma-separated without spaces: {', '.join(JobState.values)}.",
     )
-    gpu_type = serializers.CharField(required=False, help_text="Jobs whose current bid accepts this type.")
-    submitter = serializers.CharField(
+    gpu_type = TextField(required=False, help_text="Jobs whose current bid accepts this type.")
+    submitter = TextField(
         required=False, max_length=150, validators=[UnicodeUsernameValidator()], help_text="A username."
     )
 
     def validate_state(self, value: str) -> list[str]:
-        states = [s.strip() for s in value.split(",")]
-        bad = [s for s in states if s not in JobState.values]
-        if bad:
-            raise serializers.ValidationError(
-                f"unknown state {bad[0]!r}; one or more of {', '.join(JobState.values)}"
-            )
-        return states
+        return value.split(",")
 
     def validate_gpu_type(self, value: str) -> str:
         types = gpu_types_by_name()

@@ -74,10 +74,10 @@ class LedgerView(APIView):
 
 _IDEMPOTENCY_HEADER = OpenApiParameter(
     "Idempotency-Key",
-    str,
+    {"type": "string", "maxLength": services.KEY_MAX_LENGTH},
     OpenApiParameter.HEADER,
     required=False,
-    description="Used when the body has no key.",
+    description="The key, when the body has none; the same as the body's key when both are given.",
 )
 _MOVE_RESPONSES = {
     201: EntrySerializer,

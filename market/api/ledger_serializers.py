@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.api import QuerySerializer
-from config.inputs import InputError, parse_instant
+from config.api import BodySerializer, QuerySerializer
+from config.fields import SPACE, DecimalStringField, TextField
+from config.inputs import INSTANT_PATTERN, InputError, parse_instant
 from market.models import EntryKind, JournalEntry, Posting
-from market.money import MAX_AMOUNT, AmountError, format_credits, parse_credits
+from market.money import MAX_AMOUNT, MICRO, format_credits
 from market.services.ledger import KEY_MAX_LENGTH, key_as_given
 
-# Longer than any valid amount; refusing early keeps absurd inputs (a million digits) away from Decimal.
-AMOUNT_MAX_CHARS = 40
+# The most one amount may be: MAX_AMOUNT, a billion credits.
+CREDITS_MAX = Decimal(MAX_AMOUNT) / MICRO
 
 
 class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]
@@ -33,53 +35,45 @@ class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]
         return figures | {f"{name}_credits": format_credits(value) for name, value in figures.items()}
 
 
-@extend_schema_field(OpenApiTypes.STR)
-class CreditsField(serializers.Field):  # type: ignore[type-arg]
-    """A positive amount of credits, as a decimal string ("12.5") or a JSON number; becomes micro-credits.
-
-    With allow_zero, zero is accepted too (a GPU type's reserve price may be free).
-    """
+class CreditsField(DecimalStringField):
+    """Credits as a decimal string ("12.5", at most 6 decimals, positive, at most CREDITS_MAX); becomes
+    micro-credits. A JSON number is refused (config/fields.DecimalStringField). With allow_zero, "0" is
+    taken too (a GPU type's reserve price may be free). Read-only, it renders micro-credits as credits."""
 
     def __init__(self, *, allow_zero: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.allow_zero = allow_zero
+        low = Decimal(0) if allow_zero else Decimal(1) / MICRO
+        super().__init__(places=6, low=low, high=CREDITS_MAX, **kwargs)
 
     def to_internal_value(self, data: Any) -> int:
-        if isinstance(data, str | int | float) and not isinstance(data, bool):
-            if len(str(data)) > AMOUNT_MAX_CHARS:
-                raise serializers.ValidationError("is too long to be an amount of credits")
-        elif data is not None:
-            raise serializers.ValidationError("must be a number of credits")
-        try:
-            micro = parse_credits(data)
-        except (AmountError, ArithmeticError) as exc:
-            raise serializers.ValidationError(str(exc) or "must be a number of credits") from exc
-        if micro < 0 or (micro == 0 and not self.allow_zero):
-            raise serializers.ValidationError(
-                "must not be negative" if self.allow_zero else "must be positive"
-            )
-        if micro > MAX_AMOUNT:
-            raise serializers.ValidationError(f"must be at most {format_credits(MAX_AMOUNT)} credits")
-        return micro
+        return int(super().to_internal_value(data) * MICRO)
+
+    def explain(self, text: str) -> str:
+        return super().explain(text).replace("more than 6 decimals", "more decimals than a micro-credit (6)")
+
+    def too_high(self, high: Decimal) -> str:
+        return f"must be at most {format_credits(int(high * MICRO))} credits"
 
     def to_representation(self, value: int) -> str:
         return format_credits(value)
 
 
-class MoneyMoveSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class MoneyMoveSerializer(BodySerializer):
     """Body of a top-up or refund. The key may come from the body or the Idempotency-Key header."""
 
     amount = CreditsField(help_text='Credits, e.g. "12.5" (at most 6 decimals).')
-    key = serializers.CharField(
+    key = TextField(
         required=False,
         max_length=KEY_MAX_LENGTH,
-        help_text="Idempotency key (or the Idempotency-Key header).",
+        help_text="Idempotency key (or the Idempotency-Key header; the same one if both are given).",
     )
-    memo = serializers.CharField(required=False, max_length=200, allow_blank=True, default="")
+    memo = TextField(required=False, max_length=200, allow_blank=True, default="")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         request = self.context["request"]
-        header = request.headers.get("Idempotency-Key", "").strip() or None
+        header = request.headers.get("Idempotency-Key")
+        if header is not None and not header.strip(SPACE):
+            raise serializers.ValidationError({"Idempotency-Key": "must not be empty or blank when given"})
+        header = header.strip(SPACE) if header is not None else None
         body = attrs.get("key")
         if body and header and body != header:
             raise serializers.ValidationError({"key": "differs from the Idempotency-Key header"})
@@ -93,9 +87,12 @@ class MoneyMoveSerializer(serializers.Serializer):  # type: ignore[type-arg]
         return attrs | {"key": key}
 
 
-@extend_schema_field(OpenApiTypes.STR)
+@extend_schema_field(OpenApiTypes.STR)  # and INSTANT_PATTERN (config/schema.py)
 class InstantField(serializers.Field):  # type: ignore[type-arg]
-    """An ISO date or datetime (naive means UTC). With end_of_day, a bare date means the end of that day."""
+    """An ISO date or datetime (naive means UTC) matching config.inputs.INSTANT_PATTERN, which the schema
+    documents. With end_of_day, a bare date means the end of that day."""
+
+    schema_pattern = f"^(?:{INSTANT_PATTERN})$"
 
     def __init__(self, *, end_of_day: bool = False, **kwargs: Any) -> None:
         super().__init__(**kwargs)

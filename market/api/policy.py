@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 from accounts.access import access_tenant, require_admin
 from accounts.models import Tenant
 from accounts.services import PolicyError
+from config.api import BodySerializer
 from market.api.ledger_serializers import CreditsField
 from market.models import MarketPolicy
 from market.selectors.policy import TenantPolicy, market_policy, tenant_policy
@@ -28,13 +29,6 @@ from market.services.policy import (
     policy_update,
     tenant_policy_update,
 )
-
-
-def _refuse_unknown(serializer: serializers.Serializer, what: str) -> None:  # type: ignore[type-arg]
-    """A misspelt knob must not look like a successful change that did nothing."""
-    unknown = sorted(set(serializer.initial_data) - set(serializer.fields))
-    if unknown:
-        raise serializers.ValidationError({name: [f"is not {what}"] for name in unknown})
 
 
 def _policy_error(exc: PolicyError) -> serializers.ValidationError:
@@ -56,8 +50,11 @@ def _knob(name: str, help_text: str) -> serializers.IntegerField:
     return serializers.IntegerField(required=False, min_value=low, max_value=high, help_text=help_text)
 
 
-class MarketPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class MarketPolicyPatchSerializer(BodySerializer):
     """Any subset of the knobs; unknown names are refused."""
+
+    refuse_unknown = True
+    unknown_message = "is not a market policy setting"
 
     round_seconds = _knob("round_seconds", "Seconds between round starts.")
     price_step_bp = _knob("price_step_bp", "Posted price step per round, basis points (500 = 5%).")
@@ -73,10 +70,6 @@ class MarketPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-
     energy_price_kwh = _knob("energy_price_kwh", "Micro-credits per measured kWh added to charges; 0: none.")
     idle_util_pct = _knob("idle_util_pct", "Release leases whose GPUs stay below this utilisation; 0: off.")
     idle_seconds = _knob("idle_seconds", "How long a lease may stay below idle_util_pct, seconds.")
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        _refuse_unknown(self, "a market policy setting")
-        return attrs
 
 
 class MarketPolicyView(APIView):
@@ -135,8 +128,11 @@ class TenantPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]
         }
 
 
-class TenantPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class TenantPolicyPatchSerializer(BodySerializer):
     """Any subset; all of it is applied or none. Unknown names are refused."""
+
+    refuse_unknown = True
+    unknown_message = "is not a tenant policy setting"
 
     weight = serializers.IntegerField(required=False, min_value=WEIGHT_LIMITS[0], max_value=WEIGHT_LIMITS[1])
     guardrail = CreditsField(
@@ -150,10 +146,6 @@ class TenantPolicyPatchSerializer(serializers.Serializer):  # type: ignore[type-
         required=False,
         help_text="Guaranteed GPUs by GPU type name; 0 removes a guarantee, types not named are unchanged.",
     )
-
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        _refuse_unknown(self, "a tenant policy setting")
-        return attrs
 
 
 def _tenant_policy_response(tenant: Tenant) -> Response:

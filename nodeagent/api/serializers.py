@@ -5,7 +5,8 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from config.api import QuerySerializer
+from config.api import BodySerializer, QuerySerializer
+from config.fields import TextField
 from market.models import GpuType
 from nodeagent.models import BootstrapToken, Gpu, Node
 from nodeagent.services.registration import GpuInfo
@@ -178,14 +179,19 @@ class LeaseReplySerializer(serializers.Serializer):  # type: ignore[type-arg]
 # Admin
 
 
-class BootstrapCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
-    name = serializers.RegexField(
-        r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=128, required=False, allow_blank=True, default=""
+class BootstrapCreateSerializer(BodySerializer):
+    name = TextField(
+        pattern="[A-Za-z0-9][A-Za-z0-9._-]*",
+        pattern_message="must be a letter or digit, then letters, digits, dots, dashes or underscores",
+        max_length=128,
+        required=False,
+        allow_blank=True,
+        default="",
     )
     gpu_type = serializers.SlugRelatedField(
         slug_field="name", queryset=GpuType.objects.all(), required=False, allow_null=True, default=None
     )
-    topology_domain = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")
+    topology_domain = TextField(max_length=64, required=False, allow_blank=True, default="")
     ttl_hours = serializers.IntegerField(min_value=1, max_value=720, default=24)
 
 

@@ -161,7 +161,7 @@ def submit(cluster: dict[str, Any], seconds: float, *, grace: int = 2) -> Job:
         "name": "e2e",
         "command": f"{sys.executable} {JOB} {seconds}",
         "gpus": GPUS,
-        "max_hours": 1,
+        "max_hours": "1",
         "grace_seconds": grace,
         "bids": [{"gpu_type": "H100", "limit": str(PRICE_CREDITS)}],
     }

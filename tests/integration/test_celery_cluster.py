@@ -138,7 +138,7 @@ def _submit(client, slug: str, n: int) -> int:  # type: ignore[no-untyped-def]
         "name": f"{slug}-{n}",
         "command": "python train.py",
         "gpus": 1 + n % 3,
-        "max_hours": 1,
+        "max_hours": "1",
         "bids": [{"gpu_type": "H100", "limit": str(2 + n % 5)}, {"gpu_type": "A100", "limit": "1.5"}],
     }
     response = client.post(f"/api/v1/tenants/{slug}/jobs", body, format="json", HTTP_IDEMPOTENCY_KEY=f"k{n}")

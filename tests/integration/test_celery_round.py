@@ -35,7 +35,7 @@ def test_worker_clears_a_round_with_jobs_of_three_tenants(world, worker_queue):
                 "name": f"{tenant.slug}-{gpus}",
                 "command": "python train.py",
                 "gpus": gpus,
-                "max_hours": 2,
+                "max_hours": "2",
                 "bids": [{"gpu_type": t, "limit": limit} for t, limit in bids],
             }
             response = client.post(f"/api/v1/tenants/{tenant.slug}/jobs", body, format="json")

@@ -128,7 +128,7 @@ def test_admin_topup_then_replay_then_conflict(world: World) -> None:
         "alpha",
     )
 
-    again = topup(client, {"amount": 12.5, "key": "grant-1", "memo": "welcome"})
+    again = topup(client, {"amount": "12.50", "key": "grant-1", "memo": "welcome"})
     assert again.status_code == 200
     assert again.json()["id"] == entry["id"]
 

@@ -39,7 +39,7 @@ def body(**change: Any) -> dict[str, Any]:
         "command": "python train.py --epochs 3",
         "gpus": 2,
         "bids": [{"gpu_type": "H100", "limit": "5"}],
-        "max_hours": 1.5,
+        "max_hours": "1.5",
         **change,
     }
 
@@ -64,7 +64,7 @@ def submit(w: World, user: Any = None, *, tenant: Any = None, gpus: int = 1, **k
 
 def test_submit_creates_a_pending_job_with_bid_version_1(market: World) -> None:
     w = market
-    bids = [{"gpu_type": "A100", "limit": "3.25"}, {"gpu_type": "H100", "limit": 5}]
+    bids = [{"gpu_type": "A100", "limit": "3.25"}, {"gpu_type": "H100", "limit": "5"}]
     resp = w.client(w.amy).post(url(), body(bids=bids, grace_seconds=30), format="json")
     assert resp.status_code == 201, resp.json()
     data = resp.json()
@@ -194,7 +194,7 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
 ) -> None:
     w = market
     job = submit(w, w.amy, gpus=2)
-    w.client(w.alice).post(url(job, "bid"), {"bids": [{"gpu_type": "H100", "limit": 7}]}, format="json")
+    w.client(w.alice).post(url(job, "bid"), {"bids": [{"gpu_type": "H100", "limit": "7"}]}, format="json")
     start = timezone.now()
     rounds = Round.objects.bulk_create(
         Round(slot=start + timedelta(seconds=300 * i), period_s=300) for i in range(130)
@@ -252,7 +252,7 @@ def test_another_tenants_job_is_404(market: World) -> None:
     client = w.client(w.alice)
     assert client.get(url(theirs)).status_code == 404
     assert client.post(url(theirs, "cancel")).status_code == 404
-    bid = {"bids": [{"gpu_type": "H100", "limit": 9}]}
+    bid = {"bids": [{"gpu_type": "H100", "limit": "9"}]}
     assert client.post(url(theirs, "bid"), bid, format="json").status_code == 404
     assert client.get(url(999_999)).status_code == 404
     Job.objects.get(pk=theirs.pk, state=JobState.PENDING, bid_version=1)
@@ -288,7 +288,7 @@ def test_amend_only_while_pending(market: World, state: str) -> None:
     job = submit(w)
     Job.objects.filter(pk=job.pk).update(state=state)
     resp = w.client(w.alice).post(
-        url(job, "bid"), {"bids": [{"gpu_type": "H100", "limit": 9}]}, format="json"
+        url(job, "bid"), {"bids": [{"gpu_type": "H100", "limit": "9"}]}, format="json"
     )
     assert resp.status_code == 409
     assert resp.json()["error"] == "job_not_pending"
@@ -299,11 +299,11 @@ def test_amend_only_while_pending(market: World, state: str) -> None:
     ("bids", "field"),
     [
         ([], "bids"),
-        ([{"gpu_type": "V100", "limit": 3}], "bids[0].gpu_type"),
-        ([{"gpu_type": "H100", "limit": 3}, {"gpu_type": "H100", "limit": 4}], "bids[1].gpu_type"),
+        ([{"gpu_type": "V100", "limit": "3"}], "bids[0].gpu_type"),
+        ([{"gpu_type": "H100", "limit": "3"}, {"gpu_type": "H100", "limit": "4"}], "bids[1].gpu_type"),
         ([{"gpu_type": "H100", "limit": "21"}], "bids[0].limit"),
         ([{"gpu_type": "H100", "limit": "-1"}], "bids[0].limit"),
-        ([{"gpu_type": "A100", "limit": 3}], "bids"),  # 12 GPUs do not fit the 8 A100s
+        ([{"gpu_type": "A100", "limit": "3"}], "bids"),  # 12 GPUs do not fit the 8 A100s
     ],
 )
 def test_bad_amend_is_400_and_writes_nothing(market: World, bids: list[Any], field: str) -> None:
@@ -323,7 +323,7 @@ def test_member_cannot_touch_anothers_job_but_a_manager_can(market: World) -> No
     w = market
     alices, amys = submit(w, w.alice), submit(w, w.amy)
     amy, alice = w.client(w.amy), w.client(w.alice)
-    bid = {"bids": [{"gpu_type": "H100", "limit": 9}]}
+    bid = {"bids": [{"gpu_type": "H100", "limit": "9"}]}
     resp = amy.post(url(alices, "cancel"))
     assert resp.status_code == 403 and resp.json()["error"] == "permission_denied"
     assert amy.post(url(alices, "bid"), bid, format="json").status_code == 403
@@ -353,7 +353,7 @@ def test_outsider_gets_404_and_anonymous_401(
     w = market
     job = submit(w)
     path = url(job if target else None, what)
-    data = body() if target is None else {"bids": [{"gpu_type": "H100", "limit": 9}]}
+    data = body() if target is None else {"bids": [{"gpu_type": "H100", "limit": "9"}]}
     for client, code in [(w.client(w.bob), 404), (w.client(), 401)]:
         resp = getattr(client, method)(path, data if method == "post" else None, format="json")
         assert resp.status_code == code, (client, resp.json())

@@ -21,7 +21,7 @@ def body(**change: Any) -> dict[str, Any]:
         "command": "python train.py",
         "gpus": 2,
         "bids": [{"gpu_type": "H100", "limit": "5"}],
-        "max_hours": 1,
+        "max_hours": "1",
         **change,
     }
 

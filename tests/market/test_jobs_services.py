@@ -183,7 +183,7 @@ def test_pending_jobs_per_tenant_are_capped(world, settings):
             "name": "x",
             "command": "true",
             "gpus": 1,
-            "max_hours": 1,
+            "max_hours": "1",
             "bids": [{"gpu_type": "H100", "limit": "3"}],
         },
         format="json",

@@ -30,7 +30,7 @@ def body(**change: Any) -> dict[str, Any]:
         "command": "python train.py",
         "gpus": 2,
         "bids": [{"gpu_type": "H100", "limit": "5"}],
-        "max_hours": 2,
+        "max_hours": "2",
     }
     return {k: v for k, v in {**base, **change}.items() if v is not ...}
 
@@ -54,26 +54,27 @@ BAD = [
     pytest.param({"gpus": 17}, "gpus", id="gpus-over-largest-group"),
     pytest.param({"gpus": 10**30}, "gpus", id="gpus-absurd"),
     pytest.param(
-        {"gpus": 1, "bids": [{"gpu_type": "A100", "limit": 3}]}, "gpus", id="gpus-type-without-nodes"
+        {"gpus": 1, "bids": [{"gpu_type": "A100", "limit": "3"}]}, "gpus", id="gpus-type-without-nodes"
     ),
     pytest.param({"bids": []}, "bids", id="bids-empty"),
     pytest.param({"bids": "H100"}, "bids", id="bids-not-a-list"),
-    pytest.param({"bids": {"gpu_type": "H100", "limit": 5}}, "bids", id="bids-object"),
+    pytest.param({"bids": {"gpu_type": "H100", "limit": "5"}}, "bids", id="bids-object"),
     pytest.param({"bids": ["H100"]}, "bids[0]", id="bids-entry-not-object"),
-    pytest.param({"bids": [{"gpu_type": "V100", "limit": 5}]}, "bids[0].gpu_type", id="type-unknown"),
-    pytest.param({"bids": [{"limit": 5}]}, "bids[0].gpu_type", id="type-missing"),
+    pytest.param({"bids": [{"gpu_type": "V100", "limit": "5"}]}, "bids[0].gpu_type", id="type-unknown"),
+    pytest.param({"bids": [{"limit": "5"}]}, "bids[0].gpu_type", id="type-missing"),
     pytest.param(
-        {"bids": [{"gpu_type": "H100", "limit": 5}, {"gpu_type": "H100", "limit": 4}]},
+        {"bids": [{"gpu_type": "H100", "limit": "5"}, {"gpu_type": "H100", "limit": "4"}]},
         "bids[1].gpu_type",
         id="type-duplicate",
     ),
     pytest.param(
-        {"bids": [{"gpu_type": t, "limit": 1} for t in ("H100", "A100", "V100")]},
+        {"bids": [{"gpu_type": t, "limit": "1"} for t in ("H100", "A100", "V100")]},
         "bids",
         id="more-entries-than-types",
     ),
     pytest.param({"bids": h100("-1")}, "bids[0].limit", id="limit-negative"),
-    pytest.param({"bids": h100(0)}, "bids[0].limit", id="limit-zero"),
+    pytest.param({"bids": h100("0")}, "bids[0].limit", id="limit-zero"),
+    pytest.param({"bids": h100(5)}, "bids[0].limit", id="limit-json-number"),
     pytest.param({"bids": h100("five")}, "bids[0].limit", id="limit-text"),
     pytest.param({"bids": h100(True)}, "bids[0].limit", id="limit-bool"),
     pytest.param({"bids": h100(None)}, "bids[0].limit", id="limit-null"),
@@ -82,10 +83,13 @@ BAD = [
     pytest.param({"bids": h100("9" * 500)}, "bids[0].limit", id="limit-500-digits"),
     pytest.param({"bids": h100("20.000001")}, "bids[0].limit", id="limit-above-max-price"),
     pytest.param({"bids": h100("4.0000001")}, "bids[0].limit", id="limit-7-decimals"),
-    pytest.param({"max_hours": 0}, "max_hours", id="hours-zero"),
-    pytest.param({"max_hours": -1}, "max_hours", id="hours-negative"),
+    pytest.param({"max_hours": "0"}, "max_hours", id="hours-zero"),
+    pytest.param({"max_hours": "-1"}, "max_hours", id="hours-negative"),
     pytest.param({"max_hours": "0.0166"}, "max_hours", id="hours-under-a-minute"),
-    pytest.param({"max_hours": 168.0001}, "max_hours", id="hours-over-limit"),
+    pytest.param({"max_hours": "168.0001"}, "max_hours", id="hours-over-limit"),
+    pytest.param({"max_hours": 2}, "max_hours", id="hours-json-number"),
+    pytest.param({"max_hours": " 2"}, "max_hours", id="hours-space"),
+    pytest.param({"max_hours": "02"}, "max_hours", id="hours-leading-zero"),
     pytest.param({"max_hours": "1.00001"}, "max_hours", id="hours-5-decimals"),
     pytest.param({"max_hours": "soon"}, "max_hours", id="hours-text"),
     pytest.param({"max_hours": "Infinity"}, "max_hours", id="hours-infinite"),
@@ -113,16 +117,24 @@ def test_messages_name_the_limits(market: World) -> None:
         return str(client.post(URL, body(**change), format="json").json()["detail"])
 
     assert detail(gpus=24) == "gpus: 24 GPUs exceed the largest node group of H100 (16 GPUs)"
-    both = [{"gpu_type": "A100", "limit": 3}, {"gpu_type": "H100", "limit": 5}]
+    both = [{"gpu_type": "A100", "limit": "3"}, {"gpu_type": "H100", "limit": "5"}]
     assert (
         detail(gpus=17, bids=both) == "gpus: 17 GPUs exceed the largest node group of H100 (16 GPUs; A100: 0)"
     )
-    assert detail(bids=h100(21)) == (
+    assert detail(bids=h100("21")) == (
         "bids[0].limit: 21 credits is above the maximum price of H100 (20 credits per GPU-hour)"
     )
     assert detail(command="x" * 8193) == "command: is 8193 characters; at most 8192 are allowed"
-    assert detail(max_hours=169) == "max_hours: must be at most 168 hours"
-    assert "known: A100, H100" in detail(bids=[{"gpu_type": "V100", "limit": 1}])
+    assert detail(max_hours="169") == "max_hours: must be at most 168 hours"
+    assert detail(max_hours="0.0166") == "max_hours: must be at least 1 minute (0.0167 hours)"
+    assert detail(max_hours="1.00001") == "max_hours: has more than 4 decimals"
+    assert "known: A100, H100" in detail(bids=[{"gpu_type": "V100", "limit": "1"}])
+    # Hours and credits are decimal strings, as the schema says: a JSON number is refused, not rounded.
+    assert detail(max_hours=2) == 'max_hours: must be a string such as "1.5", not a JSON number'
+    assert detail(bids=h100(5)) == 'bids[0].limit: must be a string such as "12.5", not a JSON number'
+    assert detail(bids=h100("0")) == "bids[0].limit: must be positive"
+    assert detail(bids=h100("4.0000001")) == "bids[0].limit: has more decimals than a micro-credit (6)"
+    assert detail(bids=h100("1e3")).startswith('bids[0].limit: must be a decimal string such as "12.5"')
 
 
 def test_limits_at_the_edges_are_accepted(market: World) -> None:
@@ -131,7 +143,7 @@ def test_limits_at_the_edges_are_accepted(market: World) -> None:
     resp = client.post(URL, edge, format="json")
     assert resp.status_code == 201, resp.json()
     assert (resp.json()["max_seconds"], resp.json()["max_hours"]) == (60, "0.0167")
-    resp = client.post(URL, body(max_hours=168, bids=h100("0.000001")), format="json")
+    resp = client.post(URL, body(max_hours="168", bids=h100("0.000001")), format="json")
     assert resp.status_code == 201, resp.json()
     assert resp.json()["max_seconds"] == 168 * 3600 and resp.json()["warnings"]
 
@@ -146,8 +158,8 @@ def test_down_nodes_do_not_count_and_settings_move_the_limits(market: World, set
     }
     settings.JOB_COMMAND_MAX_CHARS, settings.JOB_MAX_HOURS = 10, 2
     assert "command" in client.post(URL, body(command="x" * 11), format="json").json()["fields"]
-    assert "max_hours" in client.post(URL, body(max_hours=2.5), format="json").json()["fields"]
-    assert client.post(URL, body(command="x" * 10, max_hours=2), format="json").status_code == 201
+    assert "max_hours" in client.post(URL, body(max_hours="2.5"), format="json").json()["fields"]
+    assert client.post(URL, body(command="x" * 10, max_hours="2"), format="json").status_code == 201
 
 
 @pytest.mark.parametrize("payload", [["name", "train"], "train", 42, None])

@@ -271,7 +271,7 @@ def test_admin_changes_weight_guardrail_and_guarantees_one_audit_row(world: Worl
 
 def test_guardrail_null_removes_it_and_absent_leaves_it(world: World) -> None:
     admin = admin_in(world, world.alpha)
-    assert patch(admin, tenant_url(), {"guardrail": 0}).json()["guardrail"] == 0
+    assert patch(admin, tenant_url(), {"guardrail": "0"}).json()["guardrail"] == 0
     assert patch(admin, tenant_url(), {"weight": 3}).json()["guardrail"] == 0
     assert patch(admin, tenant_url(), {"guardrail": None}).json()["guardrail"] is None
     assert [r.detail for r in reversed(audit_rows("tenant_policy.update"))] == [

@@ -76,7 +76,7 @@ TENANT_ONLY = [
             "name": "x",
             "command": "y",
             "gpus": 1,
-            "max_hours": 1,
+            "max_hours": "1",
             "bids": [{"gpu_type": "H100", "limit": "3"}],
         },
     ),

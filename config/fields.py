@@ -1,0 +1,133 @@
+"""Serializer fields that take exactly what the API's schema says they take (docs/reliability.md §The schema).
+
+Each states its rule once, as a regex its schema documents (config/schema.py puts it there) and the field
+itself checks, so a client generated from /api/schema/ neither sends a value the API refuses nor finds a value
+the schema forbids accepted. DRF's own fields are looser than their schema: a CharField takes the number 5 as
+"5", a decimal field takes JSON numbers, blank means whatever `str.strip` strips.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from functools import cache
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+from rest_framework.fields import empty
+
+from config.inputs import DECIMAL_MAX_CHARS, decimal_pattern
+
+# What a text field trims and what counts as blank: ASCII whitespace only, because Python's `str.strip` and
+# ECMA's `\s` disagree about the rest (U+001C to U+001F, U+0085, U+FEFF).
+SPACE = " \t\n\r\f\v"
+# Free text as the schema documents it (`\u0000` reads the same in both regex dialects): no NUL anywhere
+# (config/parsers and config/middleware refuse it in every body and query string: PostgreSQL cannot store it)
+# and, unless blank is allowed, a character that is not blank. Where it is, the pattern still wants a
+# character: drf-spectacular offers "" beside it (oneOf), and "" must not match both.
+TEXT = r"^[^\u0000]*[^\u0000 \t\n\r\f\v][^\u0000]*$"
+TEXT_OR_BLANK = r"^[^\u0000]+$"
+
+
+@cache
+def _compiled(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+class TextField(serializers.CharField):
+    """A JSON string, never a number or a boolean. Unless allow_blank, it must hold a character other than
+    ASCII whitespace (the schema's pattern says so); `max_length` counts the string as sent; `pattern`, if
+    given, must match the whole string. What passes is trimmed of ASCII whitespace (unless trim_whitespace is
+    False) and then meets the field's own validators (DRF's refuse NUL, which the parser refused already)."""
+
+    def __init__(
+        self,
+        *,
+        pattern: str | None = None,
+        pattern_message: str = "is not in the form this field takes",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.pattern = pattern  # with allow_blank, "" is taken besides what it matches
+        # What config/schema.py documents: the whole-string pattern, or free text.
+        self.schema_pattern = f"^(?:{pattern})$" if pattern else TEXT_OR_BLANK if self.allow_blank else TEXT
+        self.pattern_message = pattern_message
+
+    def run_validation(self, data: Any = empty) -> Any:
+        is_empty, data = self.validate_empty_values(data)
+        if is_empty:
+            return data
+        if not isinstance(data, str):
+            raise serializers.ValidationError("must be a string")
+        if self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
+        if data == "" and self.allow_blank:
+            return ""
+        if not self.allow_blank and not data.strip(SPACE):
+            self.fail("blank")
+        if self.pattern is not None and not _compiled(self.pattern).fullmatch(data):
+            raise serializers.ValidationError(self.pattern_message)
+        value = data.strip(SPACE) if self.trim_whitespace else data
+        self.run_validators(value)
+        return value
+
+
+@extend_schema_field(OpenApiTypes.STR)  # and its pattern, in requests (config/schema.py)
+class DecimalStringField(serializers.Field):  # type: ignore[type-arg]
+    """A decimal number as a JSON string from `low` to `high` with at most `places` decimals, written plainly
+    ("12.5": no sign, exponent, leading zero or spaces): the regex config.inputs.decimal_pattern builds, which
+    the schema documents. A JSON number is refused with a 400: these are exact amounts, and a float cannot
+    hold 0.1. Gives a Decimal; subclasses turn it into what they store."""
+
+    example = "12.5"
+
+    def __init__(self, *, places: int, low: Decimal, high: Decimal, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.places, self.low, self.high = places, low, high
+
+    def bounds(self) -> tuple[Decimal, Decimal]:
+        return self.low, self.high
+
+    @property
+    def pattern(self) -> str:
+        low, high = self.bounds()
+        return _decimal_pattern(self.places, low, high)
+
+    @property
+    def schema_pattern(self) -> str:
+        return f"^(?:{self.pattern})$"
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, int | float) and not isinstance(data, bool):
+            raise serializers.ValidationError(f'must be a string such as "{self.example}", not a JSON number')
+        if not isinstance(data, str):
+            raise serializers.ValidationError(f'must be a decimal string such as "{self.example}"')
+        if not _compiled(self.pattern).fullmatch(data):
+            raise serializers.ValidationError(self.explain(data))
+        return Decimal(data)
+
+    def explain(self, text: str) -> str:
+        """Why `text` does not match: the bound it misses where it is a plain decimal."""
+        plain = re.fullmatch(r"(0|[1-9][0-9]*)(\.[0-9]+)?", text) and len(text) <= DECIMAL_MAX_CHARS
+        if not plain:
+            return (
+                f'must be a decimal string such as "{self.example}": digits, then optionally a point and '
+                f"at most {self.places} decimals"
+            )
+        number = Decimal(text)  # plain and short: it parses
+        low, high = self.bounds()
+        if number > high:
+            return self.too_high(high)
+        if number < low:
+            return "must be positive" if low == Decimal(1).scaleb(-self.places) else f"must be at least {low}"
+        return f"has more than {self.places} decimals"
+
+    def too_high(self, high: Decimal) -> str:
+        return f"must be at most {high}"
+
+
+@cache
+def _decimal_pattern(places: int, low: Decimal, high: Decimal) -> str:
+    return decimal_pattern(places=places, low=low, high=high)
