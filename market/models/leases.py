@@ -87,7 +87,7 @@ class Lease(models.Model):
     # Seconds from started_at its hold pays for: max_seconds, or less when the tenant sizes holds by prediction
     # (then extended or stopped as it runs out: market.services.holds). Null on leases from before.
     hold_seconds = models.PositiveIntegerField(null=True, blank=True)
-    hold_extensions = models.PositiveIntegerField(default=0, db_default=0)  # the commit inserts by COPY
+    hold_extensions = models.PositiveIntegerField(default=0, db_default=0)  # bulk-inserted without it
     hold_warned_at = models.DateTimeField(null=True, blank=True)
     grace_seconds = models.PositiveIntegerField()
     hold_key = models.CharField(max_length=200)  # unique: lease_hold_key below
