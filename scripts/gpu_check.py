@@ -272,13 +272,24 @@ def _cancel_summary(plat: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
+def _within(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [low, high], else the usage line says which."""
+
+    def parse(text: str) -> int:
+        if not text.isdigit() or not low <= int(text) <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be a whole number from {low} to {high}")
+        return int(text)
+
+    return parse
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or "var/gpu-check"))
-    p.add_argument("--job-seconds", type=int, default=40)
+    p.add_argument("--job-seconds", type=_within(1, 3600), default=40, help="the job's run time (default 40)")
     p.add_argument("--job-command", help="a CUDA program taking its run time in seconds as last argument")
     p.add_argument("--backend", choices=("nvml", "sim"), default="nvml", help="sim: a dry run without GPUs")
-    p.add_argument("--port", type=int, default=8765, help="the local server's port (default 8765)")
+    p.add_argument("--port", type=_within(1024, 65535), default=8765, help="the local server's port (8765)")
     args = p.parse_args()
     global BACKEND, PORT, SERVER
     BACKEND, PORT = args.backend, args.port
