@@ -53,6 +53,11 @@ __all__ = [
 ]
 
 
+# Sentinels for optional columns: "not given", replaced in __post_init__ by the documented default.
+_UNSET_F64: F64 = np.zeros(0)
+_UNSET_I64: I64 = np.zeros(0, dtype=np.int64)
+
+
 def hold_of(gpus: Any, price: Any, max_s: Any) -> Any:
     """Hold in micro-credits: ceil(gpus * price * max_s / 3600), integer (ARCHITECTURE.md §Money)."""
     num = np.asarray(gpus, dtype=np.int64) * np.asarray(price, dtype=np.int64) * np.asarray(max_s, np.int64)
@@ -159,6 +164,9 @@ class Tenants:
 
     ``held[m, tier, t]`` counts every GPU tenant m holds, including those of running leases listed in the book
     (it must be at least their sum). ``guardrail[m]`` caps what one round may hold for m (``NO_PRICE`` = none).
+    ``owed[m, t]``: the fair-share history, GPU-hours of its fair-share target that tenant m did not receive in
+    type t (negative: received beyond it), decayed with the policy's half-life (allocator/fairshare.py); the
+    rounds keep it and freeze it into the book, default none owed.
     """
 
     names: tuple[str, ...]
@@ -167,9 +175,16 @@ class Tenants:
     held: I32
     balance: I64
     guardrail: I64
+    owed: F64 = field(default_factory=lambda: _UNSET_F64)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(self.names))
+        if self.owed is _UNSET_F64:
+            object.__setattr__(self, "owed", np.zeros(np.asarray(self.guarantee).shape))
+        _set(self, "owed", self.owed, np.float64, 2, "tenants")
+        if self.owed.shape != np.asarray(self.guarantee).shape:
+            raise BookError("tenants.owed", "must have shape (tenants, types), as guarantee")
+        _first_bad("tenants.owed", ~np.isfinite(self.owed), "must be a finite number")
         _set(self, "weight", self.weight, np.float64, 1, "tenants")
         _set(self, "guarantee", self.guarantee, np.int32, 2, "tenants")
         _set(self, "held", self.held, np.int32, 3, "tenants")
@@ -273,7 +288,10 @@ def _duplicated(values: NDArray[Any]) -> BOOL:
 @dataclass(frozen=True)
 class Leases:
     """Running leases. The GPUs of lease i are ``(slot_node[j], slot_idx[j])`` for j in
-    ``slot_ptr[i]:slot_ptr[i+1]`` (CSR); a lease may span several nodes (a gang on whole nodes)."""
+    ``slot_ptr[i]:slot_ptr[i+1]`` (CSR); a lease may span several nodes (a gang on whole nodes).
+    ``checkpoint[i]``: when the lease's job last saved its work (epoch seconds; default its start): preempting
+    it throws away ``gpus * (now - max(start, checkpoint))`` GPU-seconds, and reclaim prefers the victims that
+    lose the least."""
 
     lease: I64
     tenant: I32
@@ -284,8 +302,12 @@ class Leases:
     slot_ptr: I64
     slot_node: I32
     slot_idx: I32
+    checkpoint: I64 = field(default_factory=lambda: _UNSET_I64)
 
     def __post_init__(self) -> None:
+        if self.checkpoint is _UNSET_I64:
+            object.__setattr__(self, "checkpoint", self.start)
+        _set(self, "checkpoint", self.checkpoint, np.int64, 1, "leases")
         for name, dtype in (
             ("lease", np.int64),
             ("tenant", np.int32),
@@ -303,7 +325,10 @@ class Leases:
             "gpu_type": self.gpu_type,
             "tier": self.tier,
         }
-        n = _same_rows("leases", {**cols, "start": self.start, "preemptible": self.preemptible})
+        n = _same_rows(
+            "leases",
+            {**cols, "start": self.start, "preemptible": self.preemptible, "checkpoint": self.checkpoint},
+        )
         if self.slot_ptr.shape[0] != n + 1 or self.slot_ptr[0] != 0 or (np.diff(self.slot_ptr) <= 0).any():
             raise BookError(
                 "leases.gpus", "every lease needs at least one GPU (slot_ptr must increase from 0)"
@@ -316,6 +341,11 @@ class Leases:
 
     def __len__(self) -> int:
         return int(self.lease.shape[0])
+
+    def lost_gpu_s(self, now: int) -> I64:
+        """GPU-seconds of work each lease would throw away if preempted at ``now``: since its last checkpoint."""
+        since = np.maximum(self.start, self.checkpoint)
+        return np.asarray(np.maximum(now - since, 0) * self.gpus, dtype=np.int64)
 
     @property
     def gpus(self) -> I64:
@@ -340,7 +370,10 @@ class Policy:
     ``starve_rounds``: rounds a gang may wait before nodes are reserved for it (step 5); ``min_runtime_s``:
     a lease younger than this is never preempted (step 6); ``max_reservations``: starving gangs served per type;
     ``max_reserved_pct``: the share of a type's nodes that may be reserved at once (at least one node);
-    ``fair_reclaim``: whether a tenant below its entitlement may preempt for it (step 6)."""
+    ``fair_reclaim``: whether a tenant below its entitlement may preempt for it (step 6);
+    ``fair_share_half_life_s``: half-life of the fair-share history (``Tenants.owed``; 0: no history, every
+    round starts afresh); ``fair_share_payback_s``: how fast what a tenant is owed is paid back: owed GPU-hours
+    over this time add to its entitlement (step 3; allocator/fairshare.py)."""
 
     min_runtime_s: int = 600
     starve_rounds: int = 5
@@ -348,6 +381,8 @@ class Policy:
     max_reservations: int = 1
     max_reserved_pct: int = 10
     fair_reclaim: bool = True
+    fair_share_half_life_s: int = 86400
+    fair_share_payback_s: int = 7200
 
     def __post_init__(self) -> None:
         for name in (
@@ -356,6 +391,8 @@ class Policy:
             "price_step_bp",
             "max_reservations",
             "max_reserved_pct",
+            "fair_share_half_life_s",
+            "fair_share_payback_s",
         ):
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
@@ -364,6 +401,8 @@ class Policy:
             raise BookError("policy.max_reserved_pct", "must be at most 100")
         if not isinstance(self.fair_reclaim, bool | np.bool_):
             raise BookError("policy.fair_reclaim", "must be true or false")
+        if self.fair_share_payback_s == 0:
+            raise BookError("policy.fair_share_payback_s", "must be a positive integer")
 
 
 @dataclass(frozen=True)

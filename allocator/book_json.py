@@ -138,6 +138,7 @@ def tenants_from_json(rows: Any, type_ix: Mapping[str, int], held_by_leases: np.
     n_types = len(type_ix)
     guarantee = np.zeros((len(rows), n_types), dtype=np.int32)
     held = held_by_leases.copy()
+    owed = np.zeros((len(rows), n_types), dtype=np.float64)
     weight, balance, guardrail = [], [], []
     for i, r in enumerate(rows):
         at = f"tenants[{i}]"
@@ -166,7 +167,15 @@ def tenants_from_json(rows: Any, type_ix: Mapping[str, int], held_by_leases: np.
                     minimum=0,
                     what="a non-negative integer",
                 )
-    return Tenants(tuple(names), np.array(weight), guarantee, held, np.array(balance), np.array(guardrail))
+        for tname, value in _mapping(_get(r, "owed", at, {}), f"{at}.owed").items():
+            t = _name(tname, type_ix, f"{at}.owed", "GPU type")
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and np.isfinite(value)
+            if not ok:
+                raise BookError(f"{at}.owed.{tname}", "must be a number of GPU-hours")
+            owed[i, t] = float(value)
+    return Tenants(
+        tuple(names), np.array(weight), guarantee, held, np.array(balance), np.array(guardrail), owed
+    )
 
 
 def leases_from_json(
@@ -179,7 +188,7 @@ def leases_from_json(
         return Leases.empty()
     tiers = {name: k for k, name in enumerate(TIER_NAMES)}
     cols: dict[str, list[Any]] = {
-        k: [] for k in ("lease", "tenant", "gpu_type", "tier", "start", "preemptible")
+        k: [] for k in ("lease", "tenant", "gpu_type", "tier", "start", "preemptible", "checkpoint")
     }
     for i, r in enumerate(rows):
         at = f"leases[{i}]"
@@ -188,6 +197,7 @@ def leases_from_json(
         cols["gpu_type"].append(_name(_get(r, "gpu_type", at), type_ix, f"{at}.gpu_type", "GPU type"))
         cols["tier"].append(_name(_get(r, "tier", at), tiers, f"{at}.tier", "tier (G, B or S)"))
         cols["start"].append(_int(_get(r, "start", at), f"{at}.start"))
+        cols["checkpoint"].append(_int(_get(r, "checkpoint", at, cols["start"][-1]), f"{at}.checkpoint"))
         pre = _get(r, "preemptible", at, cols["tier"][-1] != 0)
         if not isinstance(pre, bool):
             raise BookError(f"{at}.preemptible", "must be true or false")
@@ -204,6 +214,7 @@ def leases_from_json(
         ptr,
         np.array([p[0] for p in flat]),
         np.array([p[1] for p in flat]),
+        np.array(cols["checkpoint"]),
     )
 
 
@@ -302,7 +313,15 @@ def bids_from_columns(cols: Any, type_ix: Mapping[str, int], tenant_ix: Mapping[
 def policy_from_json(data: Any) -> Policy:
     if not isinstance(data, Mapping):
         raise BookError("policy", "must be an object")
-    known = {"min_runtime_s", "starve_rounds", "price_step_bp", "max_reservations", "max_reserved_pct"}
+    known = {
+        "min_runtime_s",
+        "starve_rounds",
+        "price_step_bp",
+        "max_reservations",
+        "max_reserved_pct",
+        "fair_share_half_life_s",
+        "fair_share_payback_s",
+    }
     for key in data:
         if key == "fair_reclaim":
             if not isinstance(data[key], bool):
@@ -374,6 +393,7 @@ def book_to_json(book: Book) -> dict[str, Any]:
                 t.names[k]: dict(zip(TIER_NAMES, m.held[i, :, k].tolist(), strict=True))
                 for k in range(len(t))
             },
+            "owed": {t.names[k]: float(m.owed[i, k]) for k in range(len(t)) if m.owed[i, k]},
         }
         for i in range(len(m))
     ]
@@ -384,6 +404,7 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "gpu_type": t.names[ls.gpu_type[i]],
             "tier": TIER_NAMES[ls.tier[i]],
             "start": int(ls.start[i]),
+            "checkpoint": int(ls.checkpoint[i]),
             "preemptible": bool(ls.preemptible[i]),
             "gpus": [
                 [n.names[ls.slot_node[j]], int(ls.slot_idx[j])]
@@ -412,6 +433,8 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "max_reservations": p.max_reservations,
             "max_reserved_pct": p.max_reserved_pct,
             "fair_reclaim": bool(p.fair_reclaim),
+            "fair_share_half_life_s": p.fair_share_half_life_s,
+            "fair_share_payback_s": p.fair_share_payback_s,
         },
         "gpu_types": [
             {

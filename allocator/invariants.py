@@ -13,6 +13,7 @@ from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.digest import compute_digest
+from allocator.fairshare import credit
 from allocator.reference.order import preferences
 from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
 
@@ -208,8 +209,9 @@ def fair_reclaim_keeps_shares(book: Book, r: Result) -> list[str]:
         c, t, k = int(w.tenant[i]), int(w.gpu_type[i]), int(book.bids.gpus[w.bid[i]])
         if w.tier[i] != TIER_B:
             bad.setdefault("fair reclaim placed a gang outside tier B (job)", []).append(j)
-        victim = max(before[m, t] + won[m, t] - gone - q[m, t], 0) / weight[m]
-        claimant = (max(before[c, t] - lost[c, t] - q[c, t], 0) + k) / weight[c]
+        owed = credit(book, t)  # the fair-share history moves where each tenant stands (tiers.share)
+        victim = (max(before[m, t] + won[m, t] - gone - q[m, t], 0) - owed[m]) / weight[m]
+        claimant = (max(before[c, t] - lost[c, t] - q[c, t], 0) + k - owed[c]) / weight[c]
         if m == c or victim < claimant - 1e-9:
             bad.setdefault(
                 "fair reclaim took from the claimant, or a victim below its share (job)", []
@@ -314,12 +316,13 @@ def tier_b_follows_entitlement(book: Book, r: Result) -> list[str]:
         unmet = (gang > 0) & ~unclear
         if not unmet.any() or not b.any():
             continue
+        owed = credit(book, t)  # standing counts the fair-share history (tiers.share)
         x_after = np.maximum(after[:, t] - q[:, t], 0)
-        floor_i = ((x_after + gang + 1) / weight)[unmet].min()
+        floor_i = ((x_after + gang + 1 - owed) / weight)[unmet].min()
         x_b = np.maximum(before[:, t] - q[:, t], 0) + b
         out += _first(
             f"tier B beyond the weighted entitlement in type {t} (tenant)",
-            (b > 0) & (x_b / weight > floor_i + 1e-9),
+            (b > 0) & ((x_b - owed) / weight > floor_i + 1e-9),
             np.arange(n_tenants),
         )
     return out

@@ -77,7 +77,8 @@ def fill_from(base: F64, cap: F64, weight: F64, supply: float) -> F64:
     weight, receive first. Bisection: the tenants are few, the total is monotone in the level."""
     if cap.sum() <= supply:
         return cap.copy()
-    lo, hi = 0.0, float(((base + cap) / weight).max())
+    # a base may be negative (a tenant owed GPUs by the fair-share history): start where nobody receives
+    lo, hi = min(0.0, float((base / weight).min())), float(((base + cap) / weight).max())
     for _ in range(60):
         mid = (lo + hi) / 2
         if np.minimum(cap, np.maximum(weight * mid - base, 0)).sum() > supply:

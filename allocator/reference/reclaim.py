@@ -54,8 +54,10 @@ class Preempting:
 
 def victim_order(p: Preempting, t: int, above: NDArray[np.float64]) -> list[int]:
     """Who may be preempted in type ``t``, in order: tier S leases, then tier B, each by its tenant's distance
-    above its entitlement (``above``, by tenant) desc, then youngest first, then lease id; never tier G (nor
-    re-tiered to G), never a non-preemptible lease, never one younger than the minimum runtime."""
+    above its entitlement (``above``, by tenant) desc, then the least work lost first (GPU-seconds since the
+    lease's last checkpoint, ``Leases.lost_gpu_s``: with no checkpoint reported, the youngest and smallest),
+    then lease id; never tier G (nor re-tiered to G), never a non-preemptible lease, never one younger than the
+    minimum runtime."""
     ls, book = p.book.leases, p.book
     ok = (
         ~p.preempted
@@ -65,7 +67,8 @@ def victim_order(p: Preempting, t: int, above: NDArray[np.float64]) -> list[int]
         & (book.now - ls.start >= book.policy.min_runtime_s)
     )
     rows = np.flatnonzero(ok)
-    key = (p.lease_tier[rows] != TIER_S, -above[ls.tenant[rows]], -ls.start[rows], ls.lease[rows])
+    lost = ls.lost_gpu_s(int(book.now))[rows]
+    key = (p.lease_tier[rows] != TIER_S, -above[ls.tenant[rows]], lost, ls.lease[rows])
     return [int(v) for v in rows[np.lexsort(key[::-1])]]
 
 

@@ -13,12 +13,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
+from allocator.fairshare import credit
 from allocator.reference import placement as pl
 from allocator.reference import reclaim as rc
 from allocator.reference.fill import group_by
 from allocator.reference.order import budget_filter, market_order, preferences
 from allocator.reference.state import RoundState, TypeBids, placed_gpus
-from allocator.reference.tiers import entitlement, tier_b, tier_g, tier_s
+from allocator.reference.tiers import entitlement, share, tier_b, tier_g, tier_s
 from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, RECLAIM
 
 I64 = NDArray[np.int64]
@@ -131,10 +132,11 @@ def select_tier_b(state: RoundState, t: int, s: TypeBids, g: BOOL) -> int:
     )
     at_p = np.flatnonzero((s.price >= book.types.posted[t]) & ~g)
     pending = np.bincount(s.tenant[at_p], weights=s.gpus[at_p], minlength=q.shape[0]).astype(np.int64)
-    e = entitlement(held, q, pending, weight, int(state.schedulable[t]))
+    c = credit(book, t)
+    e = entitlement(held, q, pending, weight, int(state.schedulable[t]), c)
     state.entitled[:, t] = e
     supply = state.floor.free_open(t) - int(s.gpus[g].sum())
-    b = tier_b(s.tenant[at_p], s.gpus[at_p], e, np.maximum(held - q, 0), weight, supply)
+    b = tier_b(s.tenant[at_p], s.gpus[at_p], e, np.maximum(held - q, 0), weight, supply, c)
     s.tier[at_p[b]] = TIER_B
     return int(s.gpus[at_p[b]].sum())
 
@@ -242,7 +244,8 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
     """Fair reclaim (step 6, an admin policy): a tenant below its entitlement by at least one of its pending gangs
     (unplaced, at or above p) preempts tier S, then tier B leases of tenants above their entitlement, past the
     minimum runtime, only while the victim's tenant stays at or above its own entitlement and at or above the
-    share (excess / weight) the claimant reaches, counting all it gives up for the gang; never a tier G lease.
+    share (excess less the fair-share history's credit, per weight: ``tiers.share``) the claimant reaches,
+    counting all it gives up for the gang; never a tier G lease.
     The gang lands in tier B, as guarantee reclaim places it: on one node, or for a gang larger than a node on
     whole nodes of one domain. Claimants furthest below their share first; a tenant's gangs in its own order;
     where one fails, no larger one."""
@@ -257,8 +260,9 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
         return  # nobody could give anything up
     pending = np.flatnonzero(~s.placed & (s.price >= posted))
     short = ent - x
+    c_t = credit(book, t)
     claimants = np.unique(s.tenant[pending][s.gpus[pending] <= short[s.tenant[pending]]])
-    claimants = claimants[np.lexsort((claimants, x[claimants] / weight[claimants]))]
+    claimants = claimants[np.lexsort((claimants, share(x, weight, c_t)[claimants]))]
     for c in claimants.tolist():
         failed = None
         for i in pending[s.tenant[pending] == c].tolist():
@@ -269,7 +273,8 @@ def fair_reclaim(state: RoundState, t: int, s: TypeBids, gained: I64) -> None:
             def may_take(v: int, taken: int, c: int = c, k: int = k, x: F64 = x) -> bool:
                 m = int(ls.tenant[v])
                 after = x[m] - taken - int(p.gpus[v])
-                return bool(after >= ent[m] and after / weight[m] >= (x[c] + k) / weight[c])
+                mine = (after - c_t[m]) / weight[m]
+                return bool(after >= ent[m] and mine >= (x[c] + k - c_t[c]) / weight[c])
 
             order = rc.victim_order(p, t, x - ent)
             gang = (int(s.rows[i]), k, c, int(book.bids.job[s.rows[i]]))

@@ -34,22 +34,47 @@ def excess(schedulable: int, held: NDArray[np.integer[Any]], guarantee: NDArray[
     return max(int(schedulable - np.minimum(held, guarantee).sum()), 0)
 
 
-def entitlement(held: I64, guarantee: I64, pending: I64, weight: F64, schedulable: int) -> F64:
+def entitlement(
+    held: I64, guarantee: I64, pending: I64, weight: F64, schedulable: int, credit: F64 | None = None
+) -> F64:
     """Entitlement over holdings (step 3), per tenant of one type: weighted water-filling of the excess E over
     each tenant's excess want (GPUs held above its guarantee plus its eligible pending demand at or above p).
     ``held``: GPUs each tenant holds now, every tier; ``pending``: GPUs its pending bids at or above p ask.
+    ``credit``: the fair-share history in GPUs (allocator.fairshare.credit): a tenant owed c starts the filling
+    c GPUs ahead, one that received beyond its target starts behind, so tenant t receives
+    min(want_t, max(0, w_t * level + c_t)); the excess is still split in full, so the history moves GPUs of the
+    excess between tenants and never touches a guarantee.
     The one definition: tier B, fair reclaim, the invariants and the admin console's fairness page call it."""
     want = (np.maximum(held - guarantee, 0) + pending).astype(np.float64)
-    return water_fill(want, weight, float(excess(schedulable, held, guarantee)))
+    supply = float(excess(schedulable, held, guarantee))
+    if credit is None or not credit.any():
+        return water_fill(want, weight, supply)
+    return fill_from(-credit, want, weight, supply)
 
 
-def tier_b(tenant: Ints, gpus: Ints, entitled: F64, held_excess: I64, weight: F64, supply: int) -> BOOL:
+def share(x: F64, weight: F64, credit: F64 | None = None) -> F64:
+    """A tenant's standing in the split of the excess (step 3): the excess it holds less what the history says
+    it is owed, per weight. Lower stands first: tier B's free GPUs and fair reclaim's claimants."""
+    return np.asarray((x if credit is None else x - credit) / weight, dtype=np.float64)
+
+
+def tier_b(
+    tenant: Ints,
+    gpus: Ints,
+    entitled: F64,
+    held_excess: I64,
+    weight: F64,
+    supply: int,
+    credit: F64 | None = None,
+) -> BOOL:
     """Tier B (step 3): each tenant first-fits its bids at or above p, in its own order, into floor(e_t) minus the
     excess it already holds (never negative). Where those room exceed the GPUs free this round, the free GPUs go
-    to whoever is furthest below its entitlement relative to weight first (``fill_from``). Price p."""
+    to whoever stands lowest (``share``: excess held less the history's credit, per weight) first
+    (``fill_from``). Price p."""
     room = np.maximum(np.floor(entitled + 1e-9) - held_excess, 0)
     if room.sum() > supply:
-        room = np.floor(fill_from(held_excess.astype(np.float64), room, weight, float(max(supply, 0))) + 1e-9)
+        base = held_excess.astype(np.float64) - (0.0 if credit is None else credit)
+        room = np.floor(fill_from(base, room, weight, float(max(supply, 0))) + 1e-9)
     return first_fit(gpus, room.astype(np.int64), tenant)
 
 

@@ -8,6 +8,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from allocator import fairshare
+from allocator.fairshare import jain_excess
 from allocator.sim.predictions import prediction_figures
 from allocator.sim.scenario import MICRO
 from allocator.sim.series import FloatArray, IntArray, Steps
@@ -167,27 +169,32 @@ class Figures:
         return np.asarray((smallest <= unused).any(axis=2), dtype=np.bool_)
 
     def jain_excess(self) -> float | None:
-        """Mean Jain index of excess/weight over tenants with waiting jobs (see ``jain_excess``)."""
+        """Diagnostic: mean Jain index of excess/weight over tenants with waiting jobs (``fairshare``)."""
         return jain_excess(self.held, self.guarantee, self.weight, self.waiting_jobs)
 
-
-def jain_excess(
-    held: FloatArray, guarantee: npt.NDArray[np.int64], weight: FloatArray, waiting: FloatArray
-) -> float | None:
-    """Mean Jain index of excess/weight over tenants with waiting jobs, in rounds where two or more of them
-    contend and some excess was handed out. ``held``: [round, tenant, type] GPUs held; ``guarantee``:
-    [tenant, type]; ``weight``: [tenant]; ``waiting``: [round, tenant] waiting jobs. The one definition: the
-    simulator's summary and the admin console's fairness page both call it."""
-    excess = np.maximum(held - guarantee[None, :, :], 0).sum(axis=2) / weight[None, :]
-    contending = waiting > 0
-    x = np.where(contending, excess, 0.0)
-    n = contending.sum(axis=1)
-    total = x.sum(axis=1)
-    rounds = (n >= 2) & (total > 0)
-    if not rounds.any():
-        return None
-    jain = total[rounds] ** 2 / (n[rounds] * (x[rounds] ** 2).sum(axis=1))
-    return round(float(jain.mean()), 4)
+    def fair_share(self) -> fairshare.Series:
+        """The definition's inputs at every tick (allocator/fairshare.py): held, waiting GPUs in each waiting
+        job's best type (its first acceptable pool; a job the simulator rejected never waits) and the smallest
+        waiting gang, by [tick, tenant, pool]."""
+        tr, jobs = self.trace, self.state.jobs
+        round_s = self.state.scenario.round_s
+        n_ticks = len(tr.ticks)
+        waiting = np.zeros(self.held.shape)
+        smallest = np.full(self.held.shape, np.inf)
+        first = -(-(tr.wait_start - tr.ticks[0]) // round_s)
+        stop = -(-(tr.wait_end - tr.ticks[0]) // round_s)
+        for i, job in enumerate(tr.wait_job.tolist()):
+            lo, hi = max(int(first[i]), 0), min(int(stop[i]), n_ticks)
+            if lo >= hi or not jobs.prefs[job]:
+                continue
+            tenant, pool, gpus = int(jobs.tenant[job]), int(jobs.prefs[job][0]), float(jobs.gpus[job])
+            waiting[lo:hi, tenant, pool] += gpus
+            view = smallest[lo:hi, tenant, pool]
+            np.minimum(view, gpus, out=view)
+        capacity = self.state.cluster.pool_gpus.astype(np.float64)
+        return fairshare.Series.of(
+            tr.ticks, self.held, waiting, smallest, self.guarantee, self.weight, capacity
+        )
 
 
 def _compliance(
@@ -200,10 +207,27 @@ def _compliance(
     return round(1.0 - float(violated[relevant].mean()), 4)
 
 
-def _per_tenant(fig: Figures, violated: npt.NDArray[np.bool_]) -> dict[str, Any]:
+DAY_S, HOUR_S = 86400, 3600
+
+
+def _fair_share_figures(series: fairshare.Series) -> dict[str, Any]:
+    """The fair-share figures of allocator/fairshare.py: compliance over 24 h and 1 h windows, per round
+    (gang-aware), and the shortfall."""
+    return {
+        "fair_share_compliance_24h": fairshare.window_compliance(series, DAY_S),
+        "fair_share_compliance_1h": fairshare.window_compliance(series, HOUR_S),
+        "fair_share_round_compliance": fairshare.round_compliance(series),
+        "fair_share_shortfall": fairshare.shortfall(series),
+    }
+
+
+def _per_tenant(fig: Figures, violated: npt.NDArray[np.bool_], series: fairshare.Series) -> dict[str, Any]:
     state, tr = fig.state, fig.trace
     span = max(tr.last_submit - tr.first_submit, 1)
     out: dict[str, Any] = {}
+    day = fairshare.window_compliance_by_tenant(series, DAY_S)
+    per_round = fairshare.round_compliance_by_tenant(series)
+    short = fairshare.shortfall_by_tenant(series)
     for index, tenant in enumerate(state.scenario.tenants):
         seg = fig.seg_tenant == index
         budget = state.budget_micro[index]
@@ -217,6 +241,9 @@ def _per_tenant(fig: Figures, violated: npt.NDArray[np.bool_]) -> dict[str, Any]
             },
             "weight": tenant.weight,
             "guarantee_compliance": _compliance(violated[:, index]),
+            "fair_share_compliance_24h": day[index],
+            "fair_share_round_compliance": per_round[index],
+            "fair_share_shortfall": short[index],
             "spend": round(int(state.spent_micro[index]) / MICRO, 2),
             "budget": None if budget < 0 else round(int(budget) / MICRO, 2),
         }
@@ -228,6 +255,7 @@ def summarize(state: SimState, policy: str, sim_wall_s: float) -> Summary:
     fig = Figures(state)
     tr = fig.trace
     violated = fig.violations()
+    series = fig.fair_share()
     every = np.ones(len(state.jobs), dtype=np.bool_)
     finish = state.finish[state.finish >= 0]
     reasons: dict[str, int] = {}
@@ -242,7 +270,8 @@ def summarize(state: SimState, policy: str, sim_wall_s: float) -> Summary:
         "busy_utilization": fig.busy_utilization(),
         "guarantee_compliance": _compliance(violated),
         "guarantee_compliance_waiting": _compliance(violated, fig.waiting_jobs > 0),
-        "jain_excess": fig.jain_excess(),
+        **_fair_share_figures(series),
+        "jain_excess": fig.jain_excess(),  # a diagnostic only (fairshare.jain_excess)
         "makespan_s": int(finish.max() - tr.first_submit) if len(finish) else None,
         "rounds": len(tr.ticks),
         "cleared_rounds": state.history.cleared_rounds,
@@ -253,5 +282,5 @@ def summarize(state: SimState, policy: str, sim_wall_s: float) -> Summary:
         "holds": state.holds.rule,
         "stopped_at_hold": int(state.stopped_at_hold.sum()),
         "sim_wall_s": round(sim_wall_s, 3),
-        "per_tenant": _per_tenant(fig, violated),
+        "per_tenant": _per_tenant(fig, violated, series),
     }

@@ -96,6 +96,7 @@ def test_summary_has_every_documented_key(replay: Replay) -> None:
     _, s = replay(one_node_toml(TWO), f"{HEADER}\nj1,0,a,1,100", "static")
     keys = "scenario policy jobs completed rejected avg_jct_s p50_jct_s p95_jct_s avg_queue_s p50_queue_s"
     keys += " p95_queue_s utilization busy_utilization guarantee_compliance jain_excess preemptions"
-    keys += " makespan_s rounds sim_wall_s per_tenant"
+    keys += " makespan_s rounds sim_wall_s per_tenant fair_share_compliance_24h fair_share_compliance_1h"
+    keys += " fair_share_round_compliance fair_share_shortfall"
     assert set(keys.split()) <= set(s)
     assert {"spend", "completed", "avg_queue_s", "guarantee_compliance"} <= set(s["per_tenant"]["a"])

@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 import allocator
+from allocator import fairshare
 from allocator.book import NO_PRICE, TIER_G, Bids, Book, GpuTypes, Leases, Nodes, Tenants
 from allocator.book import Policy as RoundPolicy
 from allocator.result import Result
@@ -45,6 +46,8 @@ class MarketOptions:
     max_reserved_pct: int = _ROUND_DEFAULTS.max_reserved_pct
     max_price_micro: tuple[tuple[str, int], ...] = ()  # (GPU type, cap) pairs
     fair_reclaim: bool = _ROUND_DEFAULTS.fair_reclaim  # ARCHITECTURE.md §Clearing step 6
+    fair_share_half_life_s: int = _ROUND_DEFAULTS.fair_share_half_life_s  # 0: no fair-share history
+    fair_share_payback_s: int = _ROUND_DEFAULTS.fair_share_payback_s
 
     def round_policy(self) -> RoundPolicy:
         knobs: dict[str, Any] = {
@@ -54,6 +57,8 @@ class MarketOptions:
             "max_reservations": self.max_reservations,
             "max_reserved_pct": self.max_reserved_pct,
             "fair_reclaim": self.fair_reclaim,
+            "fair_share_half_life_s": self.fair_share_half_life_s,
+            "fair_share_payback_s": self.fair_share_payback_s,
         }
         return RoundPolicy(**knobs)
 
@@ -91,10 +96,17 @@ class Market(Policy):
         self.limit = np.where(self.accept, state.jobs.price_micro, NO_PRICE)
         self.round_policy = options.round_policy()
         self.last: Result | None = None  # the latest round's result, for tests and diagnostics
+        # The fair-share history (allocator/fairshare.py), kept between rounds as the platform keeps it.
+        self.owed = np.zeros(self.guarantee.shape, dtype=np.float64)
+        self.owed_at: int | None = None
 
     def decide(self, now: int) -> Decision:
-        result = allocator.clear(self.book(now))
+        book = self.book(now)
+        result = allocator.clear(book)
         self.last = result
+        dt = 0 if self.owed_at is None else now - self.owed_at
+        self.owed = fairshare.book_owed_after(book, dt, self.state.scenario.round_s)
+        self.owed_at = now
         return self.apply(result)
 
     # ---- simulation state -> Book -------------------------------------------------------------------
@@ -135,7 +147,7 @@ class Market(Policy):
             dtype=np.int64,
         )
         guardrail = np.full(n_tenants, NO_PRICE, dtype=np.int64)
-        return Tenants(self.tenant_names, self.weight, self.guarantee, held, balance, guardrail)
+        return Tenants(self.tenant_names, self.weight, self.guarantee, held, balance, guardrail, self.owed)
 
     def bids(self, now: int) -> Bids:
         state = self.state
