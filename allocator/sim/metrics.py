@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from allocator.sim.lost import lost_figures, lost_gpu_hours_by_tenant
 from allocator.sim.predictions import prediction_figures
 from allocator.sim.scenario import MICRO
 from allocator.sim.series import FloatArray, IntArray, Steps
@@ -204,6 +205,7 @@ def _per_tenant(fig: Figures, violated: npt.NDArray[np.bool_]) -> dict[str, Any]
     state, tr = fig.state, fig.trace
     span = max(tr.last_submit - tr.first_submit, 1)
     out: dict[str, Any] = {}
+    lost = lost_gpu_hours_by_tenant(state)
     for index, tenant in enumerate(state.scenario.tenants):
         seg = fig.seg_tenant == index
         budget = state.budget_micro[index]
@@ -219,6 +221,7 @@ def _per_tenant(fig: Figures, violated: npt.NDArray[np.bool_]) -> dict[str, Any]
             "guarantee_compliance": _compliance(violated[:, index]),
             "spend": round(int(state.spent_micro[index]) / MICRO, 2),
             "budget": None if budget < 0 else round(int(budget) / MICRO, 2),
+            "lost_gpu_hours": lost[index],
         }
     return out
 
@@ -252,6 +255,7 @@ def summarize(state: SimState, policy: str, sim_wall_s: float) -> Summary:
         **prediction_figures(state.predictor, state.jobs.duration_s),
         "holds": state.holds.rule,
         "stopped_at_hold": int(state.stopped_at_hold.sum()),
+        **lost_figures(state),
         "sim_wall_s": round(sim_wall_s, 3),
         "per_tenant": _per_tenant(fig, violated),
     }
