@@ -174,6 +174,15 @@ class Market(Policy):
             slot_idx=_i32(np.concatenate([slots for _, slots in gpus])),
         )
 
+    def lease_checkpoints(self, jobs: IntArray, now: int) -> IntArray:
+        """Each running job's last checkpoint (trace seconds, SimState.last_checkpoint_at_many): what a
+        preemption at `now` would roll it back to; `now` when the scenario does not checkpoint. For the
+        `checkpoint` column the allocator's Leases is getting (last checkpoint per lease, default its start),
+        so that preemption prefers victims that lose the least work. Not passed yet: allocator.book.Leases has
+        no such column on this branch; once it lands, `leases()` passes `checkpoint=self.lease_checkpoints(
+        jobs, now)` (book() has `now`)."""
+        return self.state.last_checkpoint_at_many(jobs, now)
+
     # ---- Result -> simulation decisions --------------------------------------------------------------
 
     def apply(self, result: Result) -> Decision:
