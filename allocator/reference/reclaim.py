@@ -56,7 +56,7 @@ def victim_order(p: Preempting, t: int, above: NDArray[np.float64]) -> list[int]
     """Who may be preempted in type ``t``, in order: tier S leases, then tier B, each by its tenant's distance
     above its entitlement (``above``, by tenant) desc, then the least work lost first (GPU-seconds since the
     lease's last checkpoint, ``Leases.lost_gpu_s``: with no checkpoint reported, the youngest and smallest),
-    then lease id; never tier G (nor re-tiered to G), never a non-preemptible lease, never one younger than the
+    then youngest first, then lease id; never tier G (nor re-tiered to G), never a non-preemptible lease, never one younger than the
     minimum runtime."""
     ls, book = p.book.leases, p.book
     ok = (
@@ -68,7 +68,7 @@ def victim_order(p: Preempting, t: int, above: NDArray[np.float64]) -> list[int]
     )
     rows = np.flatnonzero(ok)
     lost = ls.lost_gpu_s(int(book.now))[rows]
-    key = (p.lease_tier[rows] != TIER_S, -above[ls.tenant[rows]], lost, ls.lease[rows])
+    key = (p.lease_tier[rows] != TIER_S, -above[ls.tenant[rows]], lost, -ls.start[rows], ls.lease[rows])
     return [int(v) for v in rows[np.lexsort(key[::-1])]]
 
 

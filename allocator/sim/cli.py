@@ -22,7 +22,7 @@ from allocator.sim.holds import HOLD_RULES, HoldRule
 from allocator.sim.jobs import Jobs, read_jobs
 from allocator.sim.metrics import summarize
 from allocator.sim.policies import POLICIES
-from allocator.sim.report import table, write_summary
+from allocator.sim.report import table, write_records, write_summary
 from allocator.sim.scenario import MICRO, Scenario, read_scenario
 from allocator.sim.state import SimState
 
@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=sorted(POLICIES),
         help="policy to replay; repeat to compare several (default: all four)",
     )
-    parser.add_argument("--out", type=Path, help="directory for summary.json and the plots")
+    parser.add_argument(
+        "--out", type=Path, help="directory for summary.json, runs.csv, waits.csv and the plots"
+    )
     parser.add_argument(
         "--seed", type=int, default=0, help="seed for any randomness (the replay is deterministic)"
     )
@@ -46,7 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--restart-overhead", type=int, default=60, metavar="S", help="seconds lost per restart"
     )
-    parser.add_argument("--no-plots", action="store_true", help="write summary.json only")
+    parser.add_argument(
+        "--checkpoint-min",
+        type=int,
+        metavar="N",
+        help="every job checkpoints every N minutes of its progress; a preempted job redoes the progress since "
+        "its last checkpoint (overrides the scenario's checkpoint_min; 0 = keeps all its progress)",
+    )
+    parser.add_argument(
+        "--no-plots", action="store_true", help="no plots (summary.json, runs.csv and waits.csv only)"
+    )
     parser.add_argument(
         "--holds",
         choices=HOLD_RULES,
@@ -87,6 +98,17 @@ def with_budgets(scenario: Scenario, budgets: list[str]) -> Scenario:
     return replace(scenario, tenants=tuple(by_name[t.name] for t in scenario.tenants))
 
 
+def with_checkpoint(scenario: Scenario, checkpoint_min: int | None) -> Scenario:
+    """The scenario with `--checkpoint-min N` overriding its `checkpoint_min`, when given."""
+    if checkpoint_min is None:
+        return scenario
+    if checkpoint_min < 0:
+        raise InputError(
+            "--checkpoint-min", None, f"must be a non-negative number of minutes, got {checkpoint_min}"
+        )
+    return replace(scenario, checkpoint_min=checkpoint_min)
+
+
 def run_policy(
     scenario: Scenario,
     jobs: Jobs,
@@ -116,7 +138,9 @@ def run_policy(
 def run(args: argparse.Namespace, stdout: TextIO) -> list[dict[str, Any]]:
     random.seed(args.seed)
     np.random.seed(args.seed)
-    scenario = with_budgets(read_scenario(args.scenario), args.budget)
+    # getattr: the Django command (call_command) builds its own namespace and may not forward the flag.
+    checkpoint_min = getattr(args, "checkpoint_min", None)
+    scenario = with_checkpoint(with_budgets(read_scenario(args.scenario), args.budget), checkpoint_min)
     jobs = read_jobs(scenario)
     if args.max_hours <= 0:
         raise InputError("--max-hours", None, "must be positive")
@@ -131,6 +155,7 @@ def run(args: argparse.Namespace, stdout: TextIO) -> list[dict[str, Any]]:
     print("\n" + table(summaries), file=stdout)
     if args.out is not None:
         write_summary(args.out, summaries)
+        write_records(args.out, states)
         if not args.no_plots:
             from allocator.sim.plots import write_plots  # matplotlib is slow to import; only when asked
 

@@ -10,6 +10,7 @@ import numpy.typing as npt
 
 from allocator import fairshare
 from allocator.fairshare import jain_excess
+from allocator.sim.lost import lost_figures, lost_gpu_hours_by_tenant
 from allocator.sim.predictions import prediction_figures
 from allocator.sim.scenario import MICRO
 from allocator.sim.series import FloatArray, IntArray, Steps
@@ -228,6 +229,7 @@ def _per_tenant(fig: Figures, violated: npt.NDArray[np.bool_], series: fairshare
     day = fairshare.window_compliance_by_tenant(series, DAY_S)
     per_round = fairshare.round_compliance_by_tenant(series)
     short = fairshare.shortfall_by_tenant(series)
+    lost = lost_gpu_hours_by_tenant(state)
     for index, tenant in enumerate(state.scenario.tenants):
         seg = fig.seg_tenant == index
         budget = state.budget_micro[index]
@@ -246,6 +248,7 @@ def _per_tenant(fig: Figures, violated: npt.NDArray[np.bool_], series: fairshare
             "fair_share_shortfall": short[index],
             "spend": round(int(state.spent_micro[index]) / MICRO, 2),
             "budget": None if budget < 0 else round(int(budget) / MICRO, 2),
+            "lost_gpu_hours": lost[index],
         }
     return out
 
@@ -281,6 +284,7 @@ def summarize(state: SimState, policy: str, sim_wall_s: float) -> Summary:
         **prediction_figures(state.predictor, state.jobs.duration_s),
         "holds": state.holds.rule,
         "stopped_at_hold": int(state.stopped_at_hold.sum()),
+        **lost_figures(state),
         "sim_wall_s": round(sim_wall_s, 3),
         "per_tenant": _per_tenant(fig, violated, series),
     }

@@ -1,10 +1,17 @@
-"""Writing the results: summary.json and the comparison table printed after the JSON lines."""
+"""Writing the results: summary.json, runs.csv and waits.csv, and the comparison table printed after the JSON
+lines."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 from typing import Any
+
+from allocator.sim.state import SimState
+
+RUNS_COLUMNS = ("policy", "job", "tenant", "gpu_type", "gpus", "start", "end", "ended", "lost_gpu_s")
+WAITS_COLUMNS = ("policy", "job", "tenant", "gpus", "from", "until")
 
 COLUMNS = (
     ("policy", "policy", "{}"),
@@ -53,3 +60,53 @@ def write_summary(out: Path, summaries: list[dict[str, Any]]) -> Path:
     path = out / "summary.json"
     path.write_text(json.dumps(summaries, indent=2) + "\n", encoding="utf-8")
     return path
+
+
+def write_records(out: Path, states: dict[str, SimState]) -> list[Path]:
+    """`runs.csv` (one row per run segment) and `waits.csv` (one row per waiting interval) beside
+    summary.json, each with a `policy` column: every policy of the run in one file, as in summary.json."""
+    out.mkdir(parents=True, exist_ok=True)
+    runs, waits = out / "runs.csv", out / "waits.csv"
+    with runs.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(RUNS_COLUMNS)
+        for policy, state in states.items():
+            writer.writerows(_run_rows(policy, state))
+    with waits.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(WAITS_COLUMNS)
+        for policy, state in states.items():
+            writer.writerows(_wait_rows(policy, state))
+    return [runs, waits]
+
+
+def _run_rows(policy: str, state: SimState) -> list[tuple[Any, ...]]:
+    h, jobs, scenario = state.history, state.jobs, state.scenario
+    rows = [
+        (
+            policy,
+            jobs.ids[job],
+            scenario.tenants[int(jobs.tenant[job])].name,
+            scenario.types[pool],
+            int(jobs.gpus[job]),
+            start,
+            end,
+            ended,
+            lost,
+        )
+        for job, pool, start, end, ended, lost in zip(
+            h.run_job, h.run_pool, h.run_start, h.run_end, h.run_ended, h.run_lost_gpu_s, strict=True
+        )
+    ]
+    rows.sort(key=lambda row: (row[5], row[6], row[1]))  # by start, then end, then job
+    return rows
+
+
+def _wait_rows(policy: str, state: SimState) -> list[tuple[Any, ...]]:
+    h, jobs, scenario = state.history, state.jobs, state.scenario
+    rows = [
+        (policy, jobs.ids[job], scenario.tenants[int(jobs.tenant[job])].name, int(jobs.gpus[job]), start, end)
+        for job, start, end in zip(h.wait_job, h.wait_start, h.wait_end, strict=True)
+    ]
+    rows.sort(key=lambda row: (row[4], row[5], row[1]))  # by from, then until, then job
+    return rows

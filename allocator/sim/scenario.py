@@ -43,6 +43,9 @@ class Scenario:
     pools: tuple[Pool, ...]
     tenants: tuple[Tenant, ...]
     reserve_micro: dict[str, int]  # per GPU type, micro-credits per GPU-hour
+    # Every job checkpoints every this many minutes of its own progress; a preempted job redoes the progress
+    # since its last checkpoint. 0 (the default, key absent) = a preempted job keeps all its progress.
+    checkpoint_min: int = 0
 
     @property
     def types(self) -> tuple[str, ...]:
@@ -188,6 +191,9 @@ def read_scenario(path: str | Path) -> Scenario:
         raise loc.fail(loc.line_of_key("jobs"), "'jobs' must name the jobs CSV (relative to this file)")
     round_s = _int_field(loc, loc.line_of_key("round_s"), data, "round_s", 1)
     pools = _read_pools(loc, data)
+    checkpoint_min = 0
+    if "checkpoint_min" in data:
+        checkpoint_min = _int_field(loc, loc.line_of_key("checkpoint_min"), data, "checkpoint_min", 0)
     return Scenario(
         name=str(name),
         path=path,
@@ -196,4 +202,5 @@ def read_scenario(path: str | Path) -> Scenario:
         pools=pools,
         tenants=_read_tenants(loc, data, pools),
         reserve_micro=_read_reserve(loc, data, pools),
+        checkpoint_min=checkpoint_min,
     )

@@ -15,6 +15,19 @@ from allocator.sim.scenario import Scenario
 FUTURE, WAITING, RUNNING, DONE, REJECTED = 0, 1, 2, 3, 4
 TIER_NONE = -1
 
+# Why a run segment ended (History.run_ended, the `ended` column of runs.csv). The simulator ends segments only
+# as completed, preempted or hold_ran_out today; it has no node failures, cancellations or rejections of
+# running jobs, but the vocabulary is the platform's, so the other values are kept for when it does.
+COMPLETED, PREEMPTED, NODE_DOWN, CANCELLED, REJECTED_RUN, HOLD_RAN_OUT = (
+    "completed",
+    "preempted",
+    "node_down",
+    "cancelled",
+    "rejected",
+    "hold_ran_out",
+)
+ENDINGS = (COMPLETED, PREEMPTED, NODE_DOWN, CANCELLED, REJECTED_RUN, HOLD_RAN_OUT)
+
 
 @dataclass
 class History:
@@ -25,6 +38,8 @@ class History:
     run_start: list[int] = field(default_factory=list)
     run_end: list[int] = field(default_factory=list)
     run_tier: list[int] = field(default_factory=list)
+    run_ended: list[str] = field(default_factory=list)  # one of ENDINGS
+    run_lost_gpu_s: list[int] = field(default_factory=list)  # GPU-seconds of progress thrown away at the end
     wait_job: list[int] = field(default_factory=list)
     wait_start: list[int] = field(default_factory=list)
     wait_end: list[int] = field(default_factory=list)
@@ -72,6 +87,7 @@ class SimState:
         self.jobs = jobs
         self.cluster = Cluster(scenario)
         self.restart_overhead_s = restart_overhead_s
+        self.checkpoint_s = scenario.checkpoint_min * 60  # 0 = a preempted job keeps all its progress
         self.status = np.full(n, FUTURE, dtype=np.int8)
         self.remaining_s: IntArray = jobs.duration_s.copy()  # work left, excluding restart overhead
         self.overhead_s: IntArray = np.zeros(n, dtype=np.int64)  # restart overhead owed at next start
@@ -162,6 +178,32 @@ class SimState:
             return None
         return int(self.budget_micro[tenant] - self.spent_micro[tenant]) - self.outstanding_hold_micro(tenant)
 
+    def last_checkpoint_at(self, job: int, now: int) -> int:
+        """Trace time of the running job's last checkpoint: what a preemption at `now` would roll it back to.
+        `now` when checkpointing is off (nothing would be lost); the segment's start while nothing was
+        checkpointed in it yet (its restart overhead and progress would all be redone)."""
+        return int(self.last_checkpoint_at_many(np.array([job], dtype=np.int64), now)[0])
+
+    def last_checkpoint_at_many(self, jobs: IntArray, now: int) -> IntArray:
+        """last_checkpoint_at of each running job in `jobs`, vectorised (the market's leases, every round)."""
+        if self.checkpoint_s == 0:
+            return np.full(len(jobs), now, dtype=np.int64)
+        start = self.seg_start[jobs]
+        saved = self._saved_progress(jobs, now)
+        return np.where(saved > 0, start + self.seg_overhead[jobs] + saved, start).astype(np.int64)
+
+    def _saved_progress(self, jobs: IntArray, now: int) -> IntArray:
+        """Seconds of this segment's progress that a preemption at `now` keeps: all of it when checkpointing
+        is off, else up to the job's last checkpoint (every checkpoint_s of its own progress, counted over
+        its whole run; a segment starts from a checkpoint, so the count restarts with it)."""
+        progress = np.clip(now - self.seg_start[jobs] - self.seg_overhead[jobs], 0, self.remaining_s[jobs])
+        if self.checkpoint_s == 0:
+            return np.asarray(progress, dtype=np.int64)
+        done_before = self.jobs.duration_s[jobs] - self.remaining_s[jobs]
+        done_now = done_before + progress
+        checkpoint = done_now // self.checkpoint_s * self.checkpoint_s
+        return np.asarray(np.maximum(checkpoint, done_before) - done_before, dtype=np.int64)
+
     def held_by(self, tenant: int, pool: int) -> int:
         return sum(
             int(self.jobs.gpus[j])
@@ -209,11 +251,15 @@ class SimState:
         self.lease_gpus[job] = (s.nodes, s.slots)
 
     def preempt(self, job: int, now: int) -> None:
-        """The job checkpointed in its grace period: it keeps its progress and owes a restart overhead."""
+        """The job goes back to the queue and owes a restart overhead. Without periodic checkpoints
+        (checkpoint_min off) it checkpointed in its grace period and keeps its progress; with them it keeps
+        the progress up to its last checkpoint and must redo the rest (recorded as lost GPU-seconds)."""
         # Time spent restarting is not progress; an interrupted restart is owed again in full.
         progress = max(0, now - int(self.seg_start[job]) - int(self.seg_overhead[job]))
-        self._end_lease(job, now)
-        self.remaining_s[job] = max(0, int(self.remaining_s[job]) - progress)
+        saved = int(self._saved_progress(np.array([job], dtype=np.int64), now)[0])
+        lost = max(0, min(progress, int(self.remaining_s[job])) - saved)
+        self._end_lease(job, now, PREEMPTED, lost * int(self.jobs.gpus[job]))
+        self.remaining_s[job] = max(0, int(self.remaining_s[job]) - saved)
         self.overhead_s[job] = self.restart_overhead_s
         self.preemptions[job] += 1
         self.status[job] = WAITING
@@ -223,7 +269,7 @@ class SimState:
 
     def complete(self, job: int) -> None:
         end = int(self.end_at[job])
-        self._end_lease(job, end)
+        self._end_lease(job, end, COMPLETED)
         self.remaining_s[job] = 0
         self.status[job] = DONE
         self.finish[job] = end
@@ -241,7 +287,7 @@ class SimState:
         if more > 0 and (available is None or available >= cost):
             self.hold_s[job] += more
             return True
-        self._end_lease(job, at)
+        self._end_lease(job, at, HOLD_RAN_OUT)
         self.remaining_s[job] = max(0, int(self.end_at[job]) - at)
         self.status[job] = REJECTED
         self.reject_reason[job] = STOPPED_AT_HOLD
@@ -279,7 +325,7 @@ class SimState:
         self.spent_micro[tenant] += total - self.lease_charged[job]
         self.lease_charged[job] = total
 
-    def _end_lease(self, job: int, end: int) -> None:
+    def _end_lease(self, job: int, end: int, ended: str, lost_gpu_s: int = 0) -> None:
         self._charge_to(job, end)
         nodes, slots = self.lease_gpus.pop(job)
         self.cluster.release(nodes, slots)
@@ -290,6 +336,8 @@ class SimState:
         h.run_start.append(int(self.seg_start[job]))
         h.run_end.append(end)
         h.run_tier.append(int(self.lease_tier[job]))
+        h.run_ended.append(ended)
+        h.run_lost_gpu_s.append(lost_gpu_s)
 
 
 def _charge(price_micro: int | np.integer, gpus: int | np.integer, seconds: int | np.integer) -> int:

@@ -120,7 +120,7 @@ class Market(Policy):
             nodes=self.nodes(),
             tenants=self.tenants(),
             bids=self.bids(now),
-            leases=self.leases(),
+            leases=self.leases(now),
             policy=self.round_policy,
         )
 
@@ -166,7 +166,7 @@ class Market(Policy):
             waited=_i32((now - state.wait_since[jobs]) // state.scenario.round_s),
         )
 
-    def leases(self) -> Leases:
+    def leases(self, now: int) -> Leases:
         state = self.state
         jobs = np.array(sorted(state.running), dtype=np.int64)
         if len(jobs) == 0:
@@ -184,7 +184,15 @@ class Market(Policy):
             slot_ptr=np.concatenate(([0], np.cumsum(sizes))),
             slot_node=_i32(np.concatenate([nodes for nodes, _ in gpus])),
             slot_idx=_i32(np.concatenate([slots for _, slots in gpus])),
+            checkpoint=self.lease_checkpoints(jobs, now),
         )
+
+    def lease_checkpoints(self, jobs: IntArray, now: int) -> IntArray:
+        """Each running job's last checkpoint (trace seconds, SimState.last_checkpoint_at_many): what a
+        preemption at `now` would roll it back to; `now` when the scenario does not checkpoint. For the
+        allocator's `Leases.checkpoint` (last checkpoint per lease, default its start),
+        so that preemption prefers victims that lose the least work."""
+        return self.state.last_checkpoint_at_many(jobs, now)
 
     # ---- Result -> simulation decisions --------------------------------------------------------------
 
