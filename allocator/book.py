@@ -382,7 +382,7 @@ class Policy:
     max_reserved_pct: int = 10
     fair_reclaim: bool = True
     fair_share_half_life_s: int = 86400
-    fair_share_payback_s: int = 7200
+    fair_share_payback_s: int = 3600
 
     def __post_init__(self) -> None:
         for name in (

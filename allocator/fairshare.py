@@ -25,6 +25,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Book, hold_of
+from allocator.result import Result
 
 F64 = NDArray[np.float64]
 BOOL = NDArray[np.bool_]
@@ -86,10 +87,13 @@ class Demand:
     smallest: F64
 
 
-def book_demand(book: Book) -> Demand:
+def book_demand(book: Book, result: Result | None = None) -> Demand:
     """The demand of one round's book, per the definition: every GPU a tenant holds (any tier) and the GPUs of
     its pending bids that accept a type at or above its reserve and whose hold at that limit the tenant can
-    afford (balance, guardrail), counted in the bid's best such type (the allocator's preference order)."""
+    afford (balance, guardrail), counted in the bid's best such type (the allocator's preference order).
+
+    With the round's ``result``: the demand the round leaves behind, as the next tick sees it (winners held,
+    not waiting; preempted leases no longer held)."""
     from allocator.reference.order import preferences
 
     n_tenants, n_types = len(book.tenants), len(book.types)
@@ -97,14 +101,20 @@ def book_demand(book: Book) -> Demand:
     waiting = np.zeros((n_tenants, n_types))
     smallest = np.full((n_tenants, n_types), np.inf)
     bids = book.bids
+    pending = np.ones(len(bids), dtype=np.bool_)
+    if result is not None:
+        w, ls, gone = result.winners, book.leases, result.preemptions.row
+        np.add.at(held, (w.tenant, w.gpu_type), bids.gpus[w.bid].astype(np.float64))
+        np.subtract.at(held, (ls.tenant[gone], ls.gpu_type[gone]), ls.gpus[gone].astype(np.float64))
+        pending[w.bid] = False
     if len(bids):
         best = preferences(bids, book.types)[:, 0].astype(np.int64)
-        ok = best >= 0
-        rows = np.flatnonzero(ok)
+        rows = np.flatnonzero((best >= 0) & pending)
         limit = bids.limit[rows, best[rows]]
         hold = np.asarray(hold_of(bids.gpus[rows], limit, bids.max_s[rows]), dtype=np.int64)
         affordable = hold <= book.tenants.budget[bids.tenant[rows]]
-        rows, t = rows[affordable], best[rows][affordable]
+        rows = rows[affordable]
+        t = best[rows]
         m, k = bids.tenant[rows], bids.gpus[rows].astype(np.float64)
         np.add.at(waiting, (m, t), k)
         np.minimum.at(smallest, (m, t), k)
@@ -129,34 +139,42 @@ def decay(owed: Any, dt_s: float, half_life_s: int) -> F64:
     return np.asarray(owed * 0.5 ** (max(dt_s, 0.0) / half_life_s), dtype=np.float64)
 
 
-def accrue(owed: Any, target: Any, held: Any, dt_s: float, half_life_s: int) -> F64:
-    """The fair-share history one step on: decayed, plus the GPU-hours of target not held over ``dt_s``
-    (negative where the tenant held more than its target). With no half-life there is no history."""
-    if half_life_s <= 0:
-        return np.zeros_like(np.asarray(owed, dtype=np.float64))
+def accrue(owed: Any, target: Any, held: Any, dt_s: float) -> F64:
+    """The fair-share history plus the GPU-hours of target not held over ``dt_s`` (negative where the tenant
+    held more than its target)."""
     gap = np.asarray(target, dtype=np.float64) - np.asarray(held, dtype=np.float64)
-    return np.asarray(decay(owed, dt_s, half_life_s) + gap * max(dt_s, 0.0) / HOUR, dtype=np.float64)
+    return np.asarray(np.asarray(owed, dtype=np.float64) + gap * max(dt_s, 0.0) / HOUR, dtype=np.float64)
 
 
-def book_owed_after(book: Book, dt_s: float, max_accrue_s: float) -> F64:
+def owed_after(book: Book, result: Result, dt_s: float, interval_s: float) -> F64:
     """The history a round leaves for the next one: the book's ``owed``, decayed over ``dt_s`` (the time since
-    the previous round), plus what this round's book shows the tenants were short of or above their targets,
-    counted over at most ``max_accrue_s`` of it (about one round period: after a pause, or a stretch where
-    nobody waited and no round ran, the book shows only the moment the rounds resumed)."""
-    demand = book_demand(book)
+    the round that wrote it), plus what the tenants will be short of (or above) their targets in the state this
+    round leaves, counted over one round ``interval_s``. The state after the round, not the book's: a job that
+    arrived just before the freeze and won at once was never short of anything."""
     half_life = book.policy.fair_share_half_life_s
-    counted = min(max(dt_s, 0.0), max_accrue_s)
-    owed = decay(book.tenants.owed, dt_s - counted, half_life)
-    return accrue(owed, book_targets(book, demand), demand.held, counted, half_life)
+    if half_life <= 0:
+        return np.zeros_like(book.tenants.owed)
+    demand = book_demand(book, result)
+    capacity = np.bincount(book.nodes.gpu_type, weights=book.nodes.capacity, minlength=len(book.types))
+    target = targets(demand.held, demand.waiting, book.tenants.guarantee, book.tenants.weight, capacity)
+    return accrue(decay(book.tenants.owed, dt_s, half_life), target, demand.held, interval_s)
 
 
 def credit(book: Book, t: int) -> F64:
     """By tenant, GPUs of entitlement added in type ``t`` for what the history says it is owed (negative: taken
-    for what it received beyond its target): owed GPU-hours over the payback time. 0 without history."""
+    for what it received beyond its target): owed GPU-hours over the payback time, at most one node's GPUs either
+    way. 0 without history."""
     policy = book.policy
     if policy.fair_share_half_life_s <= 0:
         return np.zeros(len(book.tenants))
-    return np.asarray(book.tenants.owed[:, t] * HOUR / policy.fair_share_payback_s, dtype=np.float64)
+    # Bounded by one node of the type: enough to round a tenant's gang up to a whole node's worth (the starved
+    # tenants of the replays are those of large gangs), never enough to hand one tenant the excess of many
+    # rounds at once. Unbounded, a tenant whose gangs cannot be placed builds a debt of hundreds of GPU-hours,
+    # takes every other tenant's entitlement, and its gangs still do not fit: the replays got worse
+    # (docs/simulator.md, fair-share history).
+    cap = float(book.nodes.capacity[book.nodes.gpu_type == t].max(initial=1))
+    owed = book.tenants.owed[:, t] * HOUR / policy.fair_share_payback_s
+    return np.asarray(np.clip(owed, -cap, cap), dtype=np.float64)
 
 
 # ---- figures over a history of ticks -----------------------------------------------------------------------

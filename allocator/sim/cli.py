@@ -56,6 +56,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "its last checkpoint (overrides the scenario's checkpoint_min; 0 = keeps all its progress)",
     )
     parser.add_argument(
+        "--fair-share-half-life",
+        type=float,
+        metavar="H",
+        help="market: half-life of the fair-share history in hours (default: the allocator's own, 24; 0 = no "
+        "history, every round starts afresh)",
+    )
+    parser.add_argument(
         "--no-plots", action="store_true", help="no plots (summary.json, runs.csv and waits.csv only)"
     )
     parser.add_argument(
@@ -116,7 +123,14 @@ def run_policy(
     restart_overhead_s: int,
     quiet: bool,
     holds: HoldRule | None = None,
+    half_life_h: float | None = None,
 ) -> tuple[SimState, dict[str, Any]]:
+    factory = POLICIES[policy]
+    if half_life_h is not None and policy == "market":
+        from allocator.sim.policies.market import Market, MarketOptions
+
+        options = MarketOptions(fair_share_half_life_s=round(half_life_h * 3600))
+        factory = lambda state: Market(state, options)  # noqa: E731
     bar = tqdm(
         total=len(jobs),
         desc=f"{scenario.name} {policy}",
@@ -128,9 +142,7 @@ def run_policy(
     )
     started = time.perf_counter()
     with bar:
-        state = simulate(
-            scenario, jobs, POLICIES[policy], restart_overhead_s, lambda n: bar.update(n - bar.n), holds
-        )
+        state = simulate(scenario, jobs, factory, restart_overhead_s, lambda n: bar.update(n - bar.n), holds)
     wall = time.perf_counter() - started
     return state, summarize(state, policy, wall)
 
@@ -145,11 +157,18 @@ def run(args: argparse.Namespace, stdout: TextIO) -> list[dict[str, Any]]:
     if args.max_hours <= 0:
         raise InputError("--max-hours", None, "must be positive")
     holds = HoldRule(args.holds, args.max_hours)
+    half_life_h = getattr(args, "fair_share_half_life", None)
+    if half_life_h is not None and not 0 <= half_life_h < 10**6:
+        raise InputError(
+            "--fair-share-half-life", None, f"must be a non-negative number of hours, got {half_life_h}"
+        )
     policies = list(dict.fromkeys(args.policy or POLICIES))
     states: dict[str, SimState] = {}
     summaries: list[dict[str, Any]] = []
     for policy in policies:
-        states[policy], summary = run_policy(scenario, jobs, policy, args.restart_overhead, args.quiet, holds)
+        states[policy], summary = run_policy(
+            scenario, jobs, policy, args.restart_overhead, args.quiet, holds, half_life_h
+        )
         summaries.append(summary)
         print(json.dumps(summary), file=stdout, flush=True)
     print("\n" + table(summaries), file=stdout)

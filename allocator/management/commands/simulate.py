@@ -24,7 +24,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         keys = (
-            "scenario", "policy", "out", "seed", "quiet", "restart_overhead", "no_plots", "holds", "max_hours", "budget"
+            "scenario", "policy", "out", "seed", "quiet", "restart_overhead", "no_plots", "holds", "max_hours", "budget",
+            "checkpoint_min", "fair_share_half_life",
         )  # fmt: skip
         namespace = argparse.Namespace(**{key: options[key] for key in keys})
         try:

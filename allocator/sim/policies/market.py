@@ -105,7 +105,7 @@ class Market(Policy):
         result = allocator.clear(book)
         self.last = result
         dt = 0 if self.owed_at is None else now - self.owed_at
-        self.owed = fairshare.book_owed_after(book, dt, self.state.scenario.round_s)
+        self.owed = fairshare.owed_after(book, result, dt, self.state.scenario.round_s)
         self.owed_at = now
         return self.apply(result)
 
