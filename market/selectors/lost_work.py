@@ -29,7 +29,8 @@ def gpu_time(gpu_seconds: float) -> str:
         n = round(gpu_seconds / 60)
         return f"{n} GPU-minute{'' if n == 1 else 's'}"
     hours = gpu_seconds / 3600
-    return f"{hours:.1f} GPU-hours" if hours < 100 else f"{hours:,.0f} GPU-hours"
+    n = f"{hours:.1f}".removesuffix(".0") if hours < 100 else f"{hours:,.0f}"
+    return f"{n} GPU-hour{'' if n == '1' else 's'}"
 
 
 def lost_by_tenant(*, round_id: int | None = None) -> dict[str, float]:
