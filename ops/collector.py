@@ -20,6 +20,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from market.selectors.lost_work import lost_by_tenant
 from market.selectors.prices import price_board
 from ops import selectors
 
@@ -79,6 +80,15 @@ def _rounds() -> Iterator[Metric]:
     for reason, n in selectors.preemptions_by_reason().items():
         preempted.add_metric([reason], n)
     yield preempted
+    lost = CounterMetricFamily(
+        "gpumarket_preemption_lost_gpu_seconds",
+        "GPU-seconds of work preemptions threw away (GPUs x seconds since the victim's last checkpoint or "
+        "start), by the victim's tenant. GPU-hours: divide by 3600.",
+        labels=["tenant"],
+    )
+    for tenant, seconds in lost_by_tenant().items():
+        lost.add_metric([tenant], seconds)
+    yield lost
     for name, help_text, value in (
         ("gpumarket_round_winners", "Bids that won a round (leases written).", totals.winners),
         ("gpumarket_round_bids", "Bids entered into rounds.", totals.bids),

@@ -9,6 +9,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from market.money import format_fixed
+from market.selectors.lost_work import gpu_time as _gpu_time
 
 register = template.Library()
 
@@ -38,3 +39,9 @@ def when(moment: datetime | None) -> SafeString | str:
 def kwh(joules: float | None) -> str:
     """Measured energy (joules) in kWh, three decimals."""
     return "–" if joules is None else f"{joules / 3.6e6:,.3f}"
+
+
+@register.filter
+def gpu_time(gpu_seconds: float | None) -> str:
+    """GPU-seconds in a unit that reads ("12 GPU-minutes"); "–" where not recorded."""
+    return "–" if gpu_seconds is None else _gpu_time(gpu_seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
@@ -263,8 +264,30 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
         if rnd.committed_at
         else Lease.objects.none()
     )
+    preempted = list(preempted)
     return page(
         request,
         "frontend/console/round.html",
-        {"round": rnd, "winners": winners, "losers": losers, "preempted": preempted},
+        {
+            "round": rnd,
+            "winners": winners,
+            "losers": losers,
+            "preempted": preempted,
+            "lost": _lost_work(preempted),
+        },
     )
+
+
+def _lost_work(preempted: list[Lease]) -> dict[str, Any]:
+    """The work the round's preemptions threw away (market.selectors.lost_work): in all and per tenant, in
+    GPU-seconds and GPU-hours; None in all when no lease recorded it (preempted before it was)."""
+    recorded = [lease for lease in preempted if lease.lost_gpu_s is not None]
+    by_tenant: dict[str, float] = {}
+    for lease in recorded:
+        by_tenant[lease.tenant.slug] = by_tenant.get(lease.tenant.slug, 0.0) + (lease.lost_gpu_s or 0.0)
+    total = sum(by_tenant.values()) if recorded else None
+    return {
+        "total": total,
+        "total_hours": None if total is None else round(total / 3600, 3),
+        "by_tenant": sorted(by_tenant.items()),
+    }

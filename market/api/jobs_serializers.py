@@ -32,6 +32,7 @@ from market.money import format_credits
 from market.selectors.explain import preemption_sentence
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
+from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
 from nodeagent.selectors.usage import job_log_tail, usage_combined
@@ -357,7 +358,19 @@ class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]
         allow_null=True, help_text="That job: when it is this tenant's own, or for a platform admin."
     )
     for_tenant = serializers.CharField(allow_null=True, help_text="That job's tenant: platform admins only.")
-    text = serializers.CharField(help_text="The round, the rule and whom it was for, in one sentence.")
+    text = serializers.CharField(
+        help_text="The round, the rule, whom it was for and the work it lost, in one sentence."
+    )
+    lost_gpu_s = serializers.FloatField(
+        allow_null=True,
+        help_text="GPU-seconds of work the preemption threw away: the lease's GPUs times the seconds from the "
+        "later of its job's start and its last checkpoint to the round. Null on leases preempted before it "
+        "was recorded.",
+    )
+    lost_gpu_hours = serializers.FloatField(allow_null=True, help_text="The same in GPU-hours (4 decimals).")
+    lost_work = serializers.CharField(
+        help_text='The same in a unit that reads ("12 GPU-minutes"); empty where not recorded.'
+    )
 
 
 class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
@@ -398,6 +411,7 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
             "stop_requested_at",
             "ended_at",
             "end_reason",
+            "last_checkpoint_at",
             "charged",
             "charged_credits",
             "usage",
@@ -417,7 +431,18 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         if found is None or found.round is None:
             return None
         text = preemption_sentence(lease, admin=admin)
-        return dict(PreemptionSerializer({**asdict(found), "text": text}).data)
+        lost = lease.lost_gpu_s
+        return dict(
+            PreemptionSerializer(
+                {
+                    **asdict(found),
+                    "text": text,
+                    "lost_gpu_s": lost,
+                    "lost_gpu_hours": None if lost is None else round(lost / 3600, 4),
+                    "lost_work": "" if lost is None else gpu_time(lost),
+                }
+            ).data
+        )
 
     @extend_schema_field(LeaseUsageSerializer(allow_null=True))
     def get_usage(self, lease: Lease) -> dict[str, Any] | None:

@@ -129,6 +129,16 @@ class Lease(models.Model):
         help_text="The job the preemption made room for (of another tenant: reclaim never takes its own).",
     )
 
+    # When the job last saved its work, as its node's agent reported it (a marker line in its log or a file
+    # written in its checkpoint directory: docs/agent.md §Checkpoints). Only ever moves forward and never past
+    # the server's clock; null until one is reported, and on leases from before. The clearing reads it: reclaim
+    # prefers victims that lose the least work (allocator.book.Leases.checkpoint).
+    last_checkpoint_at = models.DateTimeField(null=True, blank=True)
+    # GPU-seconds of work the preemption threw away: gpus x seconds from the later of the job's start and its
+    # last checkpoint to the round that preempted it. Set by the round commit with end_reason "preempted";
+    # null on every other lease and on leases preempted before it was recorded.
+    lost_gpu_s = models.FloatField(null=True, blank=True)
+
     class Meta:
         ordering = ["-started_at", "-id"]
         indexes = [

@@ -112,6 +112,7 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
             "lease__tier",
             "lease__started_at",
             "lease__preemptible",
+            "lease__last_checkpoint_at",
         )
         .distinct()
         .order_by("lease_id")
@@ -189,6 +190,8 @@ def _leases(
         tier=[_TIER_INDEX[row[3]] for row in rows],
         start=[int(row[4].timestamp()) for row in rows],
         preemptible=[row[5] for row in rows],
+        # The last checkpoint its agent reported, else its start (nothing saved: all of it would be lost).
+        checkpoint=[int((row[6] or row[4]).timestamp()) for row in rows],
         slot_ptr=ptr,
         slot_node=[s[0] for s in flat],
         slot_idx=[s[1] for s in flat],

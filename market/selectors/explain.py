@@ -16,6 +16,7 @@ from django.db import connection
 
 from market.models import BidOutcome, EndReason, Job, JobState, Lease, PreemptReason, RoundPrice
 from market.money import format_fixed
+from market.selectors.lost_work import gpu_time
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import preemption_of
 from market.services.round_commit import SKIP_BUDGET, SKIP_CHANGED, SKIP_GPUS_TAKEN
@@ -205,6 +206,17 @@ def preemption_why(lease: Lease, *, admin: bool = False) -> str:
     return f"to bring {team} up to its fair share of {t} GPUs{job}"
 
 
+def lost_work_clause(lease: Lease) -> str:
+    """ ", losing 12 GPU-minutes of work since its last checkpoint": what the preemption threw away, as the
+    round commit recorded it (market.selectors.lost_work); empty where it was not recorded."""
+    if lease.lost_gpu_s is None or lease.running_at is None:  # not recorded, or its job never started
+        return ""
+    if lease.lost_gpu_s < 0.5:
+        return ", losing no work"
+    since = "its last checkpoint" if lease.last_checkpoint_at else "it started (it reported no checkpoint)"
+    return f", losing {gpu_time(lease.lost_gpu_s)} of work since {since}"
+
+
 def preemption_sentence(lease: Lease, *, admin: bool = False) -> str:
     """One plain sentence for a lease a round preempted, while it stops and after: the round, the rule and
     whom it made room for (`preemption_why`). Empty when no reason was recorded (or not preempted)."""
@@ -214,10 +226,10 @@ def preemption_sentence(lease: Lease, *, admin: bool = False) -> str:
     when = f"in round {lease.preempted_round_id} " if lease.preempted_round_id else ""
     if lease.ended_at is None:
         return (
-            f"Being preempted {when}{why}: the job is sent SIGTERM and has {lease.grace_seconds} seconds to "
+            f"Being preempted {when}{why}{lost_work_clause(lease)}: the job is sent SIGTERM and has {lease.grace_seconds} seconds to "
             "save a checkpoint before SIGKILL, then goes back to the queue."
         )
-    return f"Preempted {when}{why}."
+    return f"Preempted {when}{why}{lost_work_clause(lease)}."
 
 
 def lease_end_sentence(
@@ -251,7 +263,7 @@ def lease_end_sentence(
         when = f"in round {lease.preempted_round_id} " if lease.preempted_round_id else ""
         return (
             f"Preempted {when}after {ran} {why} (a {TIER_WORDS.get(lease.tier, lease.tier)} lease may be taken "
-            f"back); {charged}, and the job went back to the queue: it resumes from its checkpoint, if it saved "
+            f"back){lost_work_clause(lease)}; {charged}, and the job went back to the queue: it resumes from its checkpoint, if it saved "
             "one, when it wins a round again."
         )
     if reason == EndReason.EXPIRED:

@@ -39,6 +39,7 @@ from market.models import (
     RoundPrice,
 )
 from market.selectors.book import Snapshot
+from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from market.services.ledger_bulk import HoldRequest, ledger_hold_many
@@ -288,9 +289,18 @@ def _preempt(*, rnd: Round, victims: list[Lease], why: Preemptions, now: datetim
         lease.state, lease.stop_requested_at, lease.end_reason = LeaseState.STOPPING, now, EndReason.PREEMPTED
         lease.preempt_reason, lease.preempted_round_id = rule[lease.pk], rnd.pk
         lease.preempted_for_id = claimant[lease.pk]
+        lease.lost_gpu_s = lost_gpu_seconds(lease, now)
     Lease.objects.bulk_update(
         victims,
-        ["state", "stop_requested_at", "end_reason", "preempt_reason", "preempted_round", "preempted_for"],
+        [
+            "state",
+            "stop_requested_at",
+            "end_reason",
+            "preempt_reason",
+            "preempted_round",
+            "preempted_for",
+            "lost_gpu_s",
+        ],
     )
     Command.objects.bulk_create(
         Command(

@@ -21,7 +21,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nodeagent.agent import VERSION, jobs, usage
+from nodeagent.agent import VERSION, checkpoints, jobs, usage
 from nodeagent.agent.backend import GpuBackend, GpuSample
 from nodeagent.agent.client import Backoff, Client, Rejected, Unavailable
 from nodeagent.agent.fsutil import read_json
@@ -197,6 +197,8 @@ class Agent:
         self.health = self.backend.sample(bound)
         usage.measure(running, self.health, now)
         final = [j for j in self.jobs.values() if not j.running and j.final_report is None]
+        for job in running + final:
+            checkpoints.observe(job, now)
         self.seq += 1
         name = self.state.report_name(self.boot_epoch, self.seq)
         report = usage.report(
@@ -315,7 +317,7 @@ class Agent:
                 "exit_code": job.outcome.exit_code,
                 "signal": job.outcome.signal,
                 "stopped_by": job.stopped_by,
-                "usage": {**job.counters.summary(), "log_tail": self.tails.tail(job.log_path)},
+                "usage": {**usage.lease_summary(job), "log_tail": self.tails.tail(job.log_path)},
             }
             try:
                 self.client.call("POST", f"leases/{job.lease}/exited", body)

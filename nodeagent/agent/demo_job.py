@@ -2,7 +2,9 @@
 
 It prints the GPUs it was given, computes (burns CPU, so a simulated GPU reads busy) for the given seconds of
 its own work, saves a checkpoint in $GPUMARKET_CHECKPOINT_DIR every few seconds and resumes from it when
-requeued after a preemption, and on SIGTERM saves and exits cleanly (code 0) within its grace period.
+requeued after a preemption, and on SIGTERM saves and exits cleanly (code 0) within its grace period. With
+--marker-every N it also prints the checkpoint marker line (`GPUMARKET_CHECKPOINT step=...`) every N seconds,
+the other way a job tells its agent it saved its work (docs/agent.md §Checkpoints).
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="demo_job", description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds of work in all (default 60)")
     parser.add_argument("--idle", action="store_true", help="sleep instead of computing (an idle GPU)")
+    parser.add_argument(
+        "--marker-every",
+        type=float,
+        default=0.0,
+        metavar="N",
+        help="print the checkpoint marker line every N seconds of work (default 0: never)",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _on_term)
     ckpt_dir = os.environ.get("GPUMARKET_CHECKPOINT_DIR")
@@ -44,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"resuming at {done:.1f} s of {args.seconds:.1f} s" if done else "starting from scratch", flush=True
     )
-    last_save = time.monotonic()
+    last_save = last_mark = time.monotonic()
     while done < args.seconds and not _stop:
         step_start = time.monotonic()
         if args.idle:
@@ -57,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
         if time.monotonic() - last_save >= 5:
             _save(ckpt, done)
             last_save = time.monotonic()
+        if args.marker_every > 0 and time.monotonic() - last_mark >= args.marker_every:
+            _save(ckpt, done)  # the marker says the work is saved: make it so
+            print(f"GPUMARKET_CHECKPOINT step={done:.1f}", flush=True)
+            last_mark = last_save = time.monotonic()
     _save(ckpt, done)
     if _stop:
         print(f"SIGTERM: checkpoint saved at {done:.1f} s", flush=True)

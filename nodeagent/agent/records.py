@@ -66,6 +66,8 @@ class Job:
     started_reported: bool = False
     final_report: str | None = None  # the spooled report carrying the final counters
     exit_reported: bool = False
+    checkpoint_at: float = 0.0  # the newest checkpoint the job made in this lease (wall time; 0: none yet)
+    log_offset: int = 0  # how far its log was read for checkpoint markers (nodeagent.agent.checkpoints)
 
     @property
     def running(self) -> bool:

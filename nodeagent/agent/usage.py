@@ -49,6 +49,15 @@ def measure(jobs: Iterable[Job], samples: list[GpuSample], now: float) -> None:
             c.energy_seen[r.uuid] = r.energy_j
 
 
+def lease_summary(job: Job) -> dict[str, Any]:
+    """A lease's counters as reported, with its newest checkpoint when it made one (an old server ignores
+    the extra field)."""
+    summary = job.counters.summary()
+    if job.checkpoint_at:
+        summary["checkpoint_at"] = iso(job.checkpoint_at)
+    return summary
+
+
 def finish(job: Job) -> None:
     """The final gpu_seconds: from the job's start to its end."""
     assert job.outcome is not None
@@ -121,5 +130,5 @@ def report(
         }
         for s in samples
     ]
-    leases = [{"lease": job.lease, **job.counters.summary()} for job in jobs]
+    leases = [{"lease": job.lease, **lease_summary(job)} for job in jobs]
     return {"boot_epoch": boot_epoch, "seq": seq, "sent_at": at, "gpus": gpus, "leases": leases}

@@ -84,6 +84,13 @@ class CountersSerializer(serializers.Serializer):  # type: ignore[type-arg]
     log_tail = serializers.CharField(
         required=False, allow_blank=True, help_text=f"The job's last {LOG_TAIL_MAX} characters of output."
     )
+    checkpoint_at = serializers.DateTimeField(
+        required=False,
+        allow_null=True,
+        help_text="When the job last saved its work in this lease (a marker line in its log or a file written "
+        "in its checkpoint directory); absent or null when it has not. Kept on the lease only when it moves "
+        "the lease's checkpoint forward and is not ahead of the server's clock (docs/agent.md §Checkpoints).",
+    )
 
 
 class LeaseCountersSerializer(CountersSerializer):

@@ -9,7 +9,8 @@ A batch of reports is written in a fixed number of statements, whatever its size
   changes nothing and reports may arrive in any order.
 
 Counters for a lease the node has no GPU of, or for a lease already settled, are dropped: a node acts only on
-its own leases, and a settled lease's charge is final.
+its own leases, and a settled lease's charge is final. The same holds for a lease's checkpoint time, which goes
+to the lease itself (nodeagent.services.checkpoints).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from django.utils import timezone
 from market.models import Lease, LeaseGpu, LeaseState
 from market.selectors.policy import market_policy
 from nodeagent.models import LeaseUsage, UsageMark, UsageReport
+from nodeagent.services.checkpoints import checkpoints_save
 from nodeagent.services.usage_parse import LeaseCounters, Report
 
 
@@ -142,6 +144,7 @@ def _merge(old: tuple[LeaseCounters, datetime | None], new: tuple[LeaseCounters,
         mem_max_mb=max(a.mem_max_mb, b.mem_max_mb),
         samples=max(a.samples, b.samples),
         log_tail=newer.log_tail,
+        checkpoint_at=max((t for t in (a.checkpoint_at, b.checkpoint_at) if t is not None), default=None),
     )
     idle = None if newer_idle is None else min(t for t in (a_idle, b_idle) if t is not None)
     return merged, idle
@@ -191,6 +194,7 @@ def _save_counters(entries: list[tuple[int, LeaseCounters, datetime | None]], no
             merged[key] = _merge(merged[key], (c, idle)) if key in merged else (c, idle)
     if not merged:
         return
+    checkpoints_save([(lease, c.checkpoint_at) for (lease, _), (c, _) in merged.items()], now=now)
     keys, values = list(merged), list(merged.values())
     t, g = LeaseUsage._meta.db_table, _greatest()
     newer = f"excluded.samples >= {t}.samples"

@@ -34,6 +34,9 @@ class LeaseCounters:
     mem_max_mb: float
     samples: int
     log_tail: str
+    # The job's newest checkpoint in this lease as its agent saw it (docs/agent.md §Checkpoints); None when
+    # it made none yet, or from an agent that does not report them.
+    checkpoint_at: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,7 @@ def _counters(data: Any) -> LeaseCounters:
         samples=_int(c, "samples"),
         # The newest 64 KiB is what the owner wants to read; an agent sending more is cut, not refused.
         log_tail=tail[-LOG_TAIL_MAX:].replace("\x00", ""),
+        checkpoint_at=_when(c, "checkpoint_at")[0] if c.get("checkpoint_at") is not None else None,
     )
 
 

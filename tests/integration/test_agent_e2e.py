@@ -260,6 +260,11 @@ def test_preemption_checkpoints_in_the_grace_period_and_the_job_resumes(cluster)
     assert f"lease {first.pk}" in ckpt.read_text()
     assert not list(Path(cluster["tmp"], "checkpoints").rglob(f"done-{first.pk}"))
     assert first.charged == measured_charge(first)
+    # The agent saw the checkpoint file the job wrote on SIGTERM (docs/agent.md §Checkpoints) and the lease
+    # keeps its time: after the preemption was asked for, by the file's own clock.
+    assert first.last_checkpoint_at is not None and first.stop_requested_at is not None
+    assert first.last_checkpoint_at.timestamp() == pytest.approx(ckpt.stat().st_mtime, abs=0.01)
+    assert first.last_checkpoint_at >= first.stop_requested_at
 
     run_round(cluster)
     second = wait_until(lambda: Lease.objects.filter(job=job).exclude(pk=first.pk).first(), "a second lease")

@@ -13,8 +13,9 @@ from django.utils import timezone
 from accounts.services import guarantee_set
 from allocator import PREEMPT_NAMES
 from market.models import Job, Lease, LeaseState, PreemptReason, Round, RoundState
-from market.selectors.explain import lease_end_sentence
+from market.selectors.explain import lease_end_sentence, lost_work_clause
 from market.selectors.jobs import job_detail
+from market.selectors.lost_work import gpu_time
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import preemption_of
 from market.services import rounds
@@ -114,8 +115,9 @@ def _detail(w: World, user: Any, job: Job) -> dict[str, Any]:
 def test_api_shows_the_rule_within_the_tenant_wall(market: World) -> None:
     w = market
     r2, victim, mine = _guarantee_reclaim(w)
+    lost = lost_work_clause(victim)  # the work lost since the job started: tests/market/test_lost_work.py
     expected_text = (
-        f"Being preempted in round {r2.pk} to restore another team's guaranteed H100 GPUs: the job is sent "
+        f"Being preempted in round {r2.pk} to restore another team's guaranteed H100 GPUs{lost}: the job is sent "
         f"SIGTERM and has {victim.grace_seconds} seconds to save a checkpoint before SIGKILL, then goes back "
         "to the queue."
     )
@@ -131,13 +133,16 @@ def test_api_shows_the_rule_within_the_tenant_wall(market: World) -> None:
             "for_job": None,
             "for_tenant": None,
             "text": expected_text,
+            "lost_gpu_s": victim.lost_gpu_s,
+            "lost_gpu_hours": round((victim.lost_gpu_s or 0.0) / 3600, 4),
+            "lost_work": gpu_time(victim.lost_gpu_s or 0.0),
         }
         assert "alpha" not in str(lease) and mine.name not in str(body)
         assert all(x["preemption"] is None for x in body["leases"] if x["id"] != victim.pk)
     admin = next(x for x in _detail(w, w.admin, victim.job)["leases"] if x["id"] == victim.pk)["preemption"]
     assert (admin["for_own_tenant"], admin["for_job"], admin["for_tenant"]) == (False, mine.pk, "alpha")
     assert admin["text"].startswith(
-        f"Being preempted in round {r2.pk} to restore team alpha's guaranteed H100 GPUs (job {mine.pk}):"
+        f"Being preempted in round {r2.pk} to restore team alpha's guaranteed H100 GPUs (job {mine.pk}){lost}:"
     )
     # The claimant's team cannot open the victim's job at all.
     resp = w.client(w.alice).get(f"/api/v1/tenants/beta/jobs/{victim.job_id}")
@@ -198,7 +203,7 @@ def test_portal_sentence_once_stopped(market: World) -> None:
     sentence = lease_end_sentence(lease, gpu_seconds=160.0, exit_code=None)
     assert sentence.startswith(
         f"Preempted in round {r2.pk} after 20 seconds to restore another team's guaranteed H100 GPUs "
-        "(a borrowed lease may be taken back); charged "
+        f"(a borrowed lease may be taken back){lost_work_clause(lease)}; charged "
     ), sentence
     assert sentence.endswith(
         "and the job went back to the queue: it resumes from its checkpoint, if it saved one, when it wins "
