@@ -34,6 +34,8 @@ POLICY_LABELS = {
     "max_reservations": "Reservations per type and round",
     "max_reserved_pct": "Reserved nodes per type, at most (%)",
     "fair_reclaim": "Fair reclaim (1: on, 0: off)",
+    "fair_share_half_life_s": "Fair-share history half-life (seconds, 0: none)",
+    "fair_share_payback_s": "Fair-share payback (seconds)",
     "retention_days": "Keep round details (days)",
     "energy_price_kwh": "Energy price (credits per kWh)",
     "idle_util_pct": "Idle below utilisation (%, 0: off)",
@@ -101,6 +103,8 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     errors: dict[str, str] = {}
     changes = {}
     for field in POLICY_LIMITS:
+        if field not in request.POST:  # a form from before a knob existed leaves that knob as it is
+            continue
         raw = request.POST.get(field, "").strip()
         try:
             changes[field] = parse_credits(raw) if field in MONEY_KNOBS else int(raw)
