@@ -3,20 +3,21 @@
 
 After the result is written, the commit computes ``fairshare.book_owed_after`` from the round's frozen book
 (whose ``owed`` is the history as it was frozen) and upserts one ``FairShareUsage`` row per tenant and type;
-it also keeps the round's demand and targets (``FairShareRound``) for the console. The rows name the round
+it also keeps the round's demand and targets as the round leaves them (``FairShareRound``) for the console. The rows name the round
 that wrote them: a commit retried after a failure starts from a rolled-back transaction, and a commit that
 finds its own round (or a later one) already there accrues nothing, so no round is counted twice.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import numpy as np
 from django.db.models import Max
 
 from accounts.models import Tenant
-from allocator import Book, fairshare
+from allocator import Bids, Book, Result, fairshare
 from market import bulk
 from market.models import FairShareRound, FairShareUsage, GpuType, Round
 
@@ -25,8 +26,9 @@ from market.models import FairShareRound, FairShareUsage, GpuType, Round
 ACCRUE_PERIODS = 2
 
 
-def fair_share_record(*, rnd: Round, book: Book) -> None:
-    """Write the history after ``rnd`` and its per-round figures; the caller holds the commit's transaction."""
+def fair_share_record(*, rnd: Round, book: Book, result: Result | None = None) -> None:
+    """Write the history after ``rnd`` and its per-round figures (the state ``result`` leaves: see
+    ``after_round``); the caller holds the commit's transaction."""
     if not book.tenants.names or not book.types.names:
         return
     if FairShareUsage.objects.filter(round_id__gte=rnd.pk).exists():
@@ -62,16 +64,52 @@ def fair_share_record(*, rnd: Round, book: Book) -> None:
         unique_fields=["tenant", "gpu_type"],
         update_fields=["owed_gpu_hours", "updated_at", "round"],
     )
-    _figures(rnd, book, tenants, types, pairs)
+    _figures(rnd, book, result, tenants, types, pairs)
+
+
+def after_round(book: Book, result: Result | None) -> fairshare.Demand:
+    """Demand as the round leaves it, as the simulator samples its ticks (allocator/sim/metrics.py): GPUs
+    held after the round (its winners in, its preempted leases out) and what still waits (winners no longer).
+    The book alone is the state before the round: a tenant that waits and wins in one round was never short."""
+    before = fairshare.book_demand(book)
+    if result is None:
+        return before
+    held = before.held.copy()
+    won = result.winners
+    np.add.at(held, (won.tenant, won.gpu_type), np.diff(won.slot_ptr).astype(np.float64))
+    rows = result.preemptions.row
+    leases = book.leases
+    np.subtract.at(held, (leases.tenant[rows], leases.gpu_type[rows]), leases.gpus[rows].astype(np.float64))
+    keep = np.ones(len(book.bids), dtype=np.bool_)
+    keep[won.bid] = False
+    b = book.bids
+    rest = Bids(
+        b.job[keep],
+        b.tenant[keep],
+        b.gpus[keep],
+        b.limit[keep],
+        b.max_s[keep],
+        b.submit[keep],
+        b.waited[keep],
+    )
+    still = fairshare.book_demand(replace(book, bids=rest))
+    return fairshare.Demand(np.maximum(held, 0), still.waiting, still.smallest)
 
 
 def _figures(
-    rnd: Round, book: Book, tenants: dict[str, int], types: dict[str, int], pairs: list[tuple[int, int]]
+    rnd: Round,
+    book: Book,
+    result: Result | None,
+    tenants: dict[str, int],
+    types: dict[str, int],
+    pairs: list[tuple[int, int]],
 ) -> None:
     """The round's held, waiting, smallest gang and target per tenant and type, where any is non-zero."""
-    demand = fairshare.book_demand(book)
-    target = fairshare.book_targets(book, demand)
+    demand = after_round(book, result)
     capacity = np.bincount(book.nodes.gpu_type, weights=book.nodes.capacity, minlength=len(book.types))
+    target = fairshare.targets(
+        demand.held, demand.waiting, book.tenants.guarantee, book.tenants.weight, capacity
+    )
     rows = [
         FairShareRound(
             round_id=rnd.pk,

@@ -188,7 +188,7 @@ def _commit(rnd: Round, memo: _Memo) -> None:
     now = timezone.now()
     stats = commit_result(rnd=rnd, snapshot=snapshot, result=result, now=now)
     # The fair-share history, in this same transaction: a round that commits leaves it, one that fails does not.
-    fair_share_record(rnd=rnd, book=snapshot.book)
+    fair_share_record(rnd=rnd, book=snapshot.book, result=result)
     rnd.winners, rnd.skipped = stats.winners, stats.skipped
     rnd.preemptions, rnd.gpus_allocated = stats.preemptions, stats.gpus_allocated
     rnd.losers = len(result.losers) + stats.skipped
