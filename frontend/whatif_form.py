@@ -1,6 +1,7 @@
 """The what-if form of the console: a window of history and a proposed policy, parsed from POST data.
 
-Field names: since, until (UTC, `YYYY-MM-DDTHH:MM`), price_step_bp, min_runtime_s, fair_reclaim (a checkbox),
+Field names: since, until (UTC, `YYYY-MM-DDTHH:MM`), price_step_bp, min_runtime_s, fair_share_half_life_s,
+checkpoint_min (a field left out of the POST keeps today's value), fair_reclaim (a checkbox),
 reserve-<type>, max-<type> (credits per GPU-hour), weight-<tenant>, guarantee-<tenant>-<type> (GPUs). Each bad
 value is an error under its field's name; the service's PolicyError names fields the same way.
 """
@@ -63,7 +64,10 @@ def parse(data: QueryDict, base: Policy) -> Parsed:
     out.since, out.until = _moment(data, "since", errors), _moment(data, "until", errors)
     proposal: dict[str, Any] = {k: base[k] for k in FIXED_KNOBS}  # today's: the form does not change them
     for knob in KNOBS:
-        proposal[knob] = _whole(data, knob, errors)
+        proposal[knob] = _whole(data, knob, errors) if knob in data else base[knob]
+    proposal["checkpoint_min"] = (
+        _whole(data, "checkpoint_min", errors) if "checkpoint_min" in data else base["checkpoint_min"]
+    )
     proposal["fair_reclaim"] = data.get("fair_reclaim") == "on"
     proposal["types"] = {
         name: {
@@ -95,7 +99,7 @@ def initial(base: Policy) -> dict[str, str]:
         "until": (now + timedelta(minutes=1)).strftime(DATETIME_FORMAT),
         "fair_reclaim": "on" if base["fair_reclaim"] else "",
     }
-    values |= {k: str(base[k]) for k in KNOBS}
+    values |= {k: str(base[k]) for k in (*KNOBS, "checkpoint_min")}
     for name, prices in base["types"].items():
         values[f"reserve-{name}"] = format_credits(prices["reserve"]).replace(",", "")
         values[f"max-{name}"] = format_credits(prices["max"]).replace(",", "")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from datetime import timedelta
 
 from django.db import DatabaseError
 from django.utils import timezone
@@ -20,6 +21,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from market.selectors.fair_share import fair_share_report, owed_by_tenant
 from market.selectors.lost_work import lost_by_tenant
 from market.selectors.prices import price_board
 from ops import selectors
@@ -42,6 +44,7 @@ class MarketCollector(Collector):
             ("prices", _prices),
             ("gpus", _gpus),
             ("tenants", _tenants),
+            ("fair_share", _fair_share),
             ("ledger", _ledger),
             ("agents", _agents),
         ):
@@ -177,6 +180,38 @@ def _tenants() -> Iterator[Metric]:
         guaranteed.add_metric([row.tenant, row.gpu_type], row.guaranteed)
         compliance.add_metric([row.tenant, row.gpu_type], row.compliance)
     yield from (guaranteed, compliance)
+
+
+def _fair_share() -> Iterator[Metric]:
+    """allocator/fairshare.py's figures over the last 24 hours of rounds (market.selectors.fair_share) and the
+    history the rounds keep; a tenant with no waiting demand in the window has no compliance or shortfall."""
+    report = fair_share_report(since=timezone.now() - timedelta(days=1))
+    compliance = GaugeMetricFamily(
+        "gpumarket_tenant_fair_share_compliance_24h_ratio",
+        "Share of a tenant's 24 h windows with waiting demand in which it held at least 95% of its fair-share "
+        "target, over the last 24 hours.",
+        labels=["tenant"],
+    )
+    shortfall = GaugeMetricFamily(
+        "gpumarket_tenant_fair_share_shortfall_ratio",
+        "GPUs a tenant held below its fair-share target over the type's GPUs, mean over contended rounds of "
+        "the last 24 hours.",
+        labels=["tenant"],
+    )
+    owed = GaugeMetricFamily(
+        "gpumarket_tenant_fair_share_owed_gpu_hours",
+        "GPU-hours of fair-share target a tenant did not receive, decayed (negative: received beyond it).",
+        labels=["tenant", "gpu_type"],
+    )
+    for t in report.tenants:
+        if t.compliance_24h is not None:
+            compliance.add_metric([t.tenant], t.compliance_24h)
+        if t.shortfall is not None:
+            shortfall.add_metric([t.tenant], t.shortfall)
+    for tenant, by_type in sorted(owed_by_tenant().items()):
+        for gpu_type, hours in sorted(by_type.items()):
+            owed.add_metric([tenant, gpu_type], hours)
+    yield from (compliance, shortfall, owed)
 
 
 def _ledger() -> Iterator[Metric]:

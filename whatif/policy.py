@@ -1,7 +1,8 @@
 """A policy as a what-if compares it: the knobs an admin may change, as one JSON-able dict.
 
     {"price_step_bp": 500, "min_runtime_s": 600, "starve_rounds": 5, "max_reservations": 1,
-     "max_reserved_pct": 10, "fair_reclaim": true,
+     "max_reserved_pct": 10, "fair_reclaim": true, "fair_share_half_life_s": 86400,
+     "fair_share_payback_s": 7200, "checkpoint_min": 0,
      "types": {"H100": {"reserve": 2000000, "max": 20000000}, ...},          # micro-credits per GPU-hour
      "tenants": {"vision": {"weight": 2, "guarantees": {"H100": 4}}, ...}}
 
@@ -25,8 +26,12 @@ from whatif.trace import Trace
 
 Policy = dict[str, Any]
 # The market-wide knobs a proposal may change; the others (round period, grace, ...) stay today's.
-KNOBS = ("price_step_bp", "min_runtime_s")
-FIXED_KNOBS = ("starve_rounds", "max_reservations", "max_reserved_pct")
+KNOBS = ("price_step_bp", "min_runtime_s", "fair_share_half_life_s")
+FIXED_KNOBS = ("starve_rounds", "max_reservations", "max_reserved_pct", "fair_share_payback_s")
+# Not a platform knob but an assumption about the workload, which a proposal may change to see what it would
+# cost: every job checkpoints every this many minutes, and a preempted job redoes the work since its last
+# (allocator/sim/scenario.py; 0 = a preempted job loses nothing). Today's side assumes none; never applied.
+CHECKPOINT_LIMITS = (0, 7 * 24 * 60)
 
 
 def today_policy() -> Policy:
@@ -40,6 +45,7 @@ def today_policy() -> Policy:
     return {
         **{k: getattr(policy, k) for k in (*KNOBS, *FIXED_KNOBS)},
         "fair_reclaim": bool(policy.fair_reclaim),
+        "checkpoint_min": 0,
         "types": {t.name: {"reserve": t.reserve_price, "max": t.max_price} for t in GpuType.objects.all()},
         "tenants": dict(sorted(tenants.items())),
     }
@@ -60,6 +66,7 @@ def policy_check(proposal: Policy, *, base: Policy, capacity: dict[str, int]) ->
         _whole(knob, proposal.get(knob), *POLICY_LIMITS[knob])
     if not isinstance(proposal.get("fair_reclaim"), bool):
         raise PolicyError("fair_reclaim", "must be on or off")
+    _whole("checkpoint_min", proposal.get("checkpoint_min"), *CHECKPOINT_LIMITS)
     types = proposal.get("types")
     if not isinstance(types, dict) or set(types) != set(base["types"]):
         raise PolicyError("types", "must give prices for exactly today's GPU types")
@@ -98,6 +105,9 @@ def market_options(policy: Policy) -> MarketOptions:
         max_reserved_pct=policy.get("max_reserved_pct", MarketOptions.max_reserved_pct),
         max_price_micro=tuple((name, p["max"]) for name, p in sorted(policy["types"].items())),
         fair_reclaim=policy["fair_reclaim"],
+        # absent from what-ifs stored before fair share had a history: the clearing's defaults
+        fair_share_half_life_s=policy.get("fair_share_half_life_s", MarketOptions.fair_share_half_life_s),
+        fair_share_payback_s=policy.get("fair_share_payback_s", MarketOptions.fair_share_payback_s),
     )
 
 
@@ -117,4 +127,6 @@ def trace_under(trace: Trace, policy: Policy) -> Trace:
         k: policy["types"][k]["reserve"] if k in policy["types"] else v
         for k, v in trace.reserve_micro.items()
     }
-    return replace(trace, tenants=tuple(tenants), reserve_micro=reserve)
+    return replace(
+        trace, tenants=tuple(tenants), reserve_micro=reserve, checkpoint_min=policy.get("checkpoint_min", 0)
+    )

@@ -172,7 +172,8 @@ def whatif_fail(*, run_id: int, message: str) -> None:
 def _stale_fields(run: WhatIfRun, now: Policy) -> list[str]:
     """What changed in the platform's policy since the run read it (its figures compare against that)."""
     base = run.baseline
-    changed = [k for k in (*KNOBS, "fair_reclaim", "types") if base.get(k) != now.get(k)]
+    # A knob the run's baseline does not name (stored before the knob existed) was not compared: not stale.
+    changed = [k for k in (*KNOBS, "fair_reclaim", "types") if k in base and base[k] != now.get(k)]
     changed += [
         f"tenant {slug}"
         for slug in sorted(set(base["tenants"]) | set(now["tenants"]))
@@ -231,7 +232,7 @@ def whatif_apply(*, actor: User | None, run_id: int) -> None:
             "the policy changed since this what-if ran (" + ", ".join(stale) + "); run it again to compare"
         )
     proposal, base = run.proposal, run.baseline
-    knobs: dict[str, Any] = {k: proposal[k] for k in KNOBS if proposal[k] != base[k]}
+    knobs: dict[str, Any] = {k: proposal[k] for k in KNOBS if k in proposal and proposal[k] != base.get(k)}
     if proposal["fair_reclaim"] != base["fair_reclaim"]:
         knobs["fair_reclaim"] = int(proposal["fair_reclaim"])  # the policy stores the switch as 0 or 1
     if knobs:

@@ -48,6 +48,7 @@ class Trace:
     reserve_micro: dict[str, int]  # per pool type
     jobs: tuple[TraceJob, ...]
     notes: tuple[str, ...] = ()  # what the export had to approximate; written as TOML comments
+    checkpoint_min: int = 0  # every job checkpoints this often (minutes of progress); 0: none, key left out
 
 
 def _quoted(text: str) -> str:
@@ -71,6 +72,8 @@ def scenario_text(trace: Trace, jobs_file: str) -> str:
         f"name = {_quoted(trace.name)}",
         f"jobs = {_quoted(jobs_file)}",
         f"round_s = {trace.round_s}",
+        # a top-level key, so before the first table; left out at 0 (the reader's default)
+        *([f"checkpoint_min = {trace.checkpoint_min}"] if trace.checkpoint_min else []),
         "",
         "[pricing]",
         f"reserve = {_table({t: _credits(v) for t, v in trace.reserve_micro.items()})}",

@@ -12,12 +12,14 @@ from django.shortcuts import redirect
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from accounts.models import Tenant
 from accounts.selectors import audit_events
 from accounts.services import PolicyError
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
 from market.models import BidOutcome, EndReason, GpuType, Lease
 from market.money import AmountError, format_credits, parse_credits
+from market.selectors.fair_share import fair_share_report
 from market.selectors.fairness import fairness as fairness_report
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
 from market.selectors.policy import market_policy
@@ -35,6 +37,8 @@ POLICY_LABELS = {
     "max_reservations": "Reservations per type and round",
     "max_reserved_pct": "Reserved nodes per type, at most (%)",
     "fair_reclaim": "Fair reclaim (1: on, 0: off)",
+    "fair_share_half_life_s": "Fair-share history half-life (seconds, 0: none)",
+    "fair_share_payback_s": "Fair-share payback (seconds)",
     "retention_days": "Keep round details (days)",
     "energy_price_kwh": "Energy price (credits per kWh)",
     "idle_util_pct": "Idle below utilisation (%, 0: off)",
@@ -64,32 +68,56 @@ def console(request: HttpRequest) -> HttpResponse:
 @admin_only
 def fairness(request: HttpRequest) -> HttpResponse:
     window, since = _window(request)
-    report = fairness_report(since=since)
+    share = fair_share_report(since=since)
+    report = fairness_report(since=since)  # the diagnostics: Jain's index, guarantee compliance, preemptions
+    weights = {t.tenant: t.weight for t in report.tenants}
+    weights |= dict(
+        Tenant.objects.filter(slug__in=[t.tenant for t in share.tenants]).values_list("slug", "weight")
+    )
+    diagnostics = {t.tenant: t for t in report.tenants}
+    types = sorted({name for t in share.tenants for name in t.owed} | {s.gpu_type for s in share.series})
+    rows = [
+        {
+            "t": t,
+            "weight": weights.get(t.tenant),
+            "owed": [t.owed.get(name) for name in types],
+            "preemptions": diagnostics[t.tenant].preemptions if t.tenant in diagnostics else 0,
+        }
+        for t in share.tenants
+    ]
     charts = [
         line_chart(
             [
                 Series(
-                    "guaranteed",
-                    [(t.timestamp(), v) for t, v in zip(s.slots, s.guaranteed, strict=True)],
-                    dash=1,
+                    "fair-share target",
+                    [(t.timestamp(), v) for t, v in zip(s.slots, s.target, strict=True)],
+                    dash=2,
                 ),
+                Series("held", [(t.timestamp(), v) for t, v in zip(s.slots, s.held, strict=True)]),
                 Series(
-                    "entitled", [(t.timestamp(), v) for t, v in zip(s.slots, s.entitled, strict=True)], dash=2
+                    "waiting", [(t.timestamp(), v) for t, v in zip(s.slots, s.waiting, strict=True)], dash=1
                 ),
-                Series("allocated", [(t.timestamp(), v) for t, v in zip(s.slots, s.allocated, strict=True)]),
             ],
-            title=f"{s.tenant} · {s.gpu_type}: GPUs guaranteed, entitled and allocated",
+            title=f"{s.tenant} · {s.gpu_type}: GPUs held, fair-share target and waiting",
             y_unit="GPUs",
             step=True,
             width=460,
             height=180,
         )
-        for s in report.series
+        for s in share.series
     ]
     return page(
         request,
         "frontend/console/fairness.html",
-        {"report": report, "charts": charts, "window": window, "windows": list(WINDOWS)},
+        {
+            "share": share,
+            "rows": rows,
+            "types": types,
+            "report": report,
+            "charts": charts,
+            "window": window,
+            "windows": list(WINDOWS),
+        },
     )
 
 
@@ -102,6 +130,8 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     errors: dict[str, str] = {}
     changes = {}
     for field in POLICY_LIMITS:
+        if field not in request.POST:  # a form from before a knob existed leaves that knob as it is
+            continue
         raw = request.POST.get(field, "").strip()
         try:
             changes[field] = parse_credits(raw) if field in MONEY_KNOBS else int(raw)

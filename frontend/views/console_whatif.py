@@ -33,9 +33,15 @@ FIGURES = (
     ("95th percentile queueing delay", "p95_queue_s", "duration", "lower"),
     ("Utilisation, first to last submit", "utilization", "share", "higher"),
     ("Utilisation while jobs waited", "busy_utilization", "share", "higher"),
+    ("Fair-share compliance, 24 h windows", "fair_share_compliance_24h", "share", "higher"),
+    ("Fair-share compliance, 1 h windows", "fair_share_compliance_1h", "share", "higher"),
+    ("Fair-share compliance, per round", "fair_share_round_compliance", "share", "higher"),
+    ("Fair-share shortfall", "fair_share_shortfall", "ratio", "lower"),
     ("Guarantee compliance", "guarantee_compliance", "share", "higher"),
-    ("Jain's index of excess per weight", "jain_excess", "ratio", "higher"),
     ("Preemptions", "preemptions", "int", "lower"),
+    ("GPU-hours lost to preemption", "lost_gpu_hours", "hours", "lower"),
+    ("Share of GPU-hours lost", "lost_share", "share", "lower"),
+    ("Jain's index of excess per weight (diagnostic)", "jain_excess", "ratio", "higher"),
     ("Spend (credits)", "spend", "credits", None),
 )
 TENANT_FIGURES = (
@@ -44,6 +50,9 @@ TENANT_FIGURES = (
     ("avg_queue_s", "duration"),
     ("preemptions", "int"),
     ("guarantee_compliance", "share"),
+    ("fair_share_compliance_24h", "share"),
+    ("fair_share_shortfall", "ratio"),
+    ("lost_gpu_hours", "hours"),
 )
 
 
@@ -56,6 +65,8 @@ def _shown(value: Any, kind: str) -> str:
         return f"{value * 100:.1f}%"
     if kind == "ratio":
         return f"{value:.3f}"
+    if kind == "hours":
+        return f"{value:,.1f} GPU-h"
     if kind == "credits":
         return f"{value:,.2f}"
     return str(value)
@@ -96,7 +107,9 @@ def _comparison(result: dict[str, Any]) -> dict[str, Any]:
 def _changes(run: WhatIfRun) -> list[str]:
     """The proposal in words, only what differs from the policy the run compared it with."""
     base, new = run.baseline, run.proposal
-    out = [f"{k}: {base[k]} → {new[k]}" for k in ("price_step_bp", "min_runtime_s") if base[k] != new[k]]
+    knobs = ("price_step_bp", "min_runtime_s", "fair_share_half_life_s", "checkpoint_min")
+    # .get: a run stored before a knob existed names neither side of it
+    out = [f"{k}: {base.get(k)} → {new.get(k)}" for k in knobs if base.get(k) != new.get(k)]
     if base["fair_reclaim"] != new["fair_reclaim"]:
         out.append(f"fair reclaim: {'on' if new['fair_reclaim'] else 'off'}")
     for name, prices in new["types"].items():
@@ -153,7 +166,17 @@ def whatif(request: HttpRequest) -> HttpResponse:
         request,
         "frontend/console/whatif.html",
         {
-            "fields": {k: cell(k) for k in ("since", "until", "price_step_bp", "min_runtime_s")},
+            "fields": {
+                k: cell(k)
+                for k in (
+                    "since",
+                    "until",
+                    "price_step_bp",
+                    "min_runtime_s",
+                    "fair_share_half_life_s",
+                    "checkpoint_min",
+                )
+            },
             "fair_reclaim": values.get("fair_reclaim") == "on",
             "errors": errors,
             "types": types,
@@ -185,7 +208,16 @@ def whatif_run(request: HttpRequest, run_id: int) -> HttpResponse:
             run.plots.values_list("name", flat=True), key=lambda n: (order.index(n) if n in order else 99, n)
         )
         context["plots"] = [(name, PLOT_CAPTIONS.get(name, name)) for name in names]
-        context["tenant_heads"] = ["Spend", "Completed", "Average queue", "Preemptions", "Compliance"]
+        context["tenant_heads"] = [
+            "Spend",
+            "Completed",
+            "Average queue",
+            "Preemptions",
+            "Guarantee compliance",
+            "Fair-share compliance, 24 h",
+            "Fair-share shortfall",
+            "GPU-hours lost",
+        ]
     return page(request, "frontend/console/whatif_run.html", context)
 
 

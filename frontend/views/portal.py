@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
+from django.utils import timezone
 
 from frontend.access import page, seat
 from frontend.charts import sparkline
 from market.models import Allowance, JobState
 from market.selectors.allowance import allowance_history, next_allowance
 from market.selectors.capacity import gpu_capacity
+from market.selectors.fair_share import team_standing
 from market.selectors.jobs import job_list
 from market.selectors.ledger import tenant_balance
 from market.selectors.prices import price_board, price_history
@@ -43,6 +47,7 @@ def dashboard(request: HttpRequest, slug: str) -> HttpResponse:
             "pending": job_list(tenant=s.tenant, states=[JobState.PENDING])[:10],
             "prices": prices,
             "capacity": gpu_capacity(),
+            "standing": team_standing(tenant=s.tenant, since=timezone.now() - timedelta(days=1)),
         },
         s,
     )

@@ -66,6 +66,12 @@ class MarketPolicyPatchSerializer(BodySerializer):
     )
     max_reserved_pct = _knob("max_reserved_pct", "Share of a type's nodes reserved at once, at most (%).")
     fair_reclaim = _knob("fair_reclaim", "1: a tenant below its entitlement may preempt for it; 0: off.")
+    fair_share_half_life_s = _knob(
+        "fair_share_half_life_s", "Half-life of the fair-share history, seconds; 0: no history."
+    )
+    fair_share_payback_s = _knob(
+        "fair_share_payback_s", "Owed GPU-hours are paid back over this many seconds (adds to entitlement)."
+    )
     retention_days = _knob("retention_days", "Days round books, bid outcomes and old commands are kept.")
     energy_price_kwh = _knob("energy_price_kwh", "Micro-credits per measured kWh added to charges; 0: none.")
     idle_util_pct = _knob("idle_util_pct", "Release leases whose GPUs stay below this utilisation; 0: off.")

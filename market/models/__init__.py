@@ -1,6 +1,7 @@
 """Market models, one module per concept; Django finds them all through this package."""
 
 from market.models.allowance import Allowance, AllowancePeriod
+from market.models.fair_share import FairShareRound, FairShareUsage
 from market.models.gpu_types import GpuType
 from market.models.hold_policy import HoldPolicy, OnHoldEnd
 from market.models.jobs import LEASED_STATES, TERMINAL_STATES, Bid, Job, JobState
@@ -34,6 +35,8 @@ __all__ = [
     "CommandState",
     "EndReason",
     "EntryKind",
+    "FairShareRound",
+    "FairShareUsage",
     "GpuType",
     "Hold",
     "HoldPolicy",

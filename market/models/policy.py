@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from django.db import models
 
+from allocator.book import Policy
+
+# The clearing's own defaults, so the platform and the simulator start from the same knobs.
+_BOOK = Policy()
+
 
 class MarketPolicy(models.Model):
     """The knobs of the clearing and the rounds. Defaults mirror allocator.book.Policy and settings."""
@@ -26,6 +31,14 @@ class MarketPolicy(models.Model):
     fair_reclaim = models.PositiveSmallIntegerField(
         default=1,
         help_text="1: a tenant below its entitlement may preempt leases of tenants above theirs; 0: off.",
+    )
+    fair_share_half_life_s = models.PositiveIntegerField(
+        default=_BOOK.fair_share_half_life_s,
+        help_text="Half-life of the fair-share history (GPU-hours owed); 0: no history, each round afresh.",
+    )
+    fair_share_payback_s = models.PositiveIntegerField(
+        default=_BOOK.fair_share_payback_s,
+        help_text="What a tenant is owed is paid back over this time (owed GPU-hours / it add to entitlement).",
     )
     retention_days = models.PositiveIntegerField(
         default=30,

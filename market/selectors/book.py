@@ -24,6 +24,7 @@ from market.models import (
     LIVE_LEASE_STATES,
     Account,
     AccountKind,
+    FairShareUsage,
     GpuType,
     Job,
     JobState,
@@ -148,6 +149,7 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
         held=held,
         balance=[balance.get(t.pk, 0) for t in tenants],
         guardrail=[NO_PRICE if t.guardrail is None else t.guardrail for t in tenants],
+        owed=_owed(tenant_ix, type_ix),
     )
 
     bids, versions = _bids(round_id, tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types))
@@ -166,9 +168,23 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
             max_reservations=policy.max_reservations,
             max_reserved_pct=policy.max_reserved_pct,
             fair_reclaim=bool(policy.fair_reclaim),
+            fair_share_half_life_s=policy.fair_share_half_life_s,
+            fair_share_payback_s=policy.fair_share_payback_s,
         ),
     )
     return Snapshot(book=book, bid_versions=versions)
+
+
+def _owed(tenant_ix: dict[int, int], type_ix: dict[int, int]) -> np.ndarray:
+    """The fair-share history (FairShareUsage) as [tenant, type] GPU-hours; frozen into the book, so a round
+    resumed elsewhere clears with the history it was frozen with, whatever a later round wrote since."""
+    owed = np.zeros((len(tenant_ix), len(type_ix)), dtype=np.float64)
+    for tenant_id, type_id, hours in FairShareUsage.objects.values_list(
+        "tenant_id", "gpu_type_id", "owed_gpu_hours"
+    ):
+        if tenant_id in tenant_ix and type_id in type_ix:
+            owed[tenant_ix[tenant_id], type_ix[type_id]] = hours
+    return owed
 
 
 def _leases(

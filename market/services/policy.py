@@ -32,6 +32,10 @@ POLICY_LIMITS: dict[str, tuple[int, int]] = {
     "max_reservations": (0, 1_000),
     "max_reserved_pct": (1, 100),
     "fair_reclaim": (0, 1),
+    # 0: no history; at most 30 days (a longer memory would let last month's use decide today's round).
+    "fair_share_half_life_s": (0, 30 * DAY),
+    # Paid back over at least a minute (the clearing divides by it), at most a week.
+    "fair_share_payback_s": (60, 7 * DAY),
     "retention_days": (1, 3_650),
     "energy_price_kwh": (0, 1_000_000_000),
     "idle_util_pct": (0, 100),

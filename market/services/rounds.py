@@ -28,6 +28,7 @@ from market.models import DONE_STATES, GpuType, Round, RoundState
 from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.policy import current_fence, market_policy
 from market.selectors.rounds import round_summary
+from market.services.fair_share import fair_share_record
 from market.services.holds import leases_hold_check
 from market.services.leases import leases_expire
 from market.services.round_commit import commit_result
@@ -186,6 +187,8 @@ def _commit(rnd: Round, memo: _Memo) -> None:
     started = time.perf_counter()
     now = timezone.now()
     stats = commit_result(rnd=rnd, snapshot=snapshot, result=result, now=now)
+    # The fair-share history, in this same transaction: a round that commits leaves it, one that fails does not.
+    fair_share_record(rnd=rnd, book=snapshot.book, result=result)
     rnd.winners, rnd.skipped = stats.winners, stats.skipped
     rnd.preemptions, rnd.gpus_allocated = stats.preemptions, stats.gpus_allocated
     rnd.losers = len(result.losers) + stats.skipped

@@ -83,6 +83,7 @@ def test_the_form_starts_from_todays_policy(history: History) -> None:
     assert 'name="weight-beta" value="2"' in page
     assert 'name="guarantee-alpha-H100" value="4"' in page
     assert 'name="reserve-H100" value="2"' in page and 'name="max-H100" value="20"' in page
+    assert 'name="fair_share_half_life_s" value="86400"' in page and 'name="checkpoint_min" value="0"' in page
 
 
 @pytest.mark.parametrize(
@@ -99,6 +100,10 @@ def test_the_form_starts_from_todays_policy(history: History) -> None:
         ({"price_step_bp": "1e3"}, "price_step_bp", "must be a whole number"),
         ({"min_runtime_s": "99999999"}, "min_runtime_s", "must be between"),
         ({"until": "2020-01-01T00:00"}, "until", "after the start"),
+        ({"fair_share_half_life_s": "-1"}, "fair_share_half_life_s", "must be a whole number"),
+        ({"fair_share_half_life_s": "99999999"}, "fair_share_half_life_s", "must be between 0 and"),
+        ({"checkpoint_min": "ten"}, "checkpoint_min", "must be a whole number"),
+        ({"checkpoint_min": "99999"}, "checkpoint_min", "must be between 0 and"),
     ],
 )
 def test_bad_or_hostile_input_is_a_form_error(
@@ -141,3 +146,28 @@ def test_run_page_compares_and_applies(history: History, django_capture_on_commi
     again = client.post(f"/console/whatif/{run.pk}/apply/", follow=True).content.decode()
     assert "applied already" in again
     assert client.get(f"/console/whatif/{run.pk}/apply/").status_code == 405
+
+
+def test_the_comparison_leads_with_fair_share_and_labels_jain_a_diagnostic(
+    history: History, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = login(Client(), history.world.admin)
+    run = _done_run(
+        history,
+        client,
+        django_capture_on_commit_callbacks,
+        **{"fair_share_half_life_s": "3600", "checkpoint_min": "30"},
+    )
+    assert (run.proposal["fair_share_half_life_s"], run.proposal["checkpoint_min"]) == (3600, 30)
+    page = client.get(f"/console/whatif/{run.pk}/").content.decode()
+    assert "fair_share_half_life_s: 86400 → 3600" in page and "checkpoint_min: 0 → 30" in page
+    for figure in (
+        "Fair-share compliance, 24 h windows",
+        "Fair-share compliance, 1 h windows",
+        "Fair-share compliance, per round",
+        "Fair-share shortfall",
+        "GPU-hours lost to preemption",
+        "Jain&#x27;s index of excess per weight (diagnostic)",
+    ):
+        assert figure in page, figure
+    assert page.index("Fair-share compliance, 24 h") < page.index("Jain&#x27;s index")

@@ -9,6 +9,7 @@ from django.core.exceptions import PermissionDenied
 
 from accounts.models import AuditEvent, Guarantee
 from accounts.services import PolicyError
+from allocator.book import Policy
 from market.models import GpuType
 from market.selectors.policy import market_policy
 from market.services.policy import tenant_policy_update
@@ -218,3 +219,103 @@ def test_a_replay_out_of_time_says_so(history: History, monkeypatch: pytest.Monk
     assert tasks.whatif_run(run.pk) == "failed"
     run.refresh_from_db()
     assert run.state == WhatIfState.FAILED and "pick a shorter window" in run.message
+
+
+# ---- fair-share history and checkpoints ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"fair_share_half_life_s": -1}, "fair_share_half_life_s"),
+        ({"fair_share_half_life_s": 31 * 86_400}, "fair_share_half_life_s"),
+        ({"fair_share_half_life_s": "1d"}, "fair_share_half_life_s"),
+        ({"checkpoint_min": -5}, "checkpoint_min"),
+        ({"checkpoint_min": 7 * 24 * 60 + 1}, "checkpoint_min"),
+        ({"checkpoint_min": 1.5}, "checkpoint_min"),
+    ],
+)
+def test_a_bad_fair_share_or_checkpoint_knob_names_its_field(
+    history: History, change: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(PolicyError) as caught:
+        whatif_request(
+            actor=history.world.admin, since=history.since, until=history.until, proposal=proposal(**change)
+        )
+    assert caught.value.field == field
+    assert not WhatIfRun.objects.exists()
+
+
+def test_the_half_life_and_checkpoints_reach_the_replay(
+    history: History, django_capture_on_commit_callbacks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import whatif.services as services
+    from allocator.sim.scenario import read_scenario
+    from whatif.trace import write_trace
+
+    today = proposal()
+    assert (today["fair_share_half_life_s"], today["checkpoint_min"]) == (86_400, 0)
+    seen: list[Any] = []
+    real = services.replay
+
+    def spy(today_side: Any, proposal_side: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.extend([today_side, proposal_side])
+        return real(today_side, proposal_side, *args, **kwargs)
+
+    monkeypatch.setattr(services, "replay", spy)
+    run = _ask(
+        history, django_capture_on_commit_callbacks, proposal(fair_share_half_life_s=3600, checkpoint_min=30)
+    )
+    assert run.state == WhatIfState.DONE, run.message
+    base, new = seen
+    assert base.options.fair_share_half_life_s == 86_400 and base.trace.checkpoint_min == 0
+    assert (
+        new.options.fair_share_half_life_s == 3600
+        and new.options.round_policy().fair_share_half_life_s == 3600
+    )
+    assert new.options.fair_share_payback_s == market_policy().fair_share_payback_s
+    assert new.trace.checkpoint_min == 30
+    # The simulator's own reader sees the interval in the written scenario.
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        assert read_scenario(write_trace(new.trace, Path(tmp) / "s.toml")).checkpoint_min == 30
+    summaries = run.result["summaries"]
+    for figure in (
+        "fair_share_compliance_24h",
+        "fair_share_compliance_1h",
+        "fair_share_round_compliance",
+        "fair_share_shortfall",
+        "lost_gpu_hours",
+    ):
+        assert figure in summaries["today"] and figure in summaries["proposal"]
+    assert summaries["proposal"]["checkpoint_min"] == 30
+
+
+def test_applying_sets_the_half_life_but_never_the_checkpoint_assumption(
+    history: History, django_capture_on_commit_callbacks: Any
+) -> None:
+    run = _ask(
+        history, django_capture_on_commit_callbacks, proposal(fair_share_half_life_s=7200, checkpoint_min=15)
+    )
+    whatif_apply(actor=history.world.admin, run_id=run.pk)
+    assert market_policy().fair_share_half_life_s == 7200
+    event = AuditEvent.objects.get(action="policy.update")
+    assert event.detail == {"fair_share_half_life_s": [86_400, 7200]}
+
+
+def test_a_run_stored_before_the_knobs_still_replays_and_applies(history: History) -> None:
+    from whatif.policy import market_options
+    from whatif.services import _stale_fields
+
+    old = proposal()
+    for key in ("fair_share_half_life_s", "fair_share_payback_s", "checkpoint_min"):
+        old.pop(key)
+    options = market_options(old)
+    assert (
+        options.fair_share_half_life_s == 86_400
+        and options.fair_share_payback_s == Policy().fair_share_payback_s
+    )
+    run = WhatIfRun(baseline=old, proposal=old)
+    assert _stale_fields(run, proposal()) == []
