@@ -15,7 +15,7 @@ Compatibility: this module is a contract read by allocator/sim and the market ro
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -385,15 +385,7 @@ class Policy:
     fair_share_payback_s: int = 3600
 
     def __post_init__(self) -> None:
-        for name in (
-            "min_runtime_s",
-            "starve_rounds",
-            "price_step_bp",
-            "max_reservations",
-            "max_reserved_pct",
-            "fair_share_half_life_s",
-            "fair_share_payback_s",
-        ):
+        for name in (f.name for f in fields(self) if f.name != "fair_reclaim"):  # every integer knob
             value = getattr(self, name)
             if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 0:
                 raise BookError(f"policy.{name}", "must be a non-negative integer")

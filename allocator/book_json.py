@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -313,15 +314,7 @@ def bids_from_columns(cols: Any, type_ix: Mapping[str, int], tenant_ix: Mapping[
 def policy_from_json(data: Any) -> Policy:
     if not isinstance(data, Mapping):
         raise BookError("policy", "must be an object")
-    known = {
-        "min_runtime_s",
-        "starve_rounds",
-        "price_step_bp",
-        "max_reservations",
-        "max_reserved_pct",
-        "fair_share_half_life_s",
-        "fair_share_payback_s",
-    }
+    known = {f.name for f in fields(Policy)} - {"fair_reclaim"}  # the integer knobs: one list, Policy's own
     for key in data:
         if key == "fair_reclaim":
             if not isinstance(data[key], bool):

@@ -94,6 +94,7 @@ def book_demand(book: Book, result: Result | None = None) -> Demand:
 
     With the round's ``result``: the demand the round leaves behind, as the next tick sees it (winners held,
     not waiting; preempted leases no longer held)."""
+    # imported here: allocator.reference's round imports this module (credit), and the package runs it on import
     from allocator.reference.order import preferences
 
     n_tenants, n_types = len(book.tenants), len(book.types)
