@@ -20,12 +20,6 @@ def credits(micro: int | None) -> str:
 
 
 @register.filter
-def credits_up(micro: int | None) -> str:
-    """Rounded up: for a price one must bid at least."""
-    return "–" if micro is None else format_fixed(micro, up=True)
-
-
-@register.filter
 def when(moment: datetime | None) -> SafeString | str:
     """A <time> element in UTC; frontend/static/frontend/site.js rewrites it in the viewer's time zone."""
     if moment is None:

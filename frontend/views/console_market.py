@@ -17,12 +17,13 @@ from accounts.selectors import audit_events
 from accounts.services import PolicyError
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
-from market.models import BidOutcome, EndReason, GpuType, Lease
+from market.models import BidOutcome, GpuType, Lease
 from market.money import AmountError, format_credits, parse_credits
 from market.selectors.fair_share import fair_share_report
 from market.selectors.fairness import fairness as fairness_report
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
 from market.selectors.policy import market_policy
+from market.selectors.preemptions import round_preempted
 from market.selectors.rounds import round_get, rounds_list
 from market.services.gpu_types import gpu_type_save
 from market.services.policy import POLICY_LIMITS, policy_update
@@ -287,14 +288,7 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
     losers = Paginator(outcomes.filter(won=False).order_by("reason", "job_id"), 100).get_page(
         request.GET.get("page")
     )
-    preempted = (
-        Lease.objects.filter(
-            end_reason=EndReason.PREEMPTED, stop_requested_at=rnd.committed_at
-        ).select_related("tenant", "node", "gpu_type", "preempted_for__tenant")
-        if rnd.committed_at
-        else Lease.objects.none()
-    )
-    preempted = list(preempted)
+    preempted = list(round_preempted(round_id=rnd.pk))
     return page(
         request,
         "frontend/console/round.html",

@@ -62,10 +62,6 @@ def tenant_holds(*, tenant: Tenant, state: str | None = None) -> QuerySet[Hold]:
     return qs.filter(state=state) if state else qs
 
 
-def hold_by_key(*, key: str) -> Hold | None:
-    return Hold.objects.filter(key=key).first()
-
-
 @dataclass(frozen=True)
 class Problem:
     """One inconsistency found by `ledger_problems`, worded for an operator."""

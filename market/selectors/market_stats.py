@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Q, Sum
+from django.db.models import Sum
 from django.db.models.functions import TruncDay
 
 from market.models import AccountKind, BidOutcome, Posting, Round, RoundPrice, RoundState
@@ -67,9 +67,3 @@ def revenue_by_day(*, since: datetime | None = None) -> list[tuple[datetime, int
         .order_by("day")
     )
     return [(r["day"], int(r["total"])) for r in rows]
-
-
-def outcome_counts(*, round_id: int) -> dict[str, int]:
-    return BidOutcome.objects.filter(round_id=round_id).aggregate(
-        won=Count("pk", filter=Q(won=True)), lost=Count("pk", filter=Q(won=False))
-    )

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from django.db.models import QuerySet
+
 from market.models import Job, Lease, PreemptReason
 
 
@@ -61,4 +63,11 @@ def preemption_of(lease: Lease, *, admin: bool) -> Preemption | None:
         for_own_tenant=own,
         for_job=claimant.job_id if claimant is not None and (own or admin) else None,
         for_tenant=claimant.tenant_slug if claimant is not None and admin else None,
+    )
+
+
+def round_preempted(*, round_id: int) -> QuerySet[Lease]:
+    """The leases a round preempted (the commit records the round on each), with what the console shows."""
+    return Lease.objects.filter(preempted_round_id=round_id).select_related(
+        "tenant", "node", "gpu_type", "preempted_for__tenant"
     )

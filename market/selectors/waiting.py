@@ -72,7 +72,3 @@ def rounds_waited_before(
         dtype=np.int64,
     )
     return base + len(ids) - np.searchsorted(ids, marks, side="right")
-
-
-def counting_rounds_between(after: int, before: int) -> int:
-    return Round.objects.filter(COUNTS, pk__gt=after, pk__lt=before).count()

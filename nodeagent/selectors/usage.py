@@ -53,15 +53,6 @@ def measured_charge(*, lease_id: int, price: int) -> int:
     )
 
 
-def usage_summaries(*, lease_ids: list[int]) -> dict[int, LeaseCounters]:
-    """Each lease's summary over its nodes (averages weighted by samples), in one query."""
-    rows = LeaseUsage.objects.filter(lease_id__in=lease_ids).order_by("lease_id", "node_id")
-    out: dict[int, list[LeaseUsage]] = {}
-    for row in rows:
-        out.setdefault(row.lease_id, []).append(row)
-    return {lease_id: usage_combined(parts) for lease_id, parts in out.items()}
-
-
 def usage_combined(parts: list[LeaseUsage]) -> LeaseCounters:
     """One lease's rows (one per node of its gang) as one summary."""
     samples = sum(p.samples for p in parts)
