@@ -66,6 +66,7 @@ def _assert_written_once(rnd: Round) -> None:
     assert Lease.objects.count() == len(decided) == Job.objects.filter(state=JobState.ALLOCATED).count()
     assert not Lease.objects.values("job").annotate(n=Count("id")).filter(n__gt=1).exists()
     call_command("ledger_check", stdout=StringIO())  # SystemExit on any problem
+    call_command("orphan_check", stdout=StringIO())  # no lease, GPU, command or outcome points at nothing
 
 
 @pytest.mark.parametrize("point", LEFT_AT)

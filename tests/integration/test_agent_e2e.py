@@ -211,6 +211,7 @@ def measured_charge(lease: Lease) -> int:
 
 def ledger_ok() -> None:
     call_command("ledger_check", stdout=StringIO())
+    call_command("orphan_check", stdout=StringIO())  # no lease, GPU, command or outcome points at nothing
 
 
 def test_a_job_runs_on_its_gpus_and_is_charged_what_was_measured(cluster):

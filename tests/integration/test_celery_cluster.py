@@ -208,6 +208,7 @@ def test_two_workers_and_a_beat_clear_a_stream_of_rounds(world, cluster, setting
         assert "succeeded in" in (cluster.tmp / log).read_text(), f"{log} ran no task"
     assert WorkerHeartbeat.objects.exists()
     call_command("ledger_check", stdout=StringIO())
+    call_command("orphan_check", stdout=StringIO())  # no lease, GPU, command or outcome points at nothing
 
     body = Client().get("/metrics", HTTP_AUTHORIZATION="Bearer cluster-metrics-token").content.decode()
     values = {

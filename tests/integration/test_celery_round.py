@@ -68,3 +68,4 @@ def test_worker_clears_a_round_with_jobs_of_three_tenants(world, worker_queue):
         world.gamma.pk,
     }
     call_command("ledger_check", stdout=StringIO())  # exits non-zero (SystemExit) on any problem
+    call_command("orphan_check", stdout=StringIO())  # no lease, GPU, command or outcome points at nothing
