@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from django.db import models
 
 from allocator.book import Policy
@@ -11,25 +13,31 @@ _BOOK = Policy()
 
 
 class MarketPolicy(models.Model):
-    """The knobs of the clearing and the rounds. Defaults mirror allocator.book.Policy and settings."""
+    """The knobs of the clearing and the rounds. The clearing's knobs default to allocator.book.Policy's own
+    values (read here, never copied); the others to settings or literals of their own."""
 
     singleton = models.PositiveSmallIntegerField(default=1, unique=True, editable=False)
     round_seconds = models.PositiveIntegerField(help_text="Seconds between round starts.")
-    price_step_bp = models.PositiveIntegerField(default=500, help_text="Posted price step, basis points.")
-    min_runtime_s = models.PositiveIntegerField(default=600, help_text="A younger lease is never preempted.")
+    price_step_bp = models.PositiveIntegerField(
+        default=_BOOK.price_step_bp, help_text="Posted price step, basis points."
+    )
+    min_runtime_s = models.PositiveIntegerField(
+        default=_BOOK.min_runtime_s, help_text="A younger lease is never preempted."
+    )
     default_grace_s = models.PositiveIntegerField(default=120, help_text="SIGTERM to SIGKILL, by default.")
     starve_rounds = models.PositiveIntegerField(
-        default=5, help_text="Rounds before a gang gets reserved nodes."
+        default=_BOOK.starve_rounds, help_text="Rounds before a gang gets reserved nodes."
     )
     max_reservations = models.PositiveIntegerField(
-        default=1, help_text="Starving gangs served with reserved nodes, per type and round."
+        default=_BOOK.max_reservations,
+        help_text="Starving gangs served with reserved nodes, per type and round.",
     )
     max_reserved_pct = models.PositiveIntegerField(
-        default=10,
+        default=_BOOK.max_reserved_pct,
         help_text="At most this share of a type's nodes is reserved for starving gangs at once (%).",
     )
     fair_reclaim = models.PositiveSmallIntegerField(
-        default=1,
+        default=int(_BOOK.fair_reclaim),
         help_text="1: a tenant below its entitlement may preempt leases of tenants above theirs; 0: off.",
     )
     fair_share_half_life_s = models.PositiveIntegerField(
@@ -61,3 +69,15 @@ class MarketPolicy(models.Model):
 
     def __str__(self) -> str:
         return "market policy"
+
+    def book_policy(self) -> Policy:
+        """The clearing's knobs as the allocator takes them: one mapping, by Policy's own field names (a
+        knob added to Policy needs a column of the same name here, which tests/market/test_policy_defaults.py
+        checks)."""
+        return Policy(
+            **{
+                f.name: bool(value) if isinstance(getattr(_BOOK, f.name), bool) else value
+                for f in fields(Policy)
+                for value in [getattr(self, f.name)]
+            }
+        )

@@ -18,7 +18,7 @@ import numpy as np
 from django.db import connection
 
 from accounts.models import Guarantee, Tenant
-from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Policy, Tenants
+from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Tenants
 from market import bulk
 from market.models import (
     LIVE_LEASE_STATES,
@@ -161,16 +161,7 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
         tenants=book_tenants,
         bids=bids,
         leases=leases,
-        policy=Policy(
-            min_runtime_s=policy.min_runtime_s,
-            starve_rounds=policy.starve_rounds,
-            price_step_bp=policy.price_step_bp,
-            max_reservations=policy.max_reservations,
-            max_reserved_pct=policy.max_reserved_pct,
-            fair_reclaim=bool(policy.fair_reclaim),
-            fair_share_half_life_s=policy.fair_share_half_life_s,
-            fair_share_payback_s=policy.fair_share_payback_s,
-        ),
+        policy=policy.book_policy(),
     )
     return Snapshot(book=book, bid_versions=versions)
 
