@@ -211,14 +211,10 @@ def _agent_cpu(seconds: float = 20.0) -> dict[str, Any]:
 
 def _as_the_view(node_id: int, body: dict[str, Any]) -> bool:
     """What UsageView does with a body once the node is authenticated; whether the report was new."""
-    from nodeagent.selectors.usage import usage_report_seen
     from nodeagent.services.usage import usage_ingest
     from nodeagent.services.usage_parse import parse_report
 
-    report = parse_report(body)
-    seen = usage_report_seen(node_id=node_id, boot_epoch=report.boot_epoch, seq=report.seq)
-    usage_ingest(reports=[(node_id, report)])
-    return not seen
+    return bool(usage_ingest(reports=[(node_id, parse_report(body))]))
 
 
 def _log(message: str) -> None:
