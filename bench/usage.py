@@ -270,7 +270,8 @@ def _prune_loop(stop: Any, out: Any) -> None:
 
 
 def _client(port: int, jobs: list[tuple[str, bytes]], deadline: float, out: Any) -> None:
-    """POST each (credential, body) in turn until the deadline; puts (latencies, failures, first failure)."""
+    """POST each (credential, body) in turn until the deadline; puts (latencies, failures, first failure).
+    A job without a credential is a GET /healthz instead (the floor: Django's least request)."""
     import http.client
 
     latencies: list[float] = []
@@ -282,7 +283,10 @@ def _client(port: int, jobs: list[tuple[str, bytes]], deadline: float, out: Any)
         headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
         began = time.perf_counter()
         try:
-            conn.request("POST", "/api/v1/agent/usage", body=body, headers=headers)
+            if secret:
+                conn.request("POST", "/api/v1/agent/usage", body=body, headers=headers)
+            else:
+                conn.request("GET", "/healthz")
             response = conn.getresponse()
             reply = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -321,7 +325,10 @@ def _http_phase(
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         port = sock.getsockname()[1]
+        if args.synchronous_commit != "on":  # the server's sessions only (libpq reads PGOPTIONS)
+            os.environ["PGOPTIONS"] = f"-c synchronous_commit={args.synchronous_commit}"
         server = _serve(sock, 1)
+        os.environ.pop("PGOPTIONS", None)
     try:
         ctx = multiprocessing.get_context("fork")
         # Warm-up (unmeasured): the worker opens its connection, builds its URL resolver.
@@ -331,33 +338,61 @@ def _http_phase(
         if failures:
             raise SystemExit(f"bench/usage: warm-up request failed: {first}")
         bodies = bodies[: -args.clients]
-        out = ctx.Queue()
-        deadline = time.perf_counter() + args.http_seconds
-        share = [bodies[c :: args.clients] for c in range(args.clients)]
-        procs = [
-            ctx.Process(target=_client, args=(port, share[c], deadline, out)) for c in range(args.clients)
-        ]
-        began = time.perf_counter()
-        for p in procs:
-            p.start()
-        results = [out.get() for _ in procs]
-        elapsed = time.perf_counter() - began
-        for p in procs:
-            p.join()
+        latencies, elapsed = _drive(ctx, port, bodies, args.clients, args.http_seconds)
+        # The same clients, as long, on GET /healthz: the least a request to this worker costs (no database,
+        # no authentication). Reports per second cannot beat it: it is the HTTP stack's own ceiling.
+        floor, floor_elapsed = _drive(ctx, port, [("", b"")] * 10**6, args.clients, args.http_seconds / 2)
     finally:
         _stop(server)
-    latencies = [x for r in results for x in r[0]]
-    failures = sum(r[1] for r in results)
-    if failures:
-        raise SystemExit(
-            f"bench/usage: {failures} request(s) failed; first: {next(r[2] for r in results if r[2])}"
-        )
     return {
         "http_samples_per_s": round(len(latencies) * GPUS / elapsed),
         "http_reports": len(latencies),
         "http_p50_ms": _ms(latencies, 0.5),
         "http_p99_ms": _ms(latencies, 0.99),
+        "healthz_per_s": round(len(floor) / floor_elapsed),
+        "healthz_p50_ms": _ms(floor, 0.5),
     }
+
+
+def _drive(
+    ctx: Any, port: int, jobs: list[tuple[str, bytes]], clients: int, seconds: float
+) -> tuple[list[float], float]:
+    """`clients` processes sending their share of `jobs` for `seconds`: (latencies, elapsed seconds)."""
+    out = ctx.Queue()
+    deadline = time.perf_counter() + seconds
+    procs = [
+        ctx.Process(target=_client, args=(port, jobs[c::clients], deadline, out)) for c in range(clients)
+    ]
+    began = time.perf_counter()
+    for p in procs:
+        p.start()
+    results = [out.get() for _ in procs]
+    elapsed = time.perf_counter() - began
+    for p in procs:
+        p.join()
+    failures = sum(r[1] for r in results)
+    if failures:
+        raise SystemExit(
+            f"bench/usage: {failures} request(s) failed; first: {next(r[2] for r in results if r[2])}"
+        )
+    return [x for r in results for x in r[0]], elapsed
+
+
+def _commit_ms(rounds: int = 200) -> float:
+    """The median time of a one-row INSERT and its COMMIT on this database: the disk's flush, which every
+    report's transaction pays once (with synchronous_commit on). It puts the other figures in scale on
+    another machine."""
+    from django.db import connection
+
+    times = []
+    with connection.cursor() as cur:
+        cur.execute("CREATE TABLE bench_commit (x integer)")
+        for _ in range(rounds):
+            started = time.perf_counter()
+            cur.execute("INSERT INTO bench_commit VALUES (1)")  # autocommit: its own transaction
+            times.append(time.perf_counter() - started)
+        cur.execute("DROP TABLE bench_commit")
+    return _ms(times, 0.5)
 
 
 def _growth(nodes: int, retention_days: int) -> dict[str, Any]:
@@ -410,6 +445,12 @@ def main() -> None:
         type=float,
         default=240.0,
         help="how long the seeded old reports keep the prune busy",
+    )
+    parser.add_argument(
+        "--synchronous-commit",
+        choices=("on", "off"),
+        default="on",
+        help="the web worker's PostgreSQL synchronous_commit (off: what the flush per report costs)",
     )
     parser.add_argument(
         "--agent-seconds",
@@ -484,6 +525,7 @@ def main() -> None:
         _as_the_view(node_id, body)
         per_call.append(time.perf_counter() - started)
 
+    commit_ms = _commit_ms()
     http = _http_phase(url, layout, secrets, args) if args.http_seconds else {}
 
     stop.set()
@@ -520,6 +562,8 @@ def main() -> None:
                 **http,
                 "http_ratio_to_single": round(http["http_samples_per_s"] / single_rate, 3) if http else None,
                 "clients": args.clients,
+                "synchronous_commit": args.synchronous_commit,
+                "commit_ms": commit_ms,
                 # The retention job, running the whole time: reports deleted and how fast (the fleet makes
                 # fleet_samples_per_s / 8 reports a second; the prune must delete as many).
                 "expired_reports": expiring,

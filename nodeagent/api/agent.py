@@ -166,6 +166,7 @@ class UsageView(AgentView):
             "duplicate" if seen else "ingested",
             node=node.name,
             samples=0 if seen else len(report.gpus),
+            lag_s=(timezone.now() - report.sent_at).total_seconds(),
             epoch=report.boot_epoch,
             seq=report.seq,
         )
