@@ -327,8 +327,10 @@ def _http_phase(
         port = sock.getsockname()[1]
         if args.synchronous_commit != "on":  # the server's sessions only (libpq reads PGOPTIONS)
             os.environ["PGOPTIONS"] = f"-c synchronous_commit={args.synchronous_commit}"
+        os.environ["PGAPPNAME"] = WEB_APP  # names the worker's database session in pg_stat_activity
         server = _serve(sock, 1)
         os.environ.pop("PGOPTIONS", None)
+        os.environ.pop("PGAPPNAME", None)
     try:
         ctx = multiprocessing.get_context("fork")
         # Warm-up (unmeasured): the worker opens its connection, builds its URL resolver.
@@ -338,10 +340,15 @@ def _http_phase(
         if failures:
             raise SystemExit(f"bench/usage: warm-up request failed: {first}")
         bodies = bodies[: -args.clients]
+        worker, backend = _children(server.pid)[0], _backend()
+        cpu = _cpu_s(worker), _cpu_s(backend)
         latencies, elapsed = _drive(ctx, port, bodies, args.clients, args.http_seconds)
+        worker_s, backend_s = _cpu_s(worker) - cpu[0], _cpu_s(backend) - cpu[1]
+        cpu_floor = _cpu_s(worker)
         # The same clients, as long, on GET /healthz: the least a request to this worker costs (no database,
         # no authentication). Reports per second cannot beat it: it is the HTTP stack's own ceiling.
         floor, floor_elapsed = _drive(ctx, port, [("", b"")] * 10**6, args.clients, args.http_seconds / 2)
+        floor_s = _cpu_s(worker) - cpu_floor
     finally:
         _stop(server)
     return {
@@ -349,9 +356,41 @@ def _http_phase(
         "http_reports": len(latencies),
         "http_p50_ms": _ms(latencies, 0.5),
         "http_p99_ms": _ms(latencies, 0.99),
+        # CPU per report, which a shared machine's load hardly moves: the web process's own and its database
+        # session's; and what one web process delivers when it has a core to itself (8 samples per report).
+        "http_worker_cpu_ms_per_report": round(worker_s * 1000 / len(latencies), 3),
+        "http_db_cpu_ms_per_report": round(backend_s * 1000 / len(latencies), 3),
+        "http_samples_per_worker_cpu_s": round(len(latencies) * GPUS / worker_s),
+        "healthz_worker_cpu_ms": round(floor_s * 1000 / len(floor), 3),
         "healthz_per_s": round(len(floor) / floor_elapsed),
         "healthz_p50_ms": _ms(floor, 0.5),
     }
+
+
+WEB_APP = "bench-usage-web"
+
+
+def _children(pid: int) -> list[int]:
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a process so far (Linux /proc; fields 14 and 15 of its stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _backend() -> int:
+    """The process id of the web worker's PostgreSQL session (same machine)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [WEB_APP])
+        rows = cur.fetchall()
+    connection.close()
+    if len(rows) != 1:
+        raise SystemExit(f"bench/usage: expected one database session of the web worker, found {len(rows)}")
+    return int(rows[0][0])
 
 
 def _drive(

@@ -161,8 +161,8 @@ def test_the_lag_from_sent_to_stored_is_observed_once_per_new_report(running):
     from ops.metrics import USAGE_LAG
 
     def observed() -> tuple[float, float]:
-        values = {s.name: s.value for s in USAGE_LAG.collect()[0].samples}
-        return values["gpumarket_agent_usage_lag_seconds_count"], values["gpumarket_agent_usage_lag_seconds_sum"]
+        values = {s.name.rsplit("_", 1)[1]: s.value for s in USAGE_LAG.collect()[0].samples}
+        return values["count"], values["sum"]
 
     count, total = observed()
     _, agent, _, lease = running
