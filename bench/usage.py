@@ -529,7 +529,8 @@ def main() -> None:
         cur.execute(f"CREATE TABLE bench_copy (LIKE {table} INCLUDING ALL)")
         cur.execute("ANALYZE")
 
-    # The retention job beside everything timed below, on reports seeded past the policy's retention.
+    # The retention job beside everything timed below, on reports seeded past the policy's retention (copies
+    # of one real report, stored first; the timed batches meet it again as a repeat).
     usage_ingest(reports=[(node_id, parse_report(body)) for node_id, body in payloads[:1]])
     expiring = _seed_expiring_reports(args.nodes / REPORT_S, args.expire_seconds, retention_days)
     connections.close_all()
