@@ -44,6 +44,14 @@ USAGE_SAMPLES = Counter(
     "gpumarket_agent_usage_samples",
     "Per-lease, per-GPU usage samples in ingested reports.",
 )
+# From 1 s (an agent's report answered at once) to an hour: a report comes late when the agent could not
+# deliver it (its spool keeps it and sends it later), e.g. while the web servers cannot keep up with the fleet.
+_LAG_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+USAGE_LAG = Histogram(
+    "gpumarket_agent_usage_lag_seconds",
+    "Seconds from an ingested usage report's sent_at (the agent's clock) to the server storing it.",
+    buckets=_LAG_BUCKETS,
+)
 AGENT_COMMANDS = Counter(
     "gpumarket_agent_commands",
     "Outbox commands handed to or acknowledged by node agents, by kind and event (fetched, acked, refused).",
@@ -66,14 +74,25 @@ def http_request(*, route: str, method: str, status: int, seconds: float) -> Non
     HTTP_DURATION.labels(route, method).observe(seconds)
 
 
-def usage_reports(outcome: str, *, node: str, reports: int = 1, samples: int = 0, **ids: object) -> None:
+def usage_reports(
+    outcome: str,
+    *,
+    node: str,
+    reports: int = 1,
+    samples: int = 0,
+    lag_s: float | None = None,
+    **ids: object,
+) -> None:
     """For the agent server: call once per usage batch it handles (outcome: ingested, duplicate or refused),
-    with the batch's node, its report and sample counts and any ids (epoch, seq). Counts it and logs one line."""
+    with the batch's node, its report and sample counts, how late it is (received minus sent, for an ingested
+    one) and any ids (epoch, seq). Counts it and logs one line."""
     if outcome not in USAGE_OUTCOMES:
         raise ValueError(f"usage outcome {outcome!r}: expected one of {', '.join(USAGE_OUTCOMES)}")
     USAGE_REPORTS.labels(outcome).inc(reports)
     if outcome == "ingested" and samples:
         USAGE_SAMPLES.inc(samples)
+    if outcome == "ingested" and lag_s is not None:
+        USAGE_LAG.observe(max(0.0, lag_s))  # an agent clock ahead of ours counts as on time
     log.info("usage batch %s", outcome, extra={"node": node, "reports": reports, "samples": samples, **ids})
 
 

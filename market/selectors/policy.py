@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max, Sum
 
 from accounts.models import Guarantee, Tenant
@@ -19,6 +19,16 @@ def market_policy() -> MarketPolicy:
         singleton=1, defaults={"round_seconds": settings.ROUND_SECONDS}
     )
     return policy
+
+
+def idle_util_pct() -> int:
+    """The idle policy's threshold alone, for the usage ingest (every agent report, thousands a second): one
+    column by plain SQL, no model instance. Before the policy row exists, the model's default (0: off), which
+    is what market_policy() would create."""
+    with connection.cursor() as cur:
+        cur.execute(f"SELECT idle_util_pct FROM {MarketPolicy._meta.db_table} WHERE singleton = 1")
+        row = cur.fetchone()
+    return int(row[0]) if row else int(MarketPolicy._meta.get_field("idle_util_pct").default)
 
 
 # The policy row as a job submit reads it (its default grace period), from the cache: a query saved on every

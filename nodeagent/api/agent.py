@@ -23,7 +23,6 @@ from nodeagent.api.errors import refused
 from nodeagent.errors import NodeError
 from nodeagent.models import Node
 from nodeagent.selectors.nodes import node_command, node_lease, pending_commands
-from nodeagent.selectors.usage import usage_report_seen
 from nodeagent.services.heartbeat import GpuHealth, node_heartbeat
 from nodeagent.services.lease_events import command_ack, lease_exited, lease_started
 from nodeagent.services.registration import node_register, node_reregister
@@ -160,12 +159,14 @@ class UsageView(AgentView):
         except NodeError as exc:
             metrics.usage_reports("refused", node=node.name)
             raise refused(exc) from exc
-        seen = usage_report_seen(node_id=node.pk, boot_epoch=report.boot_epoch, seq=report.seq)
-        usage_ingest(reports=[(node.pk, report)])
+        # The insert says whether the report is new (ON CONFLICT DO NOTHING counts the rows it stored): no
+        # separate look-up, and no race between a look-up and the insert.
+        seen = not usage_ingest(reports=[(node.pk, report)])
         metrics.usage_reports(
             "duplicate" if seen else "ingested",
             node=node.name,
             samples=0 if seen else len(report.gpus),
+            lag_s=(timezone.now() - report.sent_at).total_seconds(),
             epoch=report.boot_epoch,
             seq=report.seq,
         )

@@ -157,8 +157,3 @@ def _points(rows: list[tuple[datetime, list[dict[str, Any]]]], uuids: set[str]) 
             )
         )
     return out
-
-
-def usage_report_seen(*, node_id: int, boot_epoch: int, seq: int) -> bool:
-    """Whether this report was stored already (a resend after a lost answer): counted as a duplicate."""
-    return UsageReport.objects.filter(node_id=node_id, boot_epoch=boot_epoch, seq=seq).exists()

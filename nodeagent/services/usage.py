@@ -24,7 +24,7 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 
 from market.models import Lease, LeaseGpu, LeaseState
-from market.selectors.policy import market_policy
+from market.selectors.policy import idle_util_pct
 from nodeagent.models import LeaseUsage, UsageMark, UsageReport
 from nodeagent.services.checkpoints import checkpoints_save
 from nodeagent.services.usage_parse import LeaseCounters, Report
@@ -34,28 +34,42 @@ def _greatest() -> str:
     return "GREATEST" if connection.vendor == "postgresql" else "MAX"
 
 
-def _upsert(model: type[models.Model], columns: dict[str, list[Any]], conflict: str) -> None:
-    """INSERT rows given as columns, then `conflict` (an ON CONFLICT clause): one statement either way.
+# Up to this many rows, one INSERT ... VALUES (one round trip) costs less than the COPY's four (create the
+# staging table if new, empty it, COPY, INSERT ... SELECT); a report from the view is 1 report, 1 mark and a
+# few lease rows. Above it the COPY wins (a VALUES list of thousands of placeholders is slow to build).
+# tests/nodeagent/test_usage_paths.py runs both paths on the same batch and compares the rows.
+COPY_FROM_ROWS = 64
 
-    PostgreSQL gets the rows by COPY (_pg_upsert); SQLite (the local demo) as a VALUES list."""
+
+def _upsert(model: type[models.Model], columns: dict[str, list[Any]], conflict: str) -> int:
+    """INSERT rows given as columns, then `conflict` (an ON CONFLICT clause): one statement either way.
+    Returns the rows inserted or updated (with DO NOTHING: the rows new to the table).
+
+    PostgreSQL gets a batch by COPY (_pg_upsert); a few rows, and SQLite (the local demo), as a VALUES list."""
     fields = [model._meta.get_field(name) for name in columns]
-    if connection.vendor == "postgresql":
-        _pg_upsert(model, fields, columns, conflict)
-        return
-    adapt = [_sqlite_adapter(f) for f in fields]
-    rows = [[a(v) for a, v in zip(adapt, row, strict=True)] for row in zip(*columns.values(), strict=True)]
+    rows = list(zip(*columns.values(), strict=True))
+    if connection.vendor == "postgresql" and len(rows) > COPY_FROM_ROWS:
+        return _pg_upsert(model, fields, rows, conflict)
+    return _values_upsert(model, fields, rows, conflict)
+
+
+def _values_upsert(
+    model: type[models.Model], fields: list[Any], rows: list[tuple[Any, ...]], conflict: str
+) -> int:
+    adapt = [_adapter(f) for f in fields]
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
     with connection.cursor() as cur:
         cur.execute(
             f"INSERT INTO {model._meta.db_table} ({', '.join(f.column for f in fields)}) "
             f"VALUES {', '.join([one] * len(rows))} {conflict}",
-            [v for row in rows for v in row],
+            [a(v) for row in rows for a, v in zip(adapt, row, strict=True)],
         )
+        return int(cur.rowcount)
 
 
 def _pg_upsert(
-    model: type[models.Model], fields: list[Any], columns: dict[str, list[Any]], conflict: str
-) -> None:
+    model: type[models.Model], fields: list[Any], rows: list[tuple[Any, ...]], conflict: str
+) -> int:
     """COPY the rows into a temporary table of this connection (emptied at each commit), then one
     INSERT ... SELECT with the conflict clause: the rows travel as fast as a raw COPY does."""
     table = model._meta.db_table
@@ -69,12 +83,13 @@ def _pg_upsert(
         )
         cur.execute(f"DELETE FROM {stage}")  # from an earlier call in this same transaction
         with cur.cursor.copy(f"COPY {stage} ({cols}) FROM STDIN") as copy:
-            for row in zip(*columns.values(), strict=True):
+            for row in rows:
                 copy.write_row([dumps(v) if j else v for v, j in zip(row, jsonb, strict=True)])
         cur.execute(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM {stage} {conflict}")
+        return int(cur.rowcount)
 
 
-def _sqlite_adapter(field: models.Field) -> Any:  # type: ignore[type-arg]
+def _adapter(field: models.Field) -> Any:  # type: ignore[type-arg]
     kind = field.get_internal_type()
     if kind == "JSONField":
         return lambda v: json.dumps(v, separators=(",", ":"))
@@ -84,12 +99,13 @@ def _sqlite_adapter(field: models.Field) -> Any:  # type: ignore[type-arg]
 
 
 @transaction.atomic
-def usage_ingest(*, reports: Sequence[tuple[int, Report]], now: datetime | None = None) -> None:
-    """Store a batch of (node id, report) pairs; repeating any part of it changes nothing."""
+def usage_ingest(*, reports: Sequence[tuple[int, Report]], now: datetime | None = None) -> int:
+    """Store a batch of (node id, report) pairs; repeating any part of it changes nothing. Returns how many
+    of the reports were new (the others had been stored before: duplicates)."""
     if not reports:
-        return
+        return 0
     now = now or timezone.now()
-    _upsert(
+    fresh = _upsert(
         UsageReport,
         {
             "node_id": [node_id for node_id, _ in reports],
@@ -115,7 +131,7 @@ def usage_ingest(*, reports: Sequence[tuple[int, Report]], now: datetime | None 
         },
         f"ON CONFLICT (node_id, boot_epoch) DO UPDATE SET seq = {_greatest()}({table}.seq, excluded.seq)",
     )
-    idle_pct = market_policy().idle_util_pct
+    idle_pct = idle_util_pct()
     counters: list[tuple[int, LeaseCounters, datetime | None]] = []
     for node_id, r in reports:
         util = r.lease_util() if idle_pct else {}
@@ -123,6 +139,7 @@ def usage_ingest(*, reports: Sequence[tuple[int, Report]], now: datetime | None 
             idle = r.sent_at if idle_pct and util.get(c.lease, 0.0) < idle_pct else None
             counters.append((node_id, c, idle))
     _save_counters(counters, now)
+    return fresh
 
 
 def lease_counters_save(*, node_id: int, counters: list[LeaseCounters], now: datetime) -> None:
@@ -165,12 +182,16 @@ _COUNTERS = (
 def _own_leases(pairs: set[tuple[int, int]]) -> set[tuple[int, int]]:
     """The (lease, node) pairs whose lease is unsettled and has a GPU on the node. A lease's own `node` is
     the node of its first GPU, which answers most pairs from the lease rows alone; only the other nodes of a
-    gang spanning several are looked up through its GPUs."""
-    live = dict(
-        Lease.objects.filter(pk__in={lease for lease, _ in pairs})
-        .exclude(state=LeaseState.ENDED)
-        .values_list("pk", "node_id")
-    )
+    gang spanning several are looked up through its GPUs. Plain SQL: this runs for every agent report, and
+    building the ORM's query cost more than running it (bench/usage.py)."""
+    leases = sorted({lease for lease, _ in pairs})
+    with connection.cursor() as cur:
+        cur.execute(
+            f"SELECT id, node_id FROM {Lease._meta.db_table} "
+            f"WHERE id IN ({', '.join(['%s'] * len(leases))}) AND state <> %s",
+            [*leases, LeaseState.ENDED],
+        )
+        live = dict(cur.fetchall())
     ours = {(lease, node) for lease, node in pairs if live.get(lease) == node}
     others = {(lease, node) for lease, node in pairs if lease in live and live[lease] != node}
     if others:

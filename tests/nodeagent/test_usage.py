@@ -155,6 +155,25 @@ def test_reports_are_counted_by_outcome_in_the_metrics(running):
     assert {o: counted(o) - before[o] for o in before} == {"ingested": 1, "duplicate": 1, "refused": 1}
 
 
+def test_the_lag_from_sent_to_stored_is_observed_once_per_new_report(running):
+    from datetime import UTC, datetime, timedelta
+
+    from ops.metrics import USAGE_LAG
+
+    def observed() -> tuple[float, float]:
+        values = {s.name.rsplit("_", 1)[1]: s.value for s in USAGE_LAG.collect()[0].samples}
+        return values["count"], values["sum"]
+
+    count, total = observed()
+    _, agent, _, lease = running
+    report = agent.report([counters(lease, 30.0)])
+    report["sent_at"] = (datetime.now(UTC) - timedelta(seconds=120)).isoformat()  # spooled by the agent
+    assert agent.post("usage", copy.deepcopy(report)).status_code == 200
+    assert agent.post("usage", copy.deepcopy(report)).status_code == 200  # a resend: not observed again
+    now_count, now_total = observed()
+    assert now_count == count + 1 and 120 <= now_total - total < 180
+
+
 def test_an_agent_body_nested_too_deep_is_a_400_not_a_500(running):
     _, agent, _, _ = running
     deep = "[" * 5000 + "]" * 5000
