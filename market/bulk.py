@@ -76,6 +76,58 @@ def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]], *, i
     return new_ids
 
 
+def upsert(
+    model: type[models.Model],
+    columns: Mapping[str, Sequence[Any]],
+    *,
+    unique: Sequence[str],
+    update: Sequence[str] = (),
+) -> None:
+    """Insert rows given as columns; a row whose `unique` columns match an existing row's updates that row's
+    `update` fields instead (none: the existing row stays). On PostgreSQL one `INSERT ... SELECT` of arrays
+    `ON CONFLICT`; elsewhere bulk_create with update_conflicts or ignore_conflicts."""
+    n = _length(columns)
+    if n == 0:
+        return
+    if connection.vendor != "postgresql":
+        names = list(columns)
+        rows = [
+            model(**dict(zip(names, values, strict=True))) for values in zip(*columns.values(), strict=True)
+        ]
+        fields = [model._meta.get_field(name).name for name in unique]
+        model._default_manager.bulk_create(
+            rows,
+            batch_size=2000,
+            update_conflicts=bool(update),
+            ignore_conflicts=not update,
+            unique_fields=fields if update else None,
+            update_fields=[model._meta.get_field(name).name for name in update] if update else None,
+        )
+        return
+    meta = model._meta
+    quote = connection.ops.quote_name
+    fields = [meta.get_field(name) for name in columns]
+    casts = [_cast(f) for f in fields]
+    params = [_literal(values, cast) for values, cast in zip(columns.values(), casts, strict=True)]
+    sources = ", ".join(f"unnest(%s::{cast}[])" for cast in casts)
+    conflict = ", ".join(quote(meta.get_field(name).column) for name in unique)
+    action = (
+        "DO UPDATE SET "
+        + ", ".join(
+            f"{quote(c)} = EXCLUDED.{quote(c)}" for c in (meta.get_field(name).column for name in update)
+        )
+        if update
+        else "DO NOTHING"
+    )
+    sql = (
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"SELECT * FROM ROWS FROM ({sources}) ON CONFLICT ({conflict}) {action}"
+    )
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params)
+
+
 def update(model: type[models.Model], pks: Sequence[int], columns: Mapping[str, Sequence[Any]]) -> int:
     """Set each row's fields (columns: {field attname: values}, one value per primary key in `pks`);
     returns the rows updated. On PostgreSQL one `UPDATE ... FROM` joining the rows to the values sent as

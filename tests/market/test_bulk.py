@@ -159,6 +159,38 @@ def test_update_sets_each_rows_values_on_both_paths(world, monkeypatch):
     assert bulk.update(Job, [], {"state": []}) == 0
 
 
+@pytest.mark.parametrize("update", [["owed_gpu_hours", "updated_at"], []])
+def test_upsert_updates_or_keeps_existing_rows_on_both_paths(world, monkeypatch, update):
+    w = world
+    at = timezone.now()
+    rnd = Round.objects.create(slot=at, period_s=300)
+    for tenant, owed in ((w.alpha, 1.5), (w.beta, -2.0)):
+        FairShareUsage.objects.create(
+            tenant=tenant, gpu_type=w.h100, owed_gpu_hours=owed, updated_at=at, round=rnd
+        )
+    later = at + timedelta(minutes=5)
+    columns: dict[str, list[Any]] = {
+        "tenant_id": [w.alpha.pk, w.gamma.pk],
+        "gpu_type_id": [w.h100.pk, w.a100.pk],
+        "owed_gpu_hours": [0.1 + 0.2, 3.0],
+        "updated_at": [later, later],
+        "round_id": [rnd.pk, rnd.pk],
+    }
+
+    def read() -> list[tuple[Any, ...]]:
+        return sorted(
+            FairShareUsage.objects.values_list("tenant_id", "gpu_type_id", "owed_gpu_hours", "updated_at")
+        )
+
+    unique = ["tenant_id", "gpu_type_id"]
+    fast, plain = _both_paths(
+        monkeypatch, lambda: bulk.upsert(FairShareUsage, columns, unique=unique, update=update), read
+    )
+    assert fast == plain and len(fast) == 3
+    alpha = next(row for row in fast if row[0] == w.alpha.pk)
+    assert alpha[2:] == ((0.1 + 0.2, later) if update else (1.5, at))
+
+
 # ---- the round commit, both paths ---------------------------------------------------------------------
 
 
