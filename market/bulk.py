@@ -37,6 +37,9 @@ _PG_TYPES = {
     "FloatField": "double precision",
 }
 
+# One encoder for every JSON value: json.dumps with options builds a new one per call (a third of its cost
+# for a round's 70,000 command payloads).
+_JSON = json.JSONEncoder(separators=(",", ":"))
 # Rows per COPY message batch: bounds the text held at once (a few megabytes) without a call per row.
 _COPY_ROWS = 20_000
 # What COPY's text format gives a meaning to inside a value, and how to write it literally.
@@ -243,7 +246,7 @@ def _texts(values: Sequence[Any], cast: str) -> list[str | None]:
 
 def _text(value: Any, cast: str) -> str:
     if cast == "jsonb":
-        return json.dumps(value, separators=(",", ":"))
+        return _JSON.encode(value)
     if isinstance(value, datetime):
         return value.isoformat()
     return str(value)
