@@ -5,7 +5,8 @@ dropped and re-created), fills it with bulk inserts, then times one round throug
 one JSON line: {"bench": "round", "jobs": ..., "gpus": ..., "round_s": ..., "clear_s": ..., "commit_s": ...}
 plus the freeze time, the time of the transactions' COMMITs (db_commit_s: foreign key checks of the rows the
 commit step wrote), what is left (other_s: locks, round row saves, the dispatch step), the CPU seconds the round
-used in this process and in its PostgreSQL backend (cpu_s; what an idle machine's wall time would be, less I/O),
+used in this process and in its PostgreSQL backend (cpu_s, split as py_cpu_s and db_cpu_s; what an idle
+machine's wall time would be, less I/O),
 the 1-minute load average (load) and the winners.
 Each figure is the median round's of --repeat (3) rounds, each on a fresh copy of the populated database
 (`rounds_s`: all of them); `baseline_s` times a fixed piece of Python and PostgreSQL work in the same run, `ratio`
@@ -241,7 +242,8 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
         profile.enable()
     done = rounds.round_advance(round_id=rnd.pk)
     round_s = time.perf_counter() - started
-    cpu_s = time.process_time() - cpu_before[0] + backend_cpu() - cpu_before[1]
+    py_cpu_s, db_cpu_s = time.process_time() - cpu_before[0], backend_cpu() - cpu_before[1]
+    cpu_s = py_cpu_s + db_cpu_s
     connection._commit = real_commit  # type: ignore[method-assign]
     if profile is not None:
         profile.disable()
@@ -270,6 +272,8 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
             3,
         ),
         "cpu_s": round(cpu_s, 3),
+        "py_cpu_s": round(py_cpu_s, 3),
+        "db_cpu_s": round(db_cpu_s, 3),
         "baseline_s": round(baseline_s, 3),
         "ratio": round(round_s / baseline_s, 2),
         "load": round(os.getloadavg()[0], 1),
