@@ -186,10 +186,11 @@ def _gpus(node_ids: list[int]) -> _Gpus:
     """The GPUs of these nodes (in this order: the book's node rows). Only these: an agent that registers
     between the two reads (each statement sees its own snapshot) joins the next round instead of failing this
     one. Read as rows of integers straight into numpy: 100,000 GPUs, no Python object per GPU."""
-    rows = Gpu.objects.filter(node_id__in=bulk.any_of(node_ids)).order_by("pk")
-    table = np.array(
-        list(rows.values_list("pk", "node_id", "index", "healthy", "absent")), dtype=np.int64
-    ).reshape(-1, 5)
+    rows = Gpu.objects.filter(node_id__in=bulk.any_of(node_ids)).values_list(
+        "pk", "node_id", "index", "healthy", "absent"
+    )
+    table = np.array(list(rows), dtype=np.int64).reshape(-1, 5)
+    table = table[np.argsort(table[:, 0], kind="stable")]  # by id here: the server's sort spills to disk
     pk_order = np.argsort(np.asarray(node_ids, dtype=np.int64))
     sorted_nodes = np.asarray(node_ids, dtype=np.int64)[pk_order]
     return _Gpus(

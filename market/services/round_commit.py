@@ -163,14 +163,16 @@ def _winners(result: Result, book: Book, type_ids: list[int]) -> list[Winner]:
         Node.objects.filter(name__in=bulk.any_of(result.node_names, "text")).values_list("name", "pk")
     )
     node_ids = [nodes[name] for name in result.node_names]
+    w = result.winners
+    ptr, slot_node, slot_idx = w.slot_ptr.tolist(), w.slot_node.tolist(), w.slot_idx.tolist()
+    # Only the GPUs of nodes a winner landed on: in a busy fleet a few of them, not every GPU.
+    landed = sorted({node_ids[n] for n in slot_node})
     gpus = {
         (node_id, index): Slot(pk, uuid, node_id)
         for pk, node_id, index, uuid in Gpu.objects.filter(
-            node_id__in=bulk.any_of(list(nodes.values())), absent=False
+            node_id__in=bulk.any_of(landed), absent=False
         ).values_list("pk", "node_id", "index", "uuid")
     }
-    w = result.winners
-    ptr, slot_node, slot_idx = w.slot_ptr.tolist(), w.slot_node.tolist(), w.slot_idx.tolist()
     gangs = [
         tuple(gpus[node_ids[slot_node[j]], slot_idx[j]] for j in range(ptr[i], ptr[i + 1]))
         for i in range(len(w))
