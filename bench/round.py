@@ -5,11 +5,18 @@ dropped and re-created), fills it with bulk inserts, then times one round throug
 one JSON line: {"bench": "round", "jobs": ..., "gpus": ..., "round_s": ..., "clear_s": ..., "commit_s": ...}
 plus the freeze time, the time of the transactions' COMMITs (db_commit_s: foreign key checks of the rows the
 commit step wrote), what is left (other_s: locks, round row saves, the dispatch step), the CPU seconds the round
-used in this process and in its PostgreSQL backend (cpu_s; what an idle machine's wall time would be, less I/O),
+used in this process and in its PostgreSQL backend (cpu_s, split as py_cpu_s and db_cpu_s; what an idle
+machine's wall time would be, less I/O),
 the 1-minute load average (load) and the winners.
-Each figure is the median round's of --repeat (3) rounds, each on a freshly built database (`rounds_s`: all of
-them); `baseline_s` times a fixed piece of Python and PostgreSQL work in the same run, `ratio` is round_s over it.
-Target (issue 20): round_s under 1 second.
+Each figure is the median round's of --repeat (3) rounds, each on a fresh copy of the populated database
+(`rounds_s`: all of them); `baseline_s` times a fixed piece of Python and PostgreSQL work in the same run, `ratio`
+is round_s over it; `db_mb` is the database's size after the round (pg_database_size).
+The data is built once per run into a template database (`<name>_tpl_<jobs>_<tenants>_<nodes>_<seed>`, analyzed
+as autovacuum would have), and each round runs on a copy of it (`CREATE DATABASE ... TEMPLATE`, then any
+migration the template lacks). `--reuse` keeps a template an earlier run built (the 200,000-job one takes
+minutes to fill); `build_s` says how long this run spent building it.
+Targets: round_s under 1 second at the default size (issue 20); under 5 seconds at
+`--nodes 12500 --tenants 10000 --jobs 200000` (issue 29).
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from _db import fresh_database  # noqa: E402 - bench/ is the script's folder, first on sys.path
+
+DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpumarket_bench"
 
 
 def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
@@ -110,16 +119,80 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--profile", action="store_true", help="cProfile the round, to stderr (slower)")
     parser.add_argument(
+        "--reuse", action="store_true", help="use the template database an earlier run of the same size and "
+        "seed built, if there is one, instead of building it again"
+    )  # fmt: skip
+    parser.add_argument(
         "--repeat", type=int, default=3, help="rounds, each on a freshly built database (default 3): one "
         "round on a shared 2-core machine varies by a fifth; the figures are the median round's"
     )  # fmt: skip
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat: must be at least 1")
-    runs = [_one_round(args) for _ in range(args.repeat)]
+    url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
+    os.environ["DATABASE_URL"] = url
+    os.environ.setdefault("SECRET_KEY", "bench-only")
+    os.environ.setdefault("TLS", "0")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+    import django
+
+    django.setup()
+    template = f"{url.rsplit('/', 1)[1]}_tpl_{args.jobs}_{args.tenants}_{args.nodes}_{args.seed}"
+    started = time.perf_counter()
+    if not (args.reuse and _exists(url, template)):
+        _build_template(url, template, args)
+    build_s = time.perf_counter() - started
+    runs = [_one_round(args, url, template) for _ in range(args.repeat)]
     runs.sort(key=lambda run: run["round_s"])
     median = runs[len(runs) // 2]
-    print(json.dumps({**median, "rounds_s": sorted(run["round_s"] for run in runs), "repeat": args.repeat}))
+    print(
+        json.dumps(
+            {
+                **median,
+                "rounds_s": sorted(run["round_s"] for run in runs),
+                "repeat": args.repeat,
+                "build_s": round(build_s, 1),
+            }
+        )
+    )
+
+
+def _admin(url: str) -> Any:
+    import psycopg
+
+    return psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True)
+
+
+def _exists(url: str, name: str) -> bool:
+    with _admin(url) as conn:
+        return conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is not None
+
+
+def _build_template(url: str, template: str, args: argparse.Namespace) -> None:
+    """Fill the bench database, analyze it (as autovacuum would have by the time a round runs), and keep it
+    as the template every round copies."""
+    from django.core.management import call_command
+    from django.db import connection, connections
+
+    connections.close_all()
+    fresh_database(url)
+    call_command("migrate", verbosity=0)
+    _populate(args.jobs, args.tenants, args.nodes, args.seed)
+    with connection.cursor() as cursor:
+        cursor.execute("VACUUM ANALYZE")
+    connections.close_all()
+    name = url.rsplit("/", 1)[1]
+    with _admin(url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+        conn.execute(f'ALTER DATABASE "{name}" RENAME TO "{template}"')
+
+
+def _copy_template(url: str, template: str) -> None:
+    name = url.rsplit("/", 1)[1]
+    with _admin(url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        # FILE_COPY: one checkpoint and a copy of the files, much faster than WAL-logging every page.
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}" STRATEGY FILE_COPY')
 
 
 def _baseline() -> float:
@@ -134,26 +207,17 @@ def _baseline() -> float:
     return time.perf_counter() - started
 
 
-def _one_round(args: argparse.Namespace) -> dict[str, Any]:
-    url = os.environ.get("BENCH_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpumarket_bench")
-    os.environ["DATABASE_URL"] = url
-    os.environ.setdefault("SECRET_KEY", "bench-only")
-    os.environ.setdefault("TLS", "0")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
-    from django.db import connections
-
-    connections.close_all()  # the last round's connection: its database is dropped next
-    fresh_database(url)
-    django.setup()
+def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, Any]:
     from django.core.management import call_command
+    from django.db import connections
     from django.utils import timezone
 
     from market.models import Round
     from market.services import rounds
 
-    call_command("migrate", verbosity=0)
-    _populate(args.jobs, args.tenants, args.nodes, args.seed)
+    connections.close_all()  # the last round's connection: its database is dropped next
+    _copy_template(url, template)
+    call_command("migrate", verbosity=0)  # what this checkout adds to a template an older one built
     rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
     # The steps time their own work; the COMMIT of each step's transaction (deferred foreign key checks of
     # everything the commit step inserted) comes after, so it is timed here.
@@ -178,7 +242,8 @@ def _one_round(args: argparse.Namespace) -> dict[str, Any]:
         profile.enable()
     done = rounds.round_advance(round_id=rnd.pk)
     round_s = time.perf_counter() - started
-    cpu_s = time.process_time() - cpu_before[0] + backend_cpu() - cpu_before[1]
+    py_cpu_s, db_cpu_s = time.process_time() - cpu_before[0], backend_cpu() - cpu_before[1]
+    cpu_s = py_cpu_s + db_cpu_s
     connection._commit = real_commit  # type: ignore[method-assign]
     if profile is not None:
         profile.disable()
@@ -186,6 +251,9 @@ def _one_round(args: argparse.Namespace) -> dict[str, Any]:
             os.environ.get("PROFILE_SORT", "cumulative")
         ).print_stats(int(os.environ.get("PROFILE_N", "30")))
     baseline_s = _baseline()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_database_size(current_database())")
+        db_mb = cursor.fetchone()[0] / 2**20
     if done.state != "dispatched":
         raise SystemExit(f"round ended {done.state}: {done.error}")
     return {
@@ -204,11 +272,14 @@ def _one_round(args: argparse.Namespace) -> dict[str, Any]:
             3,
         ),
         "cpu_s": round(cpu_s, 3),
+        "py_cpu_s": round(py_cpu_s, 3),
+        "db_cpu_s": round(db_cpu_s, 3),
         "baseline_s": round(baseline_s, 3),
         "ratio": round(round_s / baseline_s, 2),
         "load": round(os.getloadavg()[0], 1),
         "winners": done.winners,
         "gpus_allocated": done.gpus_allocated,
+        "db_mb": round(db_mb),
     }
 
 

@@ -45,20 +45,19 @@ def fair_share_record(*, rnd: Round, book: Book, result: Result) -> None:
         for k, name in enumerate(book.types.names)
         if slug in tenants and name in types
     ]
-    FairShareUsage.objects.bulk_create(
-        [
-            FairShareUsage(
-                tenant_id=tenants[book.tenants.names[i]],
-                gpu_type_id=types[book.types.names[k]],
-                owed_gpu_hours=float(owed[i, k]),
-                updated_at=now,
-                round_id=rnd.pk,
-            )
-            for i, k in pairs
-        ],
-        update_conflicts=True,
-        unique_fields=["tenant", "gpu_type"],
-        update_fields=["owed_gpu_hours", "updated_at", "round"],
+    n = len(pairs)
+    # Columns through market.bulk, not 10,000 model instances: a fleet's tenants times its types, every round.
+    bulk.upsert(
+        FairShareUsage,
+        {
+            "tenant_id": [tenants[book.tenants.names[i]] for i, _k in pairs],
+            "gpu_type_id": [types[book.types.names[k]] for _i, k in pairs],
+            "owed_gpu_hours": [float(owed[i, k]) for i, k in pairs],
+            "updated_at": [now] * n,
+            "round_id": [rnd.pk] * n,
+        },
+        unique=["tenant_id", "gpu_type_id"],
+        update=["owed_gpu_hours", "updated_at", "round_id"],
     )
     _figures(rnd, book, result, tenants, types, pairs)
 
@@ -77,19 +76,23 @@ def _figures(
     target = fairshare.targets(
         demand.held, demand.waiting, book.tenants.guarantee, book.tenants.weight, capacity
     )
-    rows = [
-        FairShareRound(
-            round_id=rnd.pk,
-            slot=rnd.slot,
-            tenant_id=tenants[book.tenants.names[i]],
-            gpu_type_id=types[book.types.names[k]],
-            held=int(demand.held[i, k]),
-            waiting=int(demand.waiting[i, k]),
-            smallest=None if not np.isfinite(demand.smallest[i, k]) else int(demand.smallest[i, k]),
-            target=round(float(target[i, k]), 4),
-            capacity=int(capacity[k]),
-        )
-        for i, k in pairs
-        if demand.held[i, k] or demand.waiting[i, k] or target[i, k] > 0
-    ]
-    FairShareRound.objects.bulk_create(rows, ignore_conflicts=True)
+    shown = [(i, k) for i, k in pairs if demand.held[i, k] or demand.waiting[i, k] or target[i, k] > 0]
+    n = len(shown)
+    bulk.upsert(
+        FairShareRound,
+        {
+            "round_id": [rnd.pk] * n,
+            "slot": [rnd.slot] * n,
+            "tenant_id": [tenants[book.tenants.names[i]] for i, _k in shown],
+            "gpu_type_id": [types[book.types.names[k]] for _i, k in shown],
+            "held": [int(demand.held[i, k]) for i, k in shown],
+            "waiting": [int(demand.waiting[i, k]) for i, k in shown],
+            "smallest": [
+                None if not np.isfinite(demand.smallest[i, k]) else int(demand.smallest[i, k])
+                for i, k in shown
+            ],
+            "target": [round(float(target[i, k]), 4) for i, k in shown],
+            "capacity": [int(capacity[k]) for _i, k in shown],
+        },
+        unique=["round_id", "tenant_id", "gpu_type_id"],
+    )

@@ -67,7 +67,7 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
     # Lock every available account first, in tenant order, as the single-call services do: no deadlock.
     available = dict(
         Account.objects.select_for_update()
-        .filter(pk__in=[accounts[t, AccountKind.AVAILABLE] for t in tenants])
+        .filter(pk__in=bulk.any_of([accounts[t, AccountKind.AVAILABLE] for t in tenants]))
         .order_by("tenant_id")
         .values_list("tenant_id", "balance")
     )
@@ -123,7 +123,7 @@ def _accounts(tenants: list[int]) -> dict[tuple[int, str], int]:
     found = {
         (tenant_id, kind): pk
         for pk, tenant_id, kind in Account.objects.filter(
-            tenant_id__in=tenants, kind__in=[AccountKind.AVAILABLE, AccountKind.HELD]
+            tenant_id__in=bulk.any_of(tenants), kind__in=[AccountKind.AVAILABLE, AccountKind.HELD]
         ).values_list("pk", "tenant_id", "kind")
     }
     for tenant_id in tenants:

@@ -1,9 +1,11 @@
 """Step 8 of the clearing: write one round's result in one transaction (ARCHITECTURE.md §Clearing, Commit).
 
-Leases, their GPUs, budget holds, outbox commands, preemptions, per-bid outcomes and prices are written with
-bulk statements, a fixed number per round rather than a query per job. The result is mapped back through
-names (type name, node name, tenant slug, GPU index), so a commit resumed from a stored snapshot in another
-process writes exactly what the first attempt would have.
+The commit is a sequence of named steps over typed rows (`commit_result` reads as the list): resolve the
+result's names to ids, lock, preempt, admit, hold, insert leases, their GPUs and their bind commands, mark the
+jobs allocated, record outcomes and prices. Every write is a bulk statement (`market.bulk`: COPY and
+`UPDATE ... FROM` arrays on PostgreSQL), a fixed number per round rather than a query per job. The result is
+mapped back through names (type name, node name, tenant slug, GPU index), so a commit resumed from a stored
+snapshot in another process writes exactly what the first attempt would have.
 
 A winner is dropped (its outcome says why) when its job changed after the freeze (cancelled or bid amended),
 when one of its GPUs was bound meanwhile, when its hold no longer fits the tenant's money, or when its hold's
@@ -13,10 +15,11 @@ key was already used for another hold (counted; the rest of the round goes on).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
-import numpy as np
 from django.db.models import F, OuterRef, Q
 
 from accounts.models import Tenant
@@ -68,31 +71,134 @@ class CommitStats:
     skipped_reasons: dict[str, int] = field(default_factory=dict)
 
 
+class Slot(NamedTuple):
+    """One GPU of a winner's gang."""
+
+    gpu_id: int
+    uuid: str
+    node_id: int
+
+
+class Winner(NamedTuple):
+    """One winning bid with the result's names resolved to ids."""
+
+    job_id: int
+    tenant_id: int
+    gpu_type_id: int
+    tier: str
+    price: int
+    hold: int
+    hold_seconds: int  # the bid's max_s in the frozen book: max hours, or a predicted p90 (selectors.holds)
+    gang: tuple[Slot, ...]
+
+
+class JobRow(NamedTuple):
+    """What the commit reads of a winner's job (locked)."""
+
+    id: int
+    state: str
+    bid_version: int
+    name: str
+    command: str
+    grace_seconds: int
+    max_seconds: int
+    gpus: int
+
+
+_JOB_FIELDS = ("pk", "state", "bid_version", "name", "command", "grace_seconds", "max_seconds", "gpus")
+
+
+class Placed(NamedTuple):
+    """A winner whose hold was placed: it gets a lease."""
+
+    winner: Winner
+    job: JobRow
+
+
+@dataclass(frozen=True)
+class Locked:
+    victims: list[Lease]  # live leases the result preempts, locked
+    jobs: dict[int, JobRow]  # winners' and victims' jobs, locked
+
+
 def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: datetime) -> CommitStats:
     """Write everything the result decided; the caller holds the transaction and the round's row lock."""
-    book = snapshot.book
-    stats = CommitStats()
+    type_ids = _type_ids(result)
+    winners = _winners(result, snapshot.book, type_ids)
+    locked = _lock(result, winners)
+    preempted = _preempt(rnd=rnd, victims=locked.victims, why=result.preemptions, now=now)
+    admitted, skipped = _admit(winners, locked.jobs, snapshot)
+    # Losers (and winners skipped here) have waited this round too: that is derived, nothing to write; pending
+    # jobs left out of the book must not count it. Job rows: after the winners' locks, before any account.
+    _skip_round_for_absent(rnd, snapshot)
+    placed = _hold(rnd, admitted, locked.jobs, skipped)
+    lease_ids = _insert_leases(rnd, placed, now)
+    _insert_lease_gpus(placed, lease_ids)
+    _insert_commands(rnd, placed, lease_ids, now)
+    _mark_allocated(placed, now)
+    _retier(result)
+    _outcomes(rnd, snapshot, result, placed, winners, skipped, type_ids)
+    _prices(rnd, snapshot.book, result, type_ids)
+    return CommitStats(
+        winners=len(placed),
+        skipped=len(skipped),
+        preemptions=len(preempted),
+        gpus_allocated=sum(len(p.winner.gang) for p in placed),
+        skipped_reasons=_count(skipped.values()),
+    )
+
+
+def _type_ids(result: Result) -> list[int]:
+    """GPU type ids in the result's type order."""
     types = dict(GpuType.objects.values_list("name", "pk"))
+    return [types[name] for name in result.type_names]
+
+
+def _winners(result: Result, book: Book, type_ids: list[int]) -> list[Winner]:
+    """The result's winners as typed rows, names resolved to ids: tenants by slug, GPUs by (node, index)."""
     tenants = dict(
         Tenant.objects.filter(slug__in=bulk.any_of(result.tenant_names, "text")).values_list("slug", "pk")
     )
     nodes = dict(
         Node.objects.filter(name__in=bulk.any_of(result.node_names, "text")).values_list("name", "pk")
     )
-    node_id_of = np.array([nodes[name] for name in result.node_names], dtype=np.int64)
-    gpu_of = {
-        (node_id, index): (pk, uuid)
+    node_ids = [nodes[name] for name in result.node_names]
+    w = result.winners
+    ptr, slot_node, slot_idx = w.slot_ptr.tolist(), w.slot_node.tolist(), w.slot_idx.tolist()
+    # Only the GPUs of nodes a winner landed on: in a busy fleet a few of them, not every GPU.
+    landed = sorted({node_ids[n] for n in slot_node})
+    gpus = {
+        (node_id, index): Slot(pk, uuid, node_id)
         for pk, node_id, index, uuid in Gpu.objects.filter(
-            node_id__in=bulk.any_of(list(nodes.values())), absent=False
+            node_id__in=bulk.any_of(landed), absent=False
         ).values_list("pk", "node_id", "index", "uuid")
     }
+    gangs = [
+        tuple(gpus[node_ids[slot_node[j]], slot_idx[j]] for j in range(ptr[i], ptr[i + 1]))
+        for i in range(len(w))
+    ]
+    tenant_ids = [tenants[name] for name in result.tenant_names]
+    return [
+        Winner(job, tenant_ids[tenant], type_ids[gpu_type], TIER_NAMES[tier], price, hold, hold_s, gang)
+        for job, tenant, gpu_type, tier, price, hold, hold_s, gang in zip(
+            w.job.tolist(),
+            w.tenant.tolist(),
+            w.gpu_type.tolist(),
+            w.tier.tolist(),
+            w.price.tolist(),
+            w.hold.tolist(),
+            book.bids.max_s[w.bid].tolist(),
+            gangs,
+            strict=True,
+        )
+    ]
 
-    w = result.winners
-    win_jobs = w.job.tolist()
-    # The lock order of every path that touches leases and money (docs/rounds.md §Lock order): leases,
-    # then jobs, then holds, then accounts, each kind in id order. lease_stopped and job_cancel take a lease
-    # and then its job and its money; taking every lease this round changes before any job or account keeps
-    # the commit from waiting on them while they wait on it.
+
+def _lock(result: Result, winners: list[Winner]) -> Locked:
+    """The lock order of every path that touches leases and money (docs/rounds.md §Lock order): leases, then
+    jobs, then holds, then accounts, each kind in id order. lease_stopped and job_cancel take a lease and then
+    its job and its money; taking every lease this round changes before any job or account keeps the commit
+    from waiting on them while they wait on it."""
     preempted = sorted(set(result.preemptions.lease.tolist()))
     retiered = sorted(set(result.retiered.tolist()))
     leases = {
@@ -101,159 +207,172 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
         .filter(pk__in=preempted + retiered, state__in=LIVE_LEASE_STATES)
         .order_by("pk")
     }
-    victim_jobs = [leases[pk].job_id for pk in preempted if pk in leases]
-    jobs = {
-        row[0]: row
-        for row in Job.objects.select_for_update()
-        .filter(pk__in=bulk.any_of(win_jobs + victim_jobs))
+    victims = [leases[pk] for pk in preempted if pk in leases]
+    job_ids = [w.job_id for w in winners] + [lease.job_id for lease in victims]
+    rows = (
+        Job.objects.select_for_update()
+        .filter(pk__in=bulk.any_of(job_ids))
         .order_by("pk")
-        .values_list("pk", "state", "bid_version", "name", "command", "grace_seconds", "max_seconds", "gpus")
-    }
-
-    victims = _preempt(
-        rnd=rnd, victims=[leases[pk] for pk in preempted if pk in leases], why=result.preemptions, now=now
+        .values_list(*_JOB_FIELDS)
     )
-    stats.preemptions = len(victims)
+    return Locked(victims=victims, jobs={row[0]: JobRow(*row) for row in rows})
 
-    # Which winners can still be written.
-    ptr = w.slot_ptr.tolist()
-    slot_node = node_id_of[w.slot_node].tolist()
-    slot_idx = w.slot_idx.tolist()
-    gangs: list[list[tuple[int, str, int]]] = []  # per winner: (gpu id, uuid, node id)
-    for i in range(len(win_jobs)):
-        gangs.append([(*gpu_of[slot_node[j], slot_idx[j]], slot_node[j]) for j in range(ptr[i], ptr[i + 1])])
-    taken = set(
-        LeaseGpu.objects.filter(
-            active=True, gpu_id__in=bulk.any_of([g[0] for gang in gangs for g in gang])
-        ).values_list("gpu_id", flat=True)
-    )
-    # A node that went down, draining or retired since the freeze, or a GPU reported unhealthy, takes no work.
+
+def _admit(
+    winners: list[Winner], jobs: dict[int, JobRow], snapshot: Snapshot
+) -> tuple[list[Winner], dict[int, str]]:
+    """Winners that can still be written, and why the others cannot ({job id: reason}, in winner order): the
+    job changed since the freeze, a GPU was bound meanwhile, or a node went down, draining or retired (or a
+    GPU was reported unhealthy): those take no work."""
+    gpu_ids = bulk.any_of([slot.gpu_id for w in winners for slot in w.gang])
+    taken = set(LeaseGpu.objects.filter(active=True, gpu_id__in=gpu_ids).values_list("gpu_id", flat=True))
     unavailable = set(
-        Gpu.objects.filter(pk__in=bulk.any_of([g[0] for gang in gangs for g in gang]))
+        Gpu.objects.filter(pk__in=gpu_ids)
         .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
         .values_list("pk", flat=True)
     )
+    admitted: list[Winner] = []
     skipped: dict[int, str] = {}
-    candidates = []
-    for i, job_id in enumerate(win_jobs):
-        job = jobs.get(job_id)
-        if job is None or job[1] != JobState.PENDING or job[2] != snapshot.bid_versions.get(job_id):
-            skipped[job_id] = SKIP_CHANGED
-        elif any(g[0] in taken for g in gangs[i]):
-            skipped[job_id] = SKIP_GPUS_TAKEN
-        elif any(g[0] in unavailable for g in gangs[i]):
-            skipped[job_id] = SKIP_UNAVAILABLE
+    for w in winners:
+        job = jobs.get(w.job_id)
+        if (
+            job is None
+            or job.state != JobState.PENDING
+            or job.bid_version != snapshot.bid_versions.get(w.job_id)
+        ):
+            skipped[w.job_id] = SKIP_CHANGED
+        elif any(slot.gpu_id in taken for slot in w.gang):
+            skipped[w.job_id] = SKIP_GPUS_TAKEN
+        elif any(slot.gpu_id in unavailable for slot in w.gang):
+            skipped[w.job_id] = SKIP_UNAVAILABLE
         else:
-            candidates.append(i)
+            admitted.append(w)
+    return admitted, skipped
 
-    # Losers (and winners skipped here) have waited this round too: that is derived, nothing to write; pending
-    # jobs left out of the book must not count it. Job rows: after the winners' locks, before any account.
-    _skip_round_for_absent(rnd, snapshot)
 
-    tenant_of = [tenants[name] for name in result.tenant_names]
-    w_tenant, w_hold = w.tenant.tolist(), w.hold.tolist()
+def _hold(
+    rnd: Round, admitted: list[Winner], jobs: dict[int, JobRow], skipped: dict[int, str]
+) -> list[Placed]:
+    """Each admitted winner's budget hold, in winner order (ledger_hold_many); a hold refused for lack of money
+    or whose key is taken by another hold skips its winner (added to `skipped`)."""
     held = ledger_hold_many(
         [
             HoldRequest(
-                tenant_id=tenant_of[w_tenant[i]],
-                amount=w_hold[i],
-                key=hold_key(rnd.pk, win_jobs[i]),
-                memo=f"round {rnd.pk}, job {win_jobs[i]}",
+                tenant_id=w.tenant_id,
+                amount=w.hold,
+                key=hold_key(rnd.pk, w.job_id),
+                memo=f"round {rnd.pk}, job {w.job_id}",
             )
-            for i in candidates
+            for w in admitted
         ]
     )
     refused, conflicted = set(held.refused), set(held.conflicted)
     placed = []
-    for i in candidates:
-        key = hold_key(rnd.pk, win_jobs[i])
-        if key in refused or key in conflicted:
-            skipped[win_jobs[i]] = SKIP_BUDGET if key in refused else SKIP_HOLD_CONFLICT
+    for w in admitted:
+        key = hold_key(rnd.pk, w.job_id)
+        if key in refused:
+            skipped[w.job_id] = SKIP_BUDGET
+        elif key in conflicted:
+            skipped[w.job_id] = SKIP_HOLD_CONFLICT
         else:
-            placed.append(i)
+            placed.append(Placed(w, jobs[w.job_id]))
+    return placed
 
-    w_tier, w_type, w_price = w.tier.tolist(), w.gpu_type.tolist(), w.price.tolist()
-    # What each hold pays for: the bid's max_s in the frozen book (max hours, or a predicted p90 when the
-    # tenant sizes holds by prediction: market.selectors.holds).
-    hold_s = dict(zip(book.bids.job.tolist(), book.bids.max_s.tolist(), strict=True))
-    type_id_of = [types[name] for name in result.type_names]
+
+def _insert_leases(rnd: Round, placed: list[Placed], now: datetime) -> list[int]:
+    """One ALLOCATED lease per placed winner; returns their ids in `placed` order."""
     n = len(placed)
-    lease_ids = bulk.insert(
+    return bulk.insert(
         Lease,
         {
-            "job_id": [win_jobs[i] for i in placed],
-            "tenant_id": [tenant_of[w_tenant[i]] for i in placed],
+            "job_id": [p.winner.job_id for p in placed],
+            "tenant_id": [p.winner.tenant_id for p in placed],
             "round_id": [rnd.pk] * n,
-            "node_id": [gangs[i][0][2] for i in placed],
-            "gpu_type_id": [type_id_of[w_type[i]] for i in placed],
-            "tier": [TIER_NAMES[w_tier[i]] for i in placed],
-            "preemptible": [TIER_NAMES[w_tier[i]] != "G" for i in placed],
-            "price": [w_price[i] for i in placed],
-            "gpus": [len(gangs[i]) for i in placed],
-            "max_seconds": [jobs[win_jobs[i]][6] for i in placed],
-            "hold_seconds": [hold_s[win_jobs[i]] for i in placed],
-            "grace_seconds": [jobs[win_jobs[i]][5] for i in placed],
-            "hold_key": [hold_key(rnd.pk, win_jobs[i]) for i in placed],
+            "node_id": [p.winner.gang[0].node_id for p in placed],
+            "gpu_type_id": [p.winner.gpu_type_id for p in placed],
+            "tier": [p.winner.tier for p in placed],
+            "preemptible": [p.winner.tier != "G" for p in placed],
+            "price": [p.winner.price for p in placed],
+            "gpus": [len(p.winner.gang) for p in placed],
+            "max_seconds": [p.job.max_seconds for p in placed],
+            "hold_seconds": [p.winner.hold_seconds for p in placed],
+            "grace_seconds": [p.job.grace_seconds for p in placed],
+            "hold_key": [hold_key(rnd.pk, p.winner.job_id) for p in placed],
             "state": [LeaseState.ALLOCATED] * n,
             "started_at": [now] * n,
             "end_reason": [""] * n,
         },
     )
-    bound = [(lease_id, g[0]) for lease_id, i in zip(lease_ids, placed, strict=True) for g in gangs[i]]
+
+
+def _insert_lease_gpus(placed: list[Placed], lease_ids: list[int]) -> None:
+    """Each lease's GPUs, bound (active) from now on."""
+    bound = [
+        (lease_id, slot.gpu_id)
+        for lease_id, p in zip(lease_ids, placed, strict=True)
+        for slot in p.winner.gang
+    ]
     bulk.insert(
         LeaseGpu,
         {"lease_id": [b[0] for b in bound], "gpu_id": [b[1] for b in bound], "active": [True] * len(bound)},
         ids=False,
     )
-    commands: dict[str, list[object]] = {
-        k: []
-        for k in ("node_id", "lease_id", "kind", "payload", "fence", "state", "created_at", "expires_at")
-    }
-    for lease_id, i in zip(lease_ids, placed, strict=True):
-        job = jobs[win_jobs[i]]
-        by_node: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
-        for g in gangs[i]:
-            by_node[g[2]].append(g)
-        for node_id, gpus in by_node.items():
-            payload = {
+
+
+def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now: datetime) -> None:
+    """A bind command per lease and node of its gang (a gang across nodes binds on each), fenced by the round."""
+    rows: list[tuple[int, int, dict[str, object]]] = []  # (node id, lease id, payload)
+    for lease_id, (w, job) in zip(lease_ids, placed, strict=True):
+        by_node: dict[int, list[str]] = defaultdict(list)
+        for slot in w.gang:
+            by_node[slot.node_id].append(slot.uuid)
+        for node_id, uuids in by_node.items():
+            payload: dict[str, object] = {
                 "lease": lease_id,
-                "job": job[0],
-                "name": job[3],
-                "command": job[4],
-                "gpus": [g[1] for g in gpus],
-                "gang_gpus": len(gangs[i]),
-                "max_seconds": job[6],
-                "grace_seconds": job[5],
-                "price": w_price[i],
+                "job": job.id,
+                "name": job.name,
+                "command": job.command,
+                "gpus": uuids,
+                "gang_gpus": len(w.gang),
+                "max_seconds": job.max_seconds,
+                "grace_seconds": job.grace_seconds,
+                "price": w.price,
             }
-            for key, value in (
-                ("node_id", node_id),
-                ("lease_id", lease_id),
-                ("kind", CommandKind.BIND),
-                ("payload", payload),
-                ("fence", rnd.pk),
-                ("state", CommandState.PENDING),
-                ("created_at", now),
-                ("expires_at", now + BIND_TTL),
-            ):
-                commands[key].append(value)
-    bulk.insert(Command, commands, ids=False)
-    Job.objects.filter(pk__in=bulk.any_of([win_jobs[i] for i in placed])).update(
-        state=JobState.ALLOCATED, waited_before=0, updated_at=now
+            rows.append((node_id, lease_id, payload))
+    n = len(rows)
+    bulk.insert(
+        Command,
+        {
+            "node_id": [r[0] for r in rows],
+            "lease_id": [r[1] for r in rows],
+            "kind": [CommandKind.BIND] * n,
+            "payload": [r[2] for r in rows],
+            "fence": [rnd.pk] * n,
+            "state": [CommandState.PENDING] * n,
+            "created_at": [now] * n,
+            "expires_at": [now + BIND_TTL] * n,
+        },
+        ids=False,
     )
-    if retiered:  # locked above
+
+
+def _mark_allocated(placed: list[Placed], now: datetime) -> None:
+    """The placed winners' jobs (locked, pending) are allocated; their wait is over."""
+    n = len(placed)
+    bulk.update(
+        Job,
+        [p.winner.job_id for p in placed],
+        {"state": [JobState.ALLOCATED] * n, "waited_before": [0] * n, "updated_at": [now] * n},
+    )
+
+
+def _retier(result: Result) -> None:
+    """Leases the allocator moved to tier G (locked by _lock) are no longer preemptible."""
+    retiered = sorted(set(result.retiered.tolist()))
+    if retiered:
         Lease.objects.filter(pk__in=bulk.any_of(retiered), state__in=LIVE_LEASE_STATES).update(
             tier="G", preemptible=False
         )
-
-    _outcomes(rnd, snapshot, result, placed, skipped, type_id_of)
-    _prices(rnd, book, result, type_id_of)
-    stats.winners = len(placed)
-    stats.skipped = len(skipped)
-    stats.gpus_allocated = sum(len(gangs[i]) for i in placed)
-    for reason in skipped.values():
-        stats.skipped_reasons[reason] = stats.skipped_reasons.get(reason, 0) + 1
-    return stats
 
 
 def _skip_round_for_absent(rnd: Round, snapshot: Snapshot) -> None:
@@ -290,55 +409,62 @@ def _preempt(*, rnd: Round, victims: list[Lease], why: Preemptions, now: datetim
         lease.preempt_reason, lease.preempted_round_id = rule[lease.pk], rnd.pk
         lease.preempted_for_id = claimant[lease.pk]
         lease.lost_gpu_s = lost_gpu_seconds(lease, now)
-    Lease.objects.bulk_update(
-        victims,
-        [
-            "state",
-            "stop_requested_at",
-            "end_reason",
-            "preempt_reason",
-            "preempted_round",
-            "preempted_for",
-            "lost_gpu_s",
-        ],
+    n = len(victims)
+    bulk.update(
+        Lease,
+        ids,
+        {
+            "state": [LeaseState.STOPPING] * n,
+            "stop_requested_at": [now] * n,
+            "end_reason": [EndReason.PREEMPTED] * n,
+            "preempt_reason": [lease.preempt_reason for lease in victims],
+            "preempted_round_id": [rnd.pk] * n,
+            "preempted_for_id": [lease.preempted_for_id for lease in victims],
+            "lost_gpu_s": [lease.lost_gpu_s for lease in victims],
+        },
     )
-    Command.objects.bulk_create(
-        Command(
-            node_id=node_id,
-            lease=lease,
-            kind=CommandKind.PREEMPT,
-            fence=rnd.pk,
-            expires_at=now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
-            payload=stop_payload(lease, CommandKind.PREEMPT),
-        )
-        for lease in victims
-        for node_id in sorted(nodes[lease.pk])
+    stops = [(lease, node_id) for lease in victims for node_id in sorted(nodes[lease.pk])]
+    bulk.insert(
+        Command,
+        {
+            "node_id": [node_id for _lease, node_id in stops],
+            "lease_id": [lease.pk for lease, _node in stops],
+            "kind": [CommandKind.PREEMPT] * len(stops),
+            "payload": [stop_payload(lease, CommandKind.PREEMPT) for lease, _node in stops],
+            "fence": [rnd.pk] * len(stops),
+            "state": [CommandState.PENDING] * len(stops),
+            "created_at": [now] * len(stops),
+            "expires_at": [
+                now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL for lease, _node in stops
+            ],
+        },
+        ids=False,
     )
     Job.objects.filter(pk__in=[lease.job_id for lease in victims]).exclude(state=JobState.CANCELLED).update(
         state=JobState.PREEMPTING, updated_at=now
     )
-    return [lease.pk for lease in victims]
+    return ids
 
 
 def _outcomes(
     rnd: Round,
     snapshot: Snapshot,
     result: Result,
-    placed: list[int],
+    placed: list[Placed],
+    winners: list[Winner],
     skipped: dict[int, str],
-    type_id_of: list[int],
+    type_ids: list[int],
 ) -> None:
     """One row per bid: winners placed, winners skipped at commit (with why), losers (with why). Built as
-    columns, a list per field, since a round writes 20,000 of them."""
+    columns, a list per field, since a round writes 200,000 of them."""
     versions = snapshot.bid_versions
-    w, lo = result.winners, result.losers
-    win_jobs, tiers, wtypes, prices = w.job.tolist(), w.tier.tolist(), w.gpu_type.tolist(), w.price.tolist()
-    by_job = {job: i for i, job in enumerate(win_jobs)}
-    skip_rows = [by_job[job] for job in skipped]
+    by_job = {w.job_id: w for w in winners}
+    won = [p.winner for p in placed]
+    lost = [by_job[job] for job in skipped]
+    lo = result.losers
     lose_jobs = lo.job.tolist()
-    jobs = [win_jobs[i] for i in placed] + list(skipped) + lose_jobs
-    n_won, n = len(placed), len(jobs)
-    reason_names = [REASON_NAMES[r] for r in lo.reason.tolist()]
+    jobs = [w.job_id for w in won] + list(skipped) + lose_jobs
+    n_won, n = len(won), len(jobs)
     bulk.insert(
         BidOutcome,
         {
@@ -346,31 +472,36 @@ def _outcomes(
             "job_id": jobs,
             "bid_version": [versions[job] for job in jobs],
             "won": [True] * n_won + [False] * (n - n_won),
-            "tier": [TIER_NAMES[tiers[i]] for i in placed] + [""] * (n - n_won),
-            "gpu_type_id": [
-                type_id_of[t] for t in [wtypes[i] for i in placed + skip_rows] + lo.gpu_type.tolist()
-            ],
-            "price": [prices[i] for i in placed + skip_rows] + [None] * len(lose_jobs),
-            "reason": [""] * n_won + list(skipped.values()) + reason_names,
+            "tier": [w.tier for w in won] + [""] * (n - n_won),
+            "gpu_type_id": [w.gpu_type_id for w in won + lost] + [type_ids[t] for t in lo.gpu_type.tolist()],
+            "price": [w.price for w in won + lost] + [None] * len(lose_jobs),
+            "reason": [""] * n_won + list(skipped.values()) + [REASON_NAMES[r] for r in lo.reason.tolist()],
             "figure": [None] * (n_won + len(skipped)) + [None if f < 0 else f for f in lo.figure.tolist()],
         },
         ids=False,
     )
 
 
-def _prices(rnd: Round, book: Book, result: Result, type_id_of: list[int]) -> None:
+def _prices(rnd: Round, book: Book, result: Result, type_ids: list[int]) -> None:
     posted_now, reserve = book.types.posted.tolist(), book.types.reserve.tolist()
     spot, nxt = result.spot_price.tolist(), result.posted.tolist()
     RoundPrice.objects.bulk_create(
         RoundPrice(
             round=rnd,
-            gpu_type_id=type_id_of[k],
+            gpu_type_id=type_ids[k],
             reserve=reserve[k],
             posted=posted_now[k],
             spot=None if spot[k] < 0 else spot[k],
             next_posted=nxt[k],
         )
-        for k in range(len(type_id_of))
+        for k in range(len(type_ids))
     )
-    for k, type_id in enumerate(type_id_of):
+    for k, type_id in enumerate(type_ids):
         GpuType.objects.filter(pk=type_id).update(posted_price=nxt[k])
+
+
+def _count(reasons: Iterable[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for reason in reasons:
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
