@@ -15,17 +15,24 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Local platform: web, Celery worker and beat on SQLite and kombu's filesystem broker under var/, DEBUG on,
-# demo data loaded, a round every 30 s.
+# demo data loaded, a round every 30 s. It also writes .env (if there is none: a user's own is kept) with the
+# same local settings, so that `manage.py ...` in this checkout works afterwards without typing them; the
+# environment always wins over .env (config/env.py).
 run: export DEBUG = 1
 run: export TLS = 0
 run: export DATABASE_URL =
 run: export REDIS_URL =
 run: export ROUND_SECONDS ?= 30
 run: export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-run: install
+run: install .env
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_data
 	$(VENV)/bin/honcho -f Procfile start
+
+.env:
+	printf '%s\n' '# Written by `make run`: the local settings for manage.py in this checkout. Variables set in the' \
+		'# environment win over these (config/env.py); edit freely, `make run` never overwrites this file.' \
+		'DEBUG=1' 'TLS=0' 'DATABASE_URL=' 'REDIS_URL=' > $@
 
 # Whole suite against the real PostgreSQL and Redis (started here if installed but stopped).
 test: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
