@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -127,7 +128,10 @@ def check_json(data: Any) -> None:
 
 
 class JSONParser(parsers.JSONParser):
-    """A JSON object of at most DATA_UPLOAD_MAX_MEMORY_SIZE bytes, at most MAX_DEPTH levels deep."""
+    """A JSON object of at most DATA_UPLOAD_MAX_MEMORY_SIZE bytes, at most MAX_DEPTH levels deep; numbers with
+    a fraction or exponent as JsonNumber, so that amounts keep their exact text."""
+
+    number: Callable[[str], float] = JsonNumber
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
@@ -140,7 +144,7 @@ class JSONParser(parsers.JSONParser):
         except (UnicodeDecodeError, LookupError) as exc:
             raise exceptions.ParseError(f"body is not valid {encoding}") from exc
         try:
-            data = json.loads(text, parse_constant=_Constant, parse_float=JsonNumber)
+            data = json.loads(text, parse_constant=_Constant, parse_float=self.number)
         except RecursionError as exc:
             raise _invalid("body", f"is nested deeper than {MAX_DEPTH} levels") from exc
         except ValueError as exc:  # JSONDecodeError, the 4300-digit integer limit
@@ -149,3 +153,10 @@ class JSONParser(parsers.JSONParser):
             raise _invalid("body", "must be a JSON object")
         check_json(data)
         return data
+
+
+class MeasurementJSONParser(JSONParser):
+    """The node agents' bodies (nodeagent/api/agent.AgentView): measurements, never amounts, so numbers are
+    plain floats, which usage parsing checks for by exact type (`type(x) is float`) and at its rate wants."""
+
+    number = float

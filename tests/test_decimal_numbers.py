@@ -202,3 +202,15 @@ def test_a_retry_is_the_same_request_when_its_numbers_have_the_same_value(market
 def test_canonical_json_writes_numbers_by_value() -> None:
     body = JSONParser().parse(io.BytesIO(b'{"b": [3, 3.0, 3e0, 2.50, "3", -0.0, 1e-999999999], "a": 0.1}'))
     assert canonical_json(body) == '{"a":0.1,"b":[3,3,3,2.5,"3",0,1e-999999999]}'
+
+
+def test_the_agents_bodies_keep_plain_floats() -> None:
+    # Usage parsing checks `type(x) is float` (nodeagent/services/usage_parse.py): the agent views' parser
+    # gives exactly floats, the API's amounts parser JsonNumbers.
+    from config.parsers import JsonNumber, MeasurementJSONParser
+    from nodeagent.api.agent import AgentView, UsageView
+
+    body = MeasurementJSONParser().parse(io.BytesIO(b'{"util": 0.5, "n": 2}'))
+    assert type(body["util"]) is float and type(body["n"]) is int
+    assert type(_parse("0.5")) is JsonNumber and _parse("0.5").text == "0.5"
+    assert AgentView.parser_classes == UsageView.parser_classes == [MeasurementJSONParser]
