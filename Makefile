@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: run test install lint format typecheck bench migrate clean
+.PHONY: run test check install lint format typecheck bench migrate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,7 +34,12 @@ run: install .env
 		'# environment win over these (config/env.py); edit freely, `make run` never overwrites this file.' \
 		'DEBUG=1' 'TLS=0' 'DATABASE_URL=' 'REDIS_URL=' > $@
 
-# Whole suite against the real PostgreSQL and Redis (started here if installed but stopped).
+# pytest-xdist workers (each with its own test database); PYTEST_PARALLEL= runs in one process.
+PYTEST_PARALLEL ?= -n 2
+
+# Whole suite against the real PostgreSQL and Redis (started here if installed but stopped). The PostgreSQL
+# restart test runs inside it on a private cluster it makes (tests/faults/test_private_postgres.py), so the
+# machine's server is never restarted.
 test: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
 test: export REDIS_URL ?= redis://127.0.0.1:6379/0
 test: install
@@ -42,9 +47,18 @@ test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest
-	# Alone, after the rest: it restarts the PostgreSQL server (tests/faults/test_postgres_restart.py).
-	$(VENV)/bin/pytest -m pg_restart
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
+
+# The inner loop, a few minutes: lint, types and every test that needs neither a browser nor real worker and
+# agent processes (no `browser` or `integration` marker), two at a time. `make test` before a merge.
+check: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
+check: export REDIS_URL ?= redis://127.0.0.1:6379/0
+check: install
+	scripts/ensure-services
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q -m "not browser and not integration" $(PYTEST_PARALLEL)
 
 lint: install
 	$(VENV)/bin/ruff check .
