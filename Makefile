@@ -50,7 +50,8 @@ test: install
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
 
 # The inner loop, a few minutes: lint, types and every test that needs neither a browser nor real worker and
-# agent processes (no `browser` or `integration` marker), two at a time. `make test` before a merge.
+# agent processes nor minutes of generated input (no `browser`, `integration` or `slow` marker), two at a
+# time. `make test` before a merge.
 check: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
 check: export REDIS_URL ?= redis://127.0.0.1:6379/0
 check: install
@@ -58,7 +59,7 @@ check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -q -m "not browser and not integration" $(PYTEST_PARALLEL)
+	$(VENV)/bin/pytest -q -m "not browser and not integration and not slow" $(PYTEST_PARALLEL)
 
 lint: install
 	$(VENV)/bin/ruff check .

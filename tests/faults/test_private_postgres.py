@@ -51,8 +51,9 @@ def test_without_initdb_it_fails_naming_what_is_missing(
 @pytest.mark.integration
 def test_postgres_restart_on_a_private_cluster() -> None:
     with private_cluster() as pg:
+        # A pytest of its own: none of this run's xdist or current-test variables.
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))},
             "DATABASE_URL": pg.url("gpumarket"),
             "FAULTS_PG_CTL": shlex.join(pg.ctl),
             "PYTHONPATH": str(ROOT),
