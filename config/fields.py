@@ -75,9 +75,8 @@ class TextField(serializers.CharField):
         return value
 
 
-@extend_schema_field(
-    OpenApiTypes.STR
-)  # in requests, a string with its pattern or a number (config/schema.py)
+# A string in responses; in requests, oneOf a string with its pattern or a number (config/schema.py).
+@extend_schema_field(OpenApiTypes.STR)
 class DecimalStringField(serializers.Field):  # type: ignore[type-arg]
     """A decimal number from `low` to `high` with at most `places` decimals, as a JSON string written plainly
     ("12.5": no sign, exponent, leading zero or spaces; the regex config.inputs.decimal_pattern builds, which
