@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: run test install lint format typecheck bench migrate clean
+.PHONY: run test check install lint format typecheck bench migrate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -15,19 +15,31 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 # Local platform: web, Celery worker and beat on SQLite and kombu's filesystem broker under var/, DEBUG on,
-# demo data loaded, a round every 30 s.
+# demo data loaded, a round every 30 s. It also writes .env (if there is none: a user's own is kept) with the
+# same local settings, so that `manage.py ...` in this checkout works afterwards without typing them; the
+# environment always wins over .env (config/env.py).
 run: export DEBUG = 1
 run: export TLS = 0
 run: export DATABASE_URL =
 run: export REDIS_URL =
 run: export ROUND_SECONDS ?= 30
 run: export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
-run: install
+run: install .env
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py demo_data
 	$(VENV)/bin/honcho -f Procfile start
 
-# Whole suite against the real PostgreSQL and Redis (started here if installed but stopped).
+.env:
+	printf '%s\n' '# Written by `make run`: the local settings for manage.py in this checkout. Variables set in the' \
+		'# environment win over these (config/env.py); edit freely, `make run` never overwrites this file.' \
+		'DEBUG=1' 'TLS=0' 'DATABASE_URL=' 'REDIS_URL=' > $@
+
+# pytest-xdist workers (each with its own test database); PYTEST_PARALLEL= runs in one process.
+PYTEST_PARALLEL ?= -n 2
+
+# Whole suite against the real PostgreSQL and Redis (started here if installed but stopped). The PostgreSQL
+# restart test runs inside it on a private cluster it makes (tests/faults/test_private_postgres.py), so the
+# machine's server is never restarted.
 test: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
 test: export REDIS_URL ?= redis://127.0.0.1:6379/0
 test: install
@@ -35,9 +47,19 @@ test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest
-	# Alone, after the rest: it restarts the PostgreSQL server (tests/faults/test_postgres_restart.py).
-	$(VENV)/bin/pytest -m pg_restart
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
+
+# The inner loop, a few minutes: lint, types and every test that needs neither a browser nor real worker and
+# agent processes nor minutes of generated input (no `browser`, `integration` or `slow` marker), two at a
+# time. `make test` before a merge.
+check: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
+check: export REDIS_URL ?= redis://127.0.0.1:6379/0
+check: install
+	scripts/ensure-services
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -q -m "not browser and not integration and not slow" $(PYTEST_PARALLEL)
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -3,17 +3,27 @@
 Each one fails loudly (ImproperlyConfigured naming the variable) on a value it cannot read, instead of
 quietly falling back: `DEBUG=yes please` is a mistake to report, not a False. Secrets may also come from
 `NAME_FILE`, the path of a file holding the value (Docker and systemd credentials work that way).
+
+A checkout's `.env` (written by `make run`) may fill in variables the environment leaves unset
+(`read_dotenv`); a variable that is set, even to "", always wins, so a deployment's own settings are never
+overridden by a file lying about.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
 _TRUE = {"1", "true", "yes", "on"}
+# `NAME=value`, optionally after `export `; the value optionally in single or double quotes.
+_DOTENV_LINE = re.compile(r"(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)\s*=\s*(.*)")
+# Names the path of the `.env` to read; set to "" the settings read none (the test suite does: a developer's
+# `.env` must not change what the tests see).
+ENV_FILE_VARIABLE = "GPUMARKET_ENV_FILE"
 _FALSE = {"0", "false", "no", "off", ""}
 
 
@@ -85,3 +95,34 @@ def local_secret_key(path: Path) -> str:
     path.write_text(key)
     path.chmod(0o600)
     return key
+
+
+def dotenv_path(default: Path) -> Path | None:
+    """The `.env` to read: GPUMARKET_ENV_FILE's path, none if that is set to "", else `default`."""
+    override = os.environ.get(ENV_FILE_VARIABLE)
+    if override is None:
+        return default
+    return Path(override) if override.strip() else None
+
+
+def read_dotenv(path: Path | None) -> list[str]:
+    """Set the variables `path` names that the environment does not: `NAME=value` lines, `#` comments and
+    blank lines (values may be quoted; nothing is expanded). A missing file is no file; a line that is none
+    of these stops the process naming the file and line. Returns the names it set."""
+    if path is None or not path.is_file():
+        return []
+    filled = []
+    for number, raw in enumerate(path.read_text().splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _DOTENV_LINE.fullmatch(line)
+        if match is None:
+            raise ImproperlyConfigured(f"{path}:{number}: expected NAME=value, got {line[:40]!r}")
+        name, value = match.group(1), match.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        if name not in os.environ:  # the environment wins, even a variable set to ""
+            os.environ[name] = value
+            filled.append(name)
+    return filled

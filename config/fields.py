@@ -9,7 +9,7 @@ the schema forbids accepted. DRF's own fields are looser than their schema: a Ch
 from __future__ import annotations
 
 import re
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from functools import cache
 from typing import Any
 
@@ -19,6 +19,7 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 
 from config.inputs import DECIMAL_MAX_CHARS, decimal_pattern
+from config.parsers import JsonNumber
 
 # What a text field trims and what counts as blank: ASCII whitespace only, because Python's `str.strip` and
 # ECMA's `\s` disagree about the rest (U+001C to U+001F, U+0085, U+FEFF).
@@ -74,12 +75,16 @@ class TextField(serializers.CharField):
         return value
 
 
-@extend_schema_field(OpenApiTypes.STR)  # and its pattern, in requests (config/schema.py)
+# A string in responses; in requests, oneOf a string with its pattern or a number (config/schema.py).
+@extend_schema_field(OpenApiTypes.STR)
 class DecimalStringField(serializers.Field):  # type: ignore[type-arg]
-    """A decimal number as a JSON string from `low` to `high` with at most `places` decimals, written plainly
-    ("12.5": no sign, exponent, leading zero or spaces): the regex config.inputs.decimal_pattern builds, which
-    the schema documents. A JSON number is refused with a 400: these are exact amounts, and a float cannot
-    hold 0.1. Gives a Decimal; subclasses turn it into what they store."""
+    """A decimal number from `low` to `high` with at most `places` decimals, as a JSON string written plainly
+    ("12.5": no sign, exponent, leading zero or spaces; the regex config.inputs.decimal_pattern builds, which
+    the schema documents) or as a JSON number (12.5, 3, 1e2). A number is taken at the exact value of its
+    text (config/parsers.JsonNumber keeps it), never through a float, and meets the same bounds; a number with
+    more decimals than `places` (0.00000015 credits) is a 400, not a rounding. true, false, NaN and Infinity
+    are a 400 naming the field. Gives a Decimal; subclasses turn it into what they store; responses give
+    strings."""
 
     example = "12.5"
 
@@ -99,14 +104,43 @@ class DecimalStringField(serializers.Field):  # type: ignore[type-arg]
     def schema_pattern(self) -> str:
         return f"^(?:{self.pattern})$"
 
+    def number_schema(self) -> dict[str, Any]:
+        """The JSON-number form in the schema: the same bounds, and multipleOf for the decimals."""
+        low, high = self.bounds()
+        return {
+            "type": "number",
+            "minimum": _json_number(low),
+            "maximum": _json_number(high),
+            "multipleOf": _json_number(Decimal(1).scaleb(-self.places)),
+        }
+
     def to_internal_value(self, data: Any) -> Any:
-        if isinstance(data, int | float) and not isinstance(data, bool):
-            raise serializers.ValidationError(f'must be a string such as "{self.example}", not a JSON number')
+        if isinstance(data, bool):
+            raise serializers.ValidationError(
+                f'must be a number or a decimal string such as "{self.example}"'
+            )
+        if isinstance(data, int | float):
+            return self.number(data)
         if not isinstance(data, str):
-            raise serializers.ValidationError(f'must be a decimal string such as "{self.example}"')
+            raise serializers.ValidationError(
+                f'must be a number or a decimal string such as "{self.example}"'
+            )
         if not _compiled(self.pattern).fullmatch(data):
             raise serializers.ValidationError(self.explain(data))
         return Decimal(data)
+
+    def number(self, data: int | float) -> Decimal:
+        """A JSON number's exact value, within the bounds and places the string form has."""
+        number = exact_number(data)
+        if number is None:
+            raise serializers.ValidationError("is out of range for a number")
+        problem = self.out_of_bounds(number)
+        if problem is None and decimal_places(number) > self.places:
+            problem = self.too_many_places()
+        if problem is not None:
+            raise serializers.ValidationError(problem)
+        # Bounded now (at most 10^9 with `places` decimals), so the quantize is exact; -0 becomes 0.
+        return abs(number) if number.is_zero() else number.quantize(Decimal(1).scaleb(-self.places))
 
     def explain(self, text: str) -> str:
         """Why `text` does not match: the bound it misses where it is a plain decimal."""
@@ -117,15 +151,55 @@ class DecimalStringField(serializers.Field):  # type: ignore[type-arg]
                 f"at most {self.places} decimals"
             )
         number = Decimal(text)  # plain and short: it parses
+        return self.out_of_bounds(number) or self.too_many_places()
+
+    def out_of_bounds(self, number: Decimal) -> str | None:
         low, high = self.bounds()
         if number > high:
             return self.too_high(high)
         if number < low:
-            return "must be positive" if low == Decimal(1).scaleb(-self.places) else f"must be at least {low}"
-        return f"has more than {self.places} decimals"
+            return self.too_low(low)
+        return None
 
     def too_high(self, high: Decimal) -> str:
         return f"must be at most {high}"
+
+    def too_low(self, low: Decimal) -> str:
+        return "must be positive" if low == Decimal(1).scaleb(-self.places) else f"must be at least {low}"
+
+    def too_many_places(self) -> str:
+        return f"has more than {self.places} decimals"
+
+
+def exact_number(data: int | float) -> Decimal | None:
+    """The exact value of a JSON number: an int as it is, a JsonNumber from its text. A plain float (from
+    Python code, not a request) is read from its repr, the text a JSON encoder writes for it. None where the
+    text is beyond what a Decimal holds (an exponent past 10^18 digits)."""
+    if isinstance(data, int):
+        return Decimal(data)
+    text = data.text if isinstance(data, JsonNumber) else repr(data)
+    try:
+        number = Decimal(text)
+    except InvalidOperation:
+        return None
+    return number if number.is_finite() else None
+
+
+def decimal_places(number: Decimal) -> int:
+    """How many decimals the value needs (2.50 and 25e-1 need 1), read from its digits, without arithmetic:
+    `number` may be 1e-999999999."""
+    _, digits, exponent = number.as_tuple()
+    assert isinstance(exponent, int)  # finite
+    significant = "".join(map(str, digits)).rstrip("0")
+    if not significant:
+        return 0
+    return max(0, -(exponent + len(digits) - len(significant)))
+
+
+def _json_number(value: Decimal) -> int | float:
+    """A schema bound as JSON writes it: whole numbers as integers, the rest as the float whose shortest
+    text is the decimal (0.0167, 1e-06)."""
+    return int(value) if value == value.to_integral_value() else float(value)
 
 
 @cache

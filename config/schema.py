@@ -2,6 +2,8 @@
 schema says exactly what the API takes (docs/reliability.md §The schema):
 
 - a field with a `schema_pattern` (config/fields.py: decimal strings, text; instants) documents it in requests;
+  a decimal field (config/fields.DecimalStringField) takes a JSON number too: oneOf its string with the
+  pattern, or a number with the same bounds and multipleOf its smallest step;
 - a body that refuses unknown names (config/api.BodySerializer.refuse_unknown) says additionalProperties: false;
 - a list that may not be empty (a ListSerializer with allow_empty=False, such as a job's bids) says minItems: 1.
 """
@@ -20,6 +22,10 @@ class AutoSchema(openapi.AutoSchema):
         pattern = getattr(field, "schema_pattern", None)
         if direction == "request" and pattern and isinstance(schema, dict) and not field.read_only:
             schema.setdefault("pattern", pattern)  # a validator's own pattern (a username's) says more
+            number_schema = getattr(field, "number_schema", None)
+            if number_schema is not None:
+                string = {"type": schema.pop("type"), "pattern": schema.pop("pattern")}
+                schema = {"oneOf": [string, number_schema()], **schema}
         return schema
 
     def _map_basic_serializer(self, serializer: Any, direction: Any) -> Any:

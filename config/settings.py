@@ -1,5 +1,6 @@
 """One settings module, read from the environment (see README §Configuration).
 
+Variables the environment leaves unset may come from the checkout's `.env` (`make run` writes one).
 Local defaults need no configuration when DEBUG is on: SQLite and an embedded (filesystem) Celery broker under
 var/, and a secret key generated once into var/. With DEBUG off (the default) a real SECRET_KEY is required
 and cookies, HSTS and SSL redirects follow the TLS settings.
@@ -12,10 +13,22 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_networks, env_str, local_secret_key
+from config.env import (
+    dotenv_path,
+    env_bool,
+    env_int,
+    env_list,
+    env_networks,
+    env_str,
+    local_secret_key,
+    read_dotenv,
+)
 from ops.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The checkout's `.env` (`make run` writes it) fills in only what the environment leaves unset, before any
+# setting is read: a deployment's variables always win (config/env.py).
+read_dotenv(dotenv_path(BASE_DIR / ".env"))
 VAR_DIR = Path(env_str("GPUMARKET_VAR_DIR") or BASE_DIR / "var")
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 

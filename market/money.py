@@ -33,10 +33,13 @@ def format_credits(micro: int) -> str:
 
 def format_fixed(micro: int, *, decimals: int = 2, up: bool = False) -> str:
     """Credits with exactly `decimals` decimals ("1,234.50"), rounded half up, or up with `up` (for a price
-    one must bid at least, so that the figure shown is enough)."""
+    one must bid at least, so that the figure shown is enough). A non-zero amount that would round to zero
+    is written exactly instead ("0.004167"): a charge for a 15-second job must not read as nothing."""
     unit = MICRO // 10**decimals
     sign = "-" if micro < 0 else ""
     value = abs(int(micro))
     units = -(-value // unit) if up else (value + unit // 2) // unit
+    if units == 0 and value:
+        return f"{sign}0.{value:06d}".rstrip("0")
     whole, frac = divmod(units, 10**decimals)
     return f"{sign}{whole:,}.{frac:0{decimals}d}" if decimals else f"{sign}{whole:,}"

@@ -7,6 +7,7 @@ For tenant alpha, bob (a member of beta) is the outsider; every endpoint is test
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -88,10 +89,18 @@ def _user(username: str, *, staff: bool = False) -> User:
     )
 
 
+BROWSER_TESTS = Path(__file__).resolve().parent / "browser"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked pg_restart restart the PostgreSQL server every other session shares (and every other
-    test of a parallel run): they run only when the marker expression names them (`-m pg_restart`, as
-    `make test` does in a run of their own), and show as deselected otherwise."""
+    """Every test under tests/browser/ is marked `browser` (so `make check` can leave them all out).
+
+    The test marked pg_restart restarts the PostgreSQL server it runs on: it runs only when the marker
+    expression names it (`-m pg_restart`, as tests/faults/test_private_postgres.py does against a private
+    cluster of its own), and shows as deselected otherwise."""
+    for item in items:
+        if BROWSER_TESTS in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.browser)
     if "pg_restart" in (config.getoption("markexpr") or ""):
         return
     chosen, left = [], []

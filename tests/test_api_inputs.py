@@ -49,7 +49,10 @@ def _takes(field: serializers.Field, value: Any) -> bool:  # type: ignore[type-a
 def test_decimal_fields_take_what_their_pattern_says(field: Any) -> None:
     for text in DECIMALS:
         assert _valid(field.schema_pattern, text) == _takes(field, text), text
-    assert not _takes(field, 5) and not _takes(field, 5.5) and not _takes(field, True)
+    # A JSON number is the other form (tests/test_decimal_numbers.py); true never is.
+    assert (
+        _takes(field, 5) and _takes(field, 5.5) and not _takes(field, True) and not _takes(field, 5.0000001)
+    )
 
 
 def test_decimal_pattern_is_the_range_it_names() -> None:
@@ -204,9 +207,16 @@ def test_the_schema_states_the_rules(client: Any) -> None:
     schema = client.get("/api/schema/?format=json").json()
     parts = schema["components"]["schemas"]
     submit = parts["JobSubmitRequest"]["properties"]
-    assert submit["max_hours"]["pattern"] == HoursField().schema_pattern
+    # A decimal is a string with the pattern or a number with the same bounds and step.
+    assert submit["max_hours"]["oneOf"] == [
+        {"type": "string", "pattern": HoursField().schema_pattern},
+        {"type": "number", "minimum": 0.0167, "maximum": 168, "multipleOf": 0.0001},
+    ]
     assert submit["bids"]["minItems"] == 1
-    assert parts["BidEntryRequest"]["properties"]["limit"]["pattern"] == CreditsField().schema_pattern
+    assert parts["BidEntryRequest"]["properties"]["limit"]["oneOf"] == [
+        {"type": "string", "pattern": CreditsField().schema_pattern},
+        {"type": "number", "minimum": 0.000001, "maximum": 1_000_000_000, "multipleOf": 0.000001},
+    ]
     assert submit["name"]["pattern"] == TEXT
     assert parts["PatchedHoldPolicyRequest"]["additionalProperties"] is False
     assert "pattern" not in parts["PriceBoard"]["properties"]["reserve_credits"]  # responses say "1,000"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from typing import Any
 
 from django.http import Http404
@@ -18,6 +17,7 @@ from accounts.access import access_tenant
 from accounts.models import ApiToken, Tenant
 from accounts.services import PolicyError
 from config.api import Pagination
+from config.parsers import canonical_json
 from market.api.jobs_serializers import (
     BidAmendSerializer,
     JobDetailSerializer,
@@ -71,9 +71,10 @@ def _idempotency_key(request: Request) -> str:
 
 
 def _digest(data: Any) -> str:
-    """sha256 of the body as canonical JSON (sorted keys, no spaces): the same request has the same digest."""
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """sha256 of the body as canonical JSON (config/parsers.canonical_json: sorted keys, no spaces, numbers
+    by exact value): the same request has the same digest. `"max_hours": 3` and `"max_hours": 3.0` are the
+    same request; `"max_hours": "3"` is another (a retry resends its own body: docs/jobs.md)."""
+    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 
 def _first_response(job: Job) -> dict[str, Any]:

@@ -48,8 +48,8 @@ HOURS_MIN = (Decimal(MIN_SECONDS) / 3600).quantize(Decimal(1).scaleb(-HOURS_DECI
 
 
 class HoursField(DecimalStringField):
-    """Hours as a decimal string ("1.5", at most 4 decimals) from HOURS_MIN (a minute) to JOB_MAX_HOURS;
-    becomes whole seconds, rounded half up. A JSON number is refused (config/fields.DecimalStringField)."""
+    """Hours as a decimal string ("1.5") or a JSON number (1.5), at most 4 decimals, from HOURS_MIN (a minute)
+    to JOB_MAX_HOURS (config/fields.DecimalStringField); becomes whole seconds, rounded half up."""
 
     example = "1.5"
 
@@ -63,11 +63,8 @@ class HoursField(DecimalStringField):
         hours = super().to_internal_value(data)
         return int((hours * 3600).to_integral_value(rounding=ROUND_HALF_UP))
 
-    def explain(self, text: str) -> str:
-        message = super().explain(text)
-        if message.startswith("must be at least") or message == "must be positive":
-            return f"must be at least 1 minute ({HOURS_MIN} hours)"
-        return message
+    def too_low(self, low: Decimal) -> str:
+        return f"must be at least 1 minute ({HOURS_MIN} hours)"
 
     def too_high(self, high: Decimal) -> str:
         return f"must be at most {high} hours"

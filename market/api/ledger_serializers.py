@@ -36,8 +36,8 @@ class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]
 
 
 class CreditsField(DecimalStringField):
-    """Credits as a decimal string ("12.5", at most 6 decimals, positive, at most CREDITS_MAX); becomes
-    micro-credits. A JSON number is refused (config/fields.DecimalStringField). With allow_zero, "0" is
+    """Credits as a decimal string ("12.5") or a JSON number (12.5), at most 6 decimals, positive, at most
+    CREDITS_MAX (config/fields.DecimalStringField); becomes micro-credits. With allow_zero, "0" is
     taken too (a GPU type's reserve price may be free). Read-only, it renders micro-credits as credits."""
 
     def __init__(self, *, allow_zero: bool = False, **kwargs: Any) -> None:
@@ -47,8 +47,8 @@ class CreditsField(DecimalStringField):
     def to_internal_value(self, data: Any) -> int:
         return int(super().to_internal_value(data) * MICRO)
 
-    def explain(self, text: str) -> str:
-        return super().explain(text).replace("more than 6 decimals", "more decimals than a micro-credit (6)")
+    def too_many_places(self) -> str:
+        return "has more decimals than a micro-credit (6)"
 
     def too_high(self, high: Decimal) -> str:
         return f"must be at most {format_credits(int(high * MICRO))} credits"

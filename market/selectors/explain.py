@@ -246,7 +246,7 @@ def lease_end_sentence(
         return ""
     ran = _duration((lease.ended_at - (lease.running_at or lease.started_at)).total_seconds())
     charged = (
-        f"charged {_c(lease.charged)} credits for {gpu_seconds / 3600:.2f} GPU-hours measured"
+        f"charged {_c(lease.charged)} credits for {gpu_time(gpu_seconds)} measured"
         if lease.charged is not None
         else "not charged yet"
     )

@@ -21,16 +21,32 @@ def lost_gpu_seconds(lease: Lease, now: datetime) -> float:
 
 
 def gpu_time(gpu_seconds: float) -> str:
-    """An amount of GPU time in a unit that reads: "40 GPU-seconds", "12 GPU-minutes", "3.5 GPU-hours"."""
-    if gpu_seconds < 60:
-        n = round(gpu_seconds)
-        return f"{n} GPU-second{'' if n == 1 else 's'}"
-    if gpu_seconds < 3600:
-        n = round(gpu_seconds / 60)
-        return f"{n} GPU-minute{'' if n == 1 else 's'}"
+    """An amount of GPU time in a unit that reads, the one way every page and sentence shows measured or lost
+    GPU time: "40 GPU-seconds" under a minute, "2.5 GPU-minutes" / "12 GPU-minutes" under an hour, then
+    "1.25 GPU-hours" (two decimals under 10 hours, one under 100, whole numbers above). A 15-second job
+    reads "15 GPU-seconds", not "0.00 GPU-hours"; a non-zero amount under half a second reads "under 1
+    GPU-second", never as nothing."""
+    if 0 < gpu_seconds < 0.5:
+        return "under 1 GPU-second"
+    if gpu_seconds < 59.5:
+        return _plural(str(round(gpu_seconds)), "GPU-second")
+    minutes = gpu_seconds / 60
+    if minutes < 59.5:
+        return _plural(_trimmed(minutes, 1) if minutes < 10 else str(round(minutes)), "GPU-minute")
     hours = gpu_seconds / 3600
-    n = f"{hours:.1f}".removesuffix(".0") if hours < 100 else f"{hours:,.0f}"
-    return f"{n} GPU-hour{'' if n == '1' else 's'}"
+    if hours < 100:
+        return _plural(_trimmed(hours, 2 if hours < 10 else 1), "GPU-hour")
+    return _plural(f"{hours:,.0f}", "GPU-hour")
+
+
+def _trimmed(value: float, places: int) -> str:
+    """`value` with at most `places` decimals, trailing zeros dropped: 1.50 -> "1.5", 2.00 -> "2"."""
+    text = f"{value:.{places}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _plural(number: str, unit: str) -> str:
+    return f"{number} {unit}{'' if number == '1' else 's'}"
 
 
 def lost_by_tenant(*, round_id: int | None = None) -> dict[str, float]:

@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.parsers import MeasurementJSONParser
 from market.selectors.policy import current_fence
 from nodeagent.api import serializers as s
 from nodeagent.api.auth import IsNode, NodeAuthentication
@@ -37,6 +38,7 @@ _NOT_YOURS = OpenApiResponse(description="Not this node's (another node's lease 
 
 class AgentView(APIView):
     authentication_classes = [NodeAuthentication]
+    parser_classes = [MeasurementJSONParser]  # plain floats: measurements, not amounts (config/parsers.py)
     permission_classes = [IsNode]
 
     def node(self, request: Request) -> Node:

@@ -125,7 +125,7 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
         page.locator(f"[data-field=ended-{lease.pk}]")
         .inner_text()
         .startswith(
-            "Completed: the job exited normally after 30 minutes; charged 4.00 credits for 2.00 GPU-hours measured"
+            "Completed: the job exited normally after 30 minutes; charged 4.00 credits for 2 GPU-hours measured"
         )
     )
     shot(page, tmp_path, "job-won")

@@ -6,6 +6,7 @@ rounds and run as the demo agents run them (started, measured for the demo job's
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
@@ -102,7 +103,13 @@ def _whatif_in_the_console(url: str, page: Any, tmp_path: Path, password: str, j
         assert table.locator("tr", has_text=figure).count() >= 1
     assert page.locator("#whatif-tenants tr", has_text="vision").count() == 1
     assert page.locator("figure.chart-box img").count() == 4
-    page.wait_for_function("Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)")
+    # Polled from here, not with wait_for_function: when its first look fails, Playwright re-evaluates the
+    # expression in the page with eval, which the portal's CSP (script-src 'self') refuses.
+    deadline = time.monotonic() + 30
+    loaded = "Array.from(document.images).every(i => i.complete && i.naturalWidth > 0)"
+    while not page.evaluate(loaded):
+        assert time.monotonic() < deadline, "the what-if charts did not load"
+        time.sleep(0.1)
     shot(page, tmp_path, "whatif", docs=True)
 
     page.click("button:has-text('Apply the proposal')")

@@ -7,13 +7,13 @@ that starts a round, while the agents' jobs run and report. Afterwards: every jo
 run twice (no two leases of one job overlapped, one completed lease per job), every lease settled once, every
 round finished, ledger_check passing.
 
-It restarts the whole server, so every other session on it is cut too: it carries the `pg_restart` marker
-and runs only when the marker expression names it (`pytest -m pg_restart`; tests/conftest.py deselects it
-otherwise), as `make test` does in a run of its own after the rest. The server is
-restarted with `$FAULTS_PG_CTL restart` (default `pg_ctlcluster --skip-systemctl-redirect <version> main`,
-the machine's one cluster); a private cluster works as well, e.g.
-FAULTS_PG_CTL="runuser -u postgres -- /usr/lib/postgresql/15/bin/pg_ctl -D DIR -l LOG -w". Whatever happens,
-the test leaves the server running: if it does not answer afterwards, `$FAULTS_PG_CTL start`.
+It restarts the whole server, so every other session on it is cut too: it runs on a private, throwaway
+cluster (issue 29). tests/faults/test_private_postgres.py makes one (initdb in a temporary directory, a free
+port) and runs this module in a pytest of its own with DATABASE_URL on it and FAULTS_PG_CTL restarting it;
+that test is part of the main run, so `make test` needs no separate step. This test carries the `pg_restart`
+marker and runs only when the marker expression names it (tests/conftest.py deselects it otherwise); without
+FAULTS_PG_CTL it fails rather than restart the machine's own server. Whatever happens, the test leaves the
+server running: if it does not answer afterwards, `$FAULTS_PG_CTL start`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -64,14 +63,13 @@ JOB_SECONDS = 6
 
 def _pg_ctl() -> list[str]:
     configured = os.environ.get("FAULTS_PG_CTL")
-    if configured:
-        return shlex.split(configured)
-    versions = (
-        sorted(p.name for p in Path("/etc/postgresql").iterdir()) if Path("/etc/postgresql").exists() else []
-    )
-    if len(versions) != 1:
-        pytest.fail(f"set FAULTS_PG_CTL: /etc/postgresql holds {versions or 'no cluster'}, not one")
-    return ["pg_ctlcluster", "--skip-systemctl-redirect", versions[0], "main"]
+    if not configured:
+        pytest.fail(
+            "FAULTS_PG_CTL is not set: this test restarts its server, so it runs on a private cluster through "
+            "tests/faults/test_private_postgres.py (`pytest tests/faults/test_private_postgres.py`), never on "
+            "the machine's own server"
+        )
+    return shlex.split(configured)
 
 
 def _answers() -> bool:

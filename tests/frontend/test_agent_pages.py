@@ -37,7 +37,7 @@ def test_a_running_job_shows_its_usage_charts_and_escaped_log_tail(market: Marke
     util = re.search(rf'aria-label="Lease {lease.pk}: GPU utilisation".*?points="([^"]+)"', html, re.S)
     assert util is not None and len(util.group(1).split()) == 30
     assert "epoch 3 loss 0.12\n&lt;script&gt;alert(1)&lt;/script&gt;" in html and "<script>alert" not in html
-    assert "3600 GPU-seconds over 30 samples" in html  # 2 GPUs x 30 minutes, the lease's own counters
+    assert "1 GPU-hour over 30 samples" in html  # 2 GPUs x 30 minutes, the lease's own counters
     assert "0.300 kWh" in html
 
 
@@ -80,9 +80,9 @@ def test_a_report_of_another_leases_gpus_is_not_on_this_jobs_chart(market: Marke
     ("reason", "says"),
     [
         ("node_lost", "stopped answering after 30 minutes, so the lease was ended; charged 2.00 credits for "
-         "1.00 GPU-hours measured (only what the node reported), and the job went back to the queue"),
+         "1 GPU-hour measured (only what the node reported), and the job went back to the queue"),
         ("idle", "Released as idle after 30 minutes: its GPUs stayed below 10% utilisation for 10 minutes "
-         "(the market's idle policy); charged 2.00 credits for 1.00 GPU-hours measured."),
+         "(the market's idle policy); charged 2.00 credits for 1 GPU-hour measured."),
         ("completed", "Completed: the job exited normally after 30 minutes; charged 2.00 credits"),
     ],
 )  # fmt: skip
@@ -199,3 +199,25 @@ def test_a_bootstrap_token_is_shown_once_and_bad_input_is_refused_beside_the_fie
     assert token.gpu_type == market.world.h100 and token.created_by == market.world.admin
     assert AuditEvent.objects.filter(action="node.bootstrap_token").count() == 1
     assert secret.group(1) not in admin.get("/console/nodes/").content.decode()
+
+
+def test_a_short_job_reads_in_gpu_seconds_and_a_charge_that_is_not_zero(market: Market) -> None:
+    # The job page once said "charged 0.01 credits for 0.00 GPU-hours measured" for a 15-second job.
+    from market.money import format_fixed
+    from market.services.leases import lease_stopped
+
+    lease = _running(market)
+    report_usage(lease, seconds=15, every=15)
+    lease = lease_stopped(
+        lease_id=lease.pk, reason=EndReason.COMPLETED, now=lease.started_at + timedelta(seconds=15)
+    )
+    lease.refresh_from_db()
+    assert lease.charged is not None and 0 < lease.charged < 100_000  # 2 GPUs x 15 s at 2 credits: 0.0167
+    html = login(Client(), market.world.amy).get(f"/t/alpha/jobs/{market.winner.pk}/").content.decode()
+    sentence = re.search(rf'data-field="ended-{lease.pk}">([^<]+)<', html)
+    assert sentence is not None, html
+    charged = format_fixed(lease.charged)  # never "0.00" for a charge (tests/market/test_lost_work.py)
+    gpu_seconds = 15 * lease.gpus
+    assert f"charged {charged} credits for {gpu_seconds} GPU-seconds measured" in sentence.group(1)
+    assert f"{gpu_seconds} GPU-seconds over 1 sample" in html
+    assert "0.00 GPU-hours" not in html

@@ -21,7 +21,8 @@ from market.selectors.ledger import Balance, ledger_problems, tenant_balance
 from market.services import ledger as svc
 from tests.conftest import World
 
-pytestmark = pytest.mark.django_db
+# slow: minutes of generated or hostile input; `make check` leaves it out, `make test` runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 TENANTS = st.integers(0, 1)
 KEYS = st.integers(0, 5).map(lambda i: f"k{i}")

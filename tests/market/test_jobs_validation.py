@@ -74,7 +74,7 @@ BAD = [
     ),
     pytest.param({"bids": h100("-1")}, "bids[0].limit", id="limit-negative"),
     pytest.param({"bids": h100("0")}, "bids[0].limit", id="limit-zero"),
-    pytest.param({"bids": h100(5)}, "bids[0].limit", id="limit-json-number"),
+    pytest.param({"bids": h100(-5)}, "bids[0].limit", id="limit-json-number-negative"),
     pytest.param({"bids": h100("five")}, "bids[0].limit", id="limit-text"),
     pytest.param({"bids": h100(True)}, "bids[0].limit", id="limit-bool"),
     pytest.param({"bids": h100(None)}, "bids[0].limit", id="limit-null"),
@@ -87,7 +87,7 @@ BAD = [
     pytest.param({"max_hours": "-1"}, "max_hours", id="hours-negative"),
     pytest.param({"max_hours": "0.0166"}, "max_hours", id="hours-under-a-minute"),
     pytest.param({"max_hours": "168.0001"}, "max_hours", id="hours-over-limit"),
-    pytest.param({"max_hours": 2}, "max_hours", id="hours-json-number"),
+    pytest.param({"max_hours": 200}, "max_hours", id="hours-json-number-over-limit"),
     pytest.param({"max_hours": " 2"}, "max_hours", id="hours-space"),
     pytest.param({"max_hours": "02"}, "max_hours", id="hours-leading-zero"),
     pytest.param({"max_hours": "1.00001"}, "max_hours", id="hours-5-decimals"),
@@ -129,9 +129,10 @@ def test_messages_name_the_limits(market: World) -> None:
     assert detail(max_hours="0.0166") == "max_hours: must be at least 1 minute (0.0167 hours)"
     assert detail(max_hours="1.00001") == "max_hours: has more than 4 decimals"
     assert "known: A100, H100" in detail(bids=[{"gpu_type": "V100", "limit": "1"}])
-    # Hours and credits are decimal strings, as the schema says: a JSON number is refused, not rounded.
-    assert detail(max_hours=2) == 'max_hours: must be a string such as "1.5", not a JSON number'
-    assert detail(bids=h100(5)) == 'bids[0].limit: must be a string such as "12.5", not a JSON number'
+    # Hours and credits are decimal strings or JSON numbers, with the same rules: too many decimals is
+    # refused, not rounded (tests/test_decimal_numbers.py has the numbers' own cases).
+    assert detail(max_hours=200) == "max_hours: must be at most 168 hours"
+    assert detail(bids=h100(True)) == 'bids[0].limit: must be a number or a decimal string such as "12.5"'
     assert detail(bids=h100("0")) == "bids[0].limit: must be positive"
     assert detail(bids=h100("4.0000001")) == "bids[0].limit: has more decimals than a micro-credit (6)"
     assert detail(bids=h100("1e3")).startswith('bids[0].limit: must be a decimal string such as "12.5"')

@@ -138,17 +138,43 @@ def test_a_lease_that_never_ran_loses_nothing_and_the_sentence_says_nothing_of_i
 @pytest.mark.parametrize(
     "seconds,text",
     [
-        (0.4, "0 GPU-seconds"),
+        (0, "0 GPU-seconds"),
+        (0.4, "under 1 GPU-second"),  # measured, so not nothing
         (1, "1 GPU-second"),
+        (15, "15 GPU-seconds"),  # the 15-second job that read "0.00 GPU-hours measured"
         (42.4, "42 GPU-seconds"),
+        (59.6, "1 GPU-minute"),
         (60, "1 GPU-minute"),
+        (90, "1.5 GPU-minutes"),
+        (150, "2.5 GPU-minutes"),
         (720, "12 GPU-minutes"),
-        (3599, "60 GPU-minutes"),
+        (3569, "59 GPU-minutes"),
+        (3599, "1 GPU-hour"),
         (3600, "1 GPU-hour"),
         (3600 * 2, "2 GPU-hours"),
+        (4500, "1.25 GPU-hours"),
         (5400, "1.5 GPU-hours"),
+        (3600 * 12.34, "12.3 GPU-hours"),
         (3600 * 2500, "2,500 GPU-hours"),
     ],
 )
 def test_gpu_time_reads_in_a_unit_that_fits(seconds: float, text: str) -> None:
     assert gpu_time(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("micro", "text"),
+    [
+        (0, "0.00"),
+        (4_167, "0.004167"),  # a 15-second job's charge: rounds to 0.00, so written exactly
+        (1, "0.000001"),
+        (-4_000, "-0.004"),
+        (5_000, "0.01"),  # rounds half up to a cent: not zero
+        (12_345_678, "12.35"),
+        (1_234_500_000, "1,234.50"),
+    ],
+)
+def test_credits_that_round_to_zero_are_not_shown_as_zero(micro: int, text: str) -> None:
+    from market.money import format_fixed
+
+    assert format_fixed(micro) == text

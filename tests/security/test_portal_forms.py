@@ -26,7 +26,8 @@ from tests.conftest import World
 from tests.frontend.conftest import login
 from tests.market.round_helpers import make_job
 
-pytestmark = pytest.mark.django_db
+# slow: minutes of generated or hostile input; `make check` leaves it out, `make test` runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 # (label, raw urlencoded value): what a hostile client can put in one field.
 HOSTILE = [

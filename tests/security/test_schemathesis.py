@@ -22,7 +22,8 @@ from market.models import GpuType
 from market.money import MAX_AMOUNT
 from tests.conftest import World
 
-pytestmark = pytest.mark.django_db
+# slow: minutes of generated or hostile input; `make check` leaves it out, `make test` runs it.
+pytestmark = [pytest.mark.django_db, pytest.mark.slow]
 
 # Examples per operation and role: enough to try every parameter's edges, few enough to stay quick.
 EXAMPLES = 6

@@ -100,6 +100,7 @@ def test_bad_arguments_print_the_usage_and_fail(args: list[str], tmp_path: Path,
     assert "usage: " in str(caught.value) or "Error:" in str(caught.value) or "error:" in str(caught.value)
 
 
+@pytest.mark.slow  # a manage.py process per bad argument
 def test_bad_arguments_exit_non_zero_from_the_command_line(tmp_path: Path) -> None:
     import subprocess
     import sys
