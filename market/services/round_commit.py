@@ -41,6 +41,7 @@ from market.models import (
 from market.selectors.book import Snapshot
 from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
+from market.services.command_wake import commands_written
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from market.services.ledger_bulk import HoldRequest, ledger_hold_many
 from nodeagent.models import Gpu, Node
@@ -238,6 +239,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
             ):
                 commands[key].append(value)
     bulk.insert(Command, commands, ids=False)
+    commands_written(node_ids=commands["node_id"])  # type: ignore[arg-type]
     Job.objects.filter(pk__in=bulk.any_of([win_jobs[i] for i in placed])).update(
         state=JobState.ALLOCATED, waited_before=0, updated_at=now
     )
@@ -314,6 +316,7 @@ def _preempt(*, rnd: Round, victims: list[Lease], why: Preemptions, now: datetim
         for lease in victims
         for node_id in sorted(nodes[lease.pk])
     )
+    commands_written(node_ids=[n for lease in victims for n in nodes[lease.pk]])
     Job.objects.filter(pk__in=[lease.job_id for lease in victims]).exclude(state=JobState.CANCELLED).update(
         state=JobState.PREEMPTING, updated_at=now
     )
