@@ -270,7 +270,8 @@ class Window:
         self.stop_at = stop_at  # time.monotonic(), as the agents' schedules
         self.held: list[float] = []  # long polls that waited: time held, not latency
         self.woken = 0  # of those, answered with commands before their wait ran out
-        self.deliveries: list[tuple[int, float]] = []  # (command id, wall-clock time received)
+        # (command id, wall-clock time received, wall-clock time its poll was sent)
+        self.deliveries: list[tuple[int, float, float]] = []
         self.usage_acked: list[tuple[str, int, int]] = []  # every report acknowledged, window or not
 
     def counts(self, began: float) -> bool:
@@ -444,7 +445,7 @@ class LongPollAgent:
             self.LONG_POLL_MAX_S, self.poll_seconds, self.next_sample - mono, self.next_heartbeat - mono
         )
         wait = int(max(0.0, until))
-        began = time.perf_counter()
+        began, sent = time.perf_counter(), time.time()
         answer = await self.call(win, "GET", f"commands?after={self.last_command}&wait={wait}", wait=wait)
         self.next_poll = time.monotonic() + (0.0 if wait else 1.0)
         commands = sorted((answer or {}).get("commands", []), key=lambda c: int(c["id"]))
@@ -454,7 +455,7 @@ class LongPollAgent:
             if int(command["id"]) <= self.last_command:
                 continue
             if win.counts(began):
-                win.deliveries.append((int(command["id"]), time.time()))
+                win.deliveries.append((int(command["id"]), time.time(), sent))
             self.apply(command)
             self.last_command = int(command["id"])
             self.acks.append(int(command["id"]))
@@ -637,6 +638,7 @@ async def _load(
         tenant_run = loop.run_in_executor(None, _run_tenants, plan, plan["seconds"], rec, tenants)
         await asyncio.sleep(plan["seconds"] / 2)
         waiting = await _polls_waiting(http_, plan)
+        waiting |= _server_processes(plan)
         await tenant_run
         cpu_after = _cpu_now(plan)
         await asyncio.sleep(max(0.0, win.stop_at - time.monotonic()))
@@ -648,7 +650,7 @@ async def _load(
     return win, totals, waiting, cpu
 
 
-async def _polls_waiting(http_: Any, plan: dict[str, Any]) -> float | None:
+async def _polls_waiting(http_: Any, plan: dict[str, Any]) -> dict[str, Any]:
     """gpumarket_agent_polls_waiting from /metrics, summed over the server's workers."""
     url = f"http://127.0.0.1:{plan['port']}/metrics"
     async with http_.get(url, headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) as response:
@@ -656,7 +658,22 @@ async def _polls_waiting(http_: Any, plan: dict[str, Any]) -> float | None:
     values = [
         float(x.split()[-1]) for x in text.splitlines() if x.startswith("gpumarket_agent_polls_waiting ")
     ]
-    return sum(values) if values else None
+    return {"polls_waiting": sum(values) if values else None}
+
+
+def _server_processes(plan: dict[str, Any]) -> dict[str, Any]:
+    """Threads and resident memory of the web server's processes (master and workers), now."""
+    threads, rss_kb = 0, 0
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(entry) == plan["server_pid"] or fields.get("PPid", "").strip() == str(plan["server_pid"]):
+            threads += int(fields["Threads"])
+            rss_kb += int(fields["VmRSS"].split()[0])
+    return {"server_threads": threads, "server_rss_mb": round(rss_kb / 1024)}
 
 
 def _cpu_now(plan: dict[str, Any]) -> dict[str, float]:
@@ -755,28 +772,32 @@ def _serve_web(
         return subprocess.Popen(cmd, cwd=ROOT, env=env, pass_fds=[fd], stdout=out, stderr=out)
 
 
-def _delivery(deliveries: list[tuple[int, float]]) -> dict[str, Any]:
-    """Each command's delay from its row's created_at (for the round's binds: the round's start of commit)
-    to the agent receiving it; and, for the round's commands, from the end of the round's commit."""
+def _delivery(deliveries: list[tuple[int, float, float]]) -> dict[str, Any]:
+    """Each command's delay from its row's created_at (for a round's commands, the start of the round's
+    commit) to its agent receiving it. `waiting_`: only commands written while their agent's poll was already
+    waiting, from the end of the writing (for a round's, created_at plus the commit's own time): the wake-up
+    path alone; the others waited for their agent to come back from its other calls."""
     from market.models import Command, Round
 
-    received = dict(deliveries)
+    received = {pk: (at, sent) for pk, at, sent in deliveries}
     rows = list(
         Command.objects.filter(pk__in=list(received)).values_list("pk", "created_at", "kind", "fence")
     )
     commit_ms = dict(Round.objects.filter(pk__in={r[3] for r in rows}).values_list("pk", "commit_ms"))
-    written = [received[pk] - at.timestamp() for pk, at, _, _ in rows]
-    after_commit = [
-        received[pk] - at.timestamp() - (commit_ms.get(fence) or 0) / 1000
-        for pk, at, kind, fence in rows
-        if kind in ("bind", "preempt") and fence in commit_ms
-    ]
+    written = [received[pk][0] - at.timestamp() for pk, at, _, _ in rows]
+    waiting = []
+    for pk, at, kind, fence in rows:
+        done = at.timestamp() + ((commit_ms.get(fence) or 0) / 1000 if kind in ("bind", "preempt") else 0)
+        if received[pk][1] < at.timestamp():
+            waiting.append(received[pk][0] - done)
     return {
         "commands_delivered": len(rows),
         "delivery_p50_ms": round(_pct(written, 0.5), 1),
         "delivery_p99_ms": round(_pct(written, 0.99), 1),
         "delivery_max_ms": round(_pct(written, 1.0), 1),
-        "delivery_after_commit_p99_ms": round(_pct(after_commit, 0.99), 1),
+        "delivered_to_a_waiting_poll": len(waiting),
+        "waiting_delivery_p50_ms": round(_pct(waiting, 0.5), 1),
+        "waiting_delivery_p99_ms": round(_pct(waiting, 0.99), 1),
     }
 
 
@@ -871,6 +892,7 @@ def main() -> None:
         if done.returncode != 0:
             raise SystemExit(f"bench/load: the driver failed ({done.returncode})")
         result = json.loads(done.stdout)
+        (scratch / "driver.json").write_text(done.stdout)  # the raw figures, for a closer look
     finally:
         stop.set()
         if ticker.is_alive():
@@ -900,6 +922,7 @@ def main() -> None:
         "server": args.server,
         "requests": len(everything),
         "errors_5xx": errors_5xx,
+        "agent_shed_503": result["statuses"].get("503", 0),  # agents turned away unrun (config/slots.py)
         "p50_ms": round(_pct(everything, 0.5), 1),
         "p99_ms": round(_pct(everything, 0.99), 1),
         "tenant_p50_ms": round(_pct(result["tenant"], 0.5), 1),
@@ -913,7 +936,9 @@ def main() -> None:
         "held_p50_s": round(_pct(result["held"], 0.5) / 1000, 2),
         "held_p99_s": round(_pct(result["held"], 0.99) / 1000, 2),
         "polls_woken": result["woken"],
-        "polls_waiting_mid": result["polls_waiting"],
+        "polls_waiting_mid": result["polls_waiting"]["polls_waiting"],
+        "server_threads_mid": result["polls_waiting"]["server_threads"],
+        "server_rss_mb_mid": result["polls_waiting"]["server_rss_mb"],
         **delivery,
         "rounds": rounds_done[0],
         "accepted_jobs": len(result["accepted"]),

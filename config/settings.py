@@ -111,6 +111,12 @@ elif env_bool("DB_POOL", False):
         "max_size": env_int("DB_POOL_SIZE", 20, minimum=1),
         "timeout": 10,
     }
+# Under ASGI: how many sync requests of each kind one worker runs at once (config/slots.py); the rest wait
+# their turn in the event loop. Keep web + 2 x agent under DB_POOL_SIZE (the polls' looks have agent-many).
+ASGI_AGENT_SLOTS = env_int("ASGI_AGENT_SLOTS", 4, minimum=1)
+ASGI_WEB_SLOTS = env_int("ASGI_WEB_SLOTS", 8, minimum=1)
+# An agent request that waited this long for a slot is answered 503 unrun (the agent backs off).
+ASGI_AGENT_QUEUE_SECONDS = env_int("ASGI_AGENT_QUEUE_SECONDS", 5, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "accounts.User"

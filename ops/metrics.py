@@ -56,6 +56,10 @@ AGENT_POLLS_WAITING = Gauge(
     "Agents' command long polls waiting for a command now (over every live web process).",
     multiprocess_mode="livesum",
 )
+AGENT_REQUESTS_SHED = Counter(
+    "gpumarket_agent_requests_shed",
+    "Agent requests answered 503 unrun: they waited too long for a worker's slot (config/slots.py).",
+)
 CELERY_TASKS = Counter(
     "gpumarket_celery_tasks",
     "Celery tasks finished, by task name and outcome (success, failure, retry).",
@@ -95,6 +99,10 @@ def agent_command(event: str, *, kind: str, node: str, command_id: int, lease_id
         event,
         extra={"node": node, "command_id": command_id, "lease_id": lease_id, **ids},
     )
+
+
+def agent_request_shed() -> None:
+    AGENT_REQUESTS_SHED.inc()
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest
+from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
@@ -23,6 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config import slots
 from market.models import Command
 from market.selectors.policy import current_fence
 from market.services import command_wake
@@ -114,7 +115,7 @@ class HeartbeatView(AgentView):
 
 
 class CommandsView(AgentView):
-    """Served by an async function (as_view) so that a waiting poll holds no worker, thread or database
+    """Served by an async function (as_view) so that a waiting poll holds no worker and no database
     connection: DRF's own dispatch checks the credential, throttle and query in a thread, the wait happens in
     the event loop (nodeagent.api.long_poll), and the answer is DRF's response. Errors, schema and JSON are
     those of any other agent view."""
@@ -139,12 +140,26 @@ class CommandsView(AgentView):
         checked = super().as_view(**initkwargs)
 
         async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-            response = await sync_to_async(_checked_then_released(checked))(request, *args, **kwargs)
+            try:
+                async with slots.held(
+                    "agent"
+                ):  # config/slots.py: a slot while it checks, none while it waits
+                    response = await sync_to_async(_checked_then_released(checked))(request, *args, **kwargs)
+            except slots.Busy:
+                metrics.agent_request_shed()
+                return JsonResponse(
+                    slots.BUSY, status=503, headers={"Retry-After": str(slots.BUSY_RETRY_AFTER_S)}
+                )
             poll = getattr(response, "poll", None)
             if poll is None:  # answered at once (wait=0) or refused (401, 403, 400, 429)
                 return response
             loop = asyncio.get_running_loop()
-            look = sync_to_async(_released(partial(pending_commands, node=poll.node, after=poll.after)))
+            find = sync_to_async(_released(partial(pending_commands, node=poll.node, after=poll.after)))
+
+            async def look() -> list[Command]:
+                async with slots.held("look"):  # its own lane: config/slots.py says why
+                    return await find()
+
             commands = await long_poll.wait_for(
                 channel=command_wake.channel(poll.node.pk), deadline=loop.time() + poll.wait, look=look
             )

@@ -1,8 +1,8 @@
 """How a command poll waits without holding a worker or a thread (docs/agent.md §Protocol, docs/deploy.md).
 
-Served by an ASGI worker, a waiting poll is a coroutine parked in the event loop: it holds no database
-connection and no thread while it waits, so one process keeps thousands of agents waiting beside the rest of
-the API. What wakes it:
+Served by an ASGI worker, a waiting poll is a coroutine parked in the event loop: it holds no worker and no
+database connection while it waits (only the idle thread Django keeps for each request's middleware), so one
+process keeps thousands of agents waiting beside the rest of the API. What wakes it:
 
 - with Redis: a message on the node's channel (market.services.command_wake publishes one after the commit of
   every transaction that writes a command for the node). The poll subscribes first, then looks, then waits,

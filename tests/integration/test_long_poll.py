@@ -5,6 +5,8 @@ views beside it, each on a thread of its own."""
 
 from __future__ import annotations
 
+import math
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +18,7 @@ from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from accounts.tokens import token_create
-from market.models import CommandKind, EndReason, Job, Lease
+from market.models import Command, CommandKind, EndReason, Job, Lease
 from market.services import rounds
 from market.services.leases import lease_request_stop
 from nodeagent.services.registration import bootstrap_token_create
@@ -214,3 +216,50 @@ def test_a_sync_view_waiting_in_the_database_does_not_hold_up_the_others(world, 
         assert time.monotonic() - started < 0.25
     cancel.join(30)
     assert results and results[0][0] == 200, results
+
+
+def test_no_wake_is_lost_while_polls_come_and_go(world, serve):
+    """Twenty agents re-polling with short waits on two workers (so their subscriptions come and go, and a
+    node's next poll subscribes while its last one leaves), eighty stop requests among them: each is answered
+    at once, none left to the 5 s re-check."""
+    server = serve(GUNICORN_WORKERS="2")
+    agents = [register(world, f"n{i}") for i in range(20)]
+    world.fund(world.alpha, 1000)
+    jobs = [make_job(world.alpha, world.alice, gpus=1, limits={world.h100: 5}) for _ in range(100)]
+    rounds.round_tick()
+    leases = list(Lease.objects.filter(job__in=jobs))
+    received: dict[int, float] = {}
+    stop = threading.Event()
+
+    def agent_loop(agent: FakeAgent, rng: random.Random) -> None:
+        after = max([c["id"] for c in agent.commands()] or [0])
+        while not stop.is_set():
+            path = f"{COMMANDS}?after={after}&wait={rng.randint(1, 4)}"
+            status, answer = server.request("GET", path, agent.credential)
+            assert status == 200, answer
+            for command in answer["commands"]:
+                received[command["id"]] = time.monotonic()
+                after = max(after, command["id"])
+
+    threads = [
+        threading.Thread(target=agent_loop, args=(a, random.Random(i)), daemon=True)
+        for i, a in enumerate(agents)
+    ]
+    for thread in threads:
+        thread.start()
+    time.sleep(2)  # all polling (the gauge is per worker without a shared metrics folder)
+    rng, written = random.Random(7), {}
+    for lease in rng.sample(leases, 80):
+        lease_request_stop(lease_id=lease.pk, kind=CommandKind.RELEASE, reason=EndReason.CANCELLED, fence=1)
+        now = time.monotonic()
+        for pk in Command.objects.filter(lease=lease, kind=CommandKind.RELEASE).values_list("pk", flat=True):
+            written.setdefault(pk, now)
+        time.sleep(rng.uniform(0, 0.1))
+    deadline = time.monotonic() + 10
+    while set(written) - set(received) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    stop.set()
+    for thread in threads:
+        thread.join(10)
+    delays = sorted(received.get(pk, math.inf) - at for pk, at in written.items())
+    assert delays[-1] < 1.0, delays[-5:]  # milliseconds each; a lost wake would show as ~5 s
