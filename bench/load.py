@@ -44,7 +44,20 @@ p99 under 2 s, everything accounted for.
     .venv/bin/python bench/load.py --agents 100          # the same with 100 agents (scaling)
     .venv/bin/python bench/load.py --server wsgi-sync    # the sync workers shipped before, to compare
 
-FIGURES
+Figures on the shared 2-core development machine, 2026-11-27, other engineers' work running beside (load
+average in brackets; docs/deploy.md §Fleet traffic has the table and what it says):
+
+    bench/load.py --agents 100 --server wsgi-sync [4.9]: tenant p50 44 s, p99 71 s; 479 timeouts; no command
+        delivered (the old sync workers, each held by a waiting poll)
+    bench/load.py --agents 100 [6.4]: tenant p50 58 ms, p99 478 ms; agent p50 93 ms, p99 783 ms; 0 5xx;
+        delivery p50 0.94 s, p99 5.2 s; 472/472 jobs and 736/736 reports accounted for
+    bench/load.py --agents 100 --seconds 30 [4.0]: tenant p99 256 ms, agent p99 474 ms, delivery p99 2.7 s
+    bench/load.py --agents 300 [10.2]: tenant p99 889 ms; agent p50 2.2 s, p99 4.5 s; 0 5xx
+    bench/load.py [9.1] (1,000 agents): tenant p50 156 ms, p99 762 ms; 3,425 agents' requests turned away
+        with 503 (config/slots.py), the others at the 5 s queue limit; delivery p99 48 s; 475/475 jobs and
+        3,865/3,865 reports accounted for; the web workers had about one core of the machine's two
+
+1,000 agents offer about 340 requests a second at about 8 ms of web CPU each here: more than the machine.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 ASGI workers (uvicorn's, from the uvicorn-worker package): each is one process with an event loop. The
 agents' command long poll is a coroutine there and holds no worker while it waits; every other view is sync
 and runs on a thread of its own per request (Django's ASGI handler), so the rest of the API is neither
-queued behind the polls nor serialised on one thread. docs/deploy.md §Web server explains the choice and
-the figures behind it.
+queued behind the polls nor serialised on one thread. docs/deploy.md §Web machines explains the choice
+and §Fleet traffic the figures behind it.
 
 With PROMETHEUS_MULTIPROC_DIR set (the systemd unit sets it), every worker writes its metric values there and
 /metrics adds them up: the folder is emptied when the master starts, and a worker's live gauges are dropped
@@ -22,7 +22,7 @@ from typing import Any
 bind = os.environ.get("GUNICORN_BIND", "127.0.0.1:8000")
 worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "uvicorn_worker.UvicornWorker")
 # Waiting polls cost no worker, so workers only need to cover the CPUs: one per core, and at least two so
-# a worker restarting (max_requests, a crash) never leaves the machine without one. More would only add
+# a worker restarting (a crash, a reload) never leaves the machine without one. More would only add
 # processes contending for the same cores (and database pools: DB_POOL_SIZE each).
 workers = int(os.environ.get("GUNICORN_WORKERS", str(max(2, multiprocessing.cpu_count()))))
 # With async workers the timeout is how long a worker's event loop may go without telling the master it is

@@ -12,10 +12,11 @@ from config.inputs import FORBIDDEN_CHARS
 
 
 class Middleware:
-    """A middleware that runs in its caller's mode: plain calls under WSGI, a coroutine under ASGI, so an
-    async view (the agents' long poll) is reached without a thread per request and the sync views are not
-    handed between threads once per middleware. Subclasses say what happens before the view (`before`: a
-    response ends the request there) and after it (`after`). Neither may touch the database."""
+    """A middleware that runs in its caller's mode: plain calls under WSGI, a coroutine under ASGI, so it
+    adds no hand-off between the event loop and a thread (a sync-only middleware would make Django run the
+    whole request below it, the agents' long poll included, on a thread). Subclasses say what happens before
+    the view (`before`: a response ends the request there) and after it (`after`). Neither may touch the
+    database."""
 
     sync_capable = True
     async_capable = True
