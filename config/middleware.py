@@ -2,11 +2,45 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 from config.inputs import FORBIDDEN_CHARS
+
+
+class Middleware:
+    """A middleware that runs in its caller's mode: plain calls under WSGI, a coroutine under ASGI, so it
+    adds no hand-off between the event loop and a thread (a sync-only middleware would make Django run the
+    whole request below it, the agents' long poll included, on a thread). Subclasses say what happens before
+    the view (`before`: a response ends the request there) and after it (`after`). Neither may touch the
+    database."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        return self.before(request) or self.after(request, self.get_response(request))
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        get_response: Callable[[HttpRequest], Awaitable[HttpResponse]] = self.get_response
+        return self.before(request) or self.after(request, await get_response(request))
+
+    def before(self, request: HttpRequest) -> HttpResponse | None:
+        return None
+
+    def after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
+        return response
 
 
 def _refuse(request: HttpRequest, field: str, message: str) -> HttpResponse:
@@ -17,15 +51,12 @@ def _refuse(request: HttpRequest, field: str, message: str) -> HttpResponse:
     return HttpResponseBadRequest(f"{field}: {message}", content_type="text/plain")
 
 
-class InputGuardMiddleware:
+class InputGuardMiddleware(Middleware):
     """No NUL in the path, the query string or a portal form's fields: PostgreSQL cannot store or compare
     such a string, and no slug, name, memo or filter value may contain one. Refused here once rather than in
     every view, form and selector. (API bodies are JSON, refused by config/parsers.py.)"""
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def before(self, request: HttpRequest) -> HttpResponse | None:
         if FORBIDDEN_CHARS.search(request.path):
             return _refuse(request, "path", "must not contain NUL characters")
         for key, values in request.GET.lists():
@@ -37,18 +68,14 @@ class InputGuardMiddleware:
                 if any(FORBIDDEN_CHARS.search(text) for text in [key, *values]):
                     name = key if not FORBIDDEN_CHARS.search(key) else "form"
                     return _refuse(request, name, "must not contain NUL characters")
-        return self.get_response(request)
+        return None
 
 
-class ContentSecurityPolicyMiddleware:
+class ContentSecurityPolicyMiddleware(Middleware):
     """Content-Security-Policy on every HTML page: scripts, styles and frames only from this origin, so an
     injected tag can neither run script nor send the admin session's pages elsewhere."""
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
+    def after(self, request: HttpRequest, response: HttpResponse) -> HttpResponse:
         if response.get("Content-Type", "").startswith("text/html"):
             docs = request.path.startswith("/api/docs/")
             response.headers.setdefault("Content-Security-Policy", _docs_policy() if docs else POLICY)

@@ -22,7 +22,12 @@ log = logging.getLogger(__name__)
 
 @cache
 def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    # The pool is given, not made by from_url: two threads' first calls may both get here (an ASGI worker runs
+    # a thread per request), and a client made by from_url closes its pool when the losing one is dropped,
+    # under the request still using it.
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    )
 
 
 def _key(name: str, window_s: int, now: float) -> str:

@@ -113,6 +113,23 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+elif env_bool("DB_POOL", False):
+    # Under ASGI (config/asgi.py turns this on) each request runs its sync code on a thread of its own, so
+    # Django's persistent connections, one per thread, would be opened and dropped with every request: a
+    # pool per process instead (psycopg_pool), each request borrowing a connection while it runs. A waiting
+    # command poll holds none (nodeagent/api/agent.py).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 2,
+        "max_size": env_int("DB_POOL_SIZE", 20, minimum=1),
+        "timeout": 10,
+    }
+# Under ASGI: how many sync requests of each kind one worker runs at once (config/slots.py); the rest wait
+# their turn in the event loop. Keep web + 2 x agent under DB_POOL_SIZE (the polls' looks have agent-many).
+ASGI_AGENT_SLOTS = env_int("ASGI_AGENT_SLOTS", 4, minimum=1)
+ASGI_WEB_SLOTS = env_int("ASGI_WEB_SLOTS", 8, minimum=1)
+# An agent request that waited this long for a slot is answered 503 unrun (the agent backs off).
+ASGI_AGENT_QUEUE_SECONDS = env_int("ASGI_AGENT_QUEUE_SECONDS", 5, minimum=1)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "accounts.User"

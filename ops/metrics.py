@@ -13,8 +13,10 @@ Node names appear only on heartbeat series, one per machine.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 
-from prometheus_client import Counter, Histogram, disable_created_metrics
+from prometheus_client import Counter, Gauge, Histogram, disable_created_metrics
 
 log = logging.getLogger("gpumarket.ops")
 
@@ -56,6 +58,15 @@ AGENT_COMMANDS = Counter(
     "gpumarket_agent_commands",
     "Outbox commands handed to or acknowledged by node agents, by kind and event (fetched, acked, refused).",
     ["kind", "event"],
+)
+AGENT_POLLS_WAITING = Gauge(
+    "gpumarket_agent_polls_waiting",
+    "Agents' command long polls waiting for a command now (over every live web process).",
+    multiprocess_mode="livesum",
+)
+AGENT_REQUESTS_SHED = Counter(
+    "gpumarket_agent_requests_shed",
+    "Agent requests answered 503 unrun: they waited too long for a worker's slot (config/slots.py).",
 )
 CELERY_TASKS = Counter(
     "gpumarket_celery_tasks",
@@ -107,6 +118,20 @@ def agent_command(event: str, *, kind: str, node: str, command_id: int, lease_id
         event,
         extra={"node": node, "command_id": command_id, "lease_id": lease_id, **ids},
     )
+
+
+def agent_request_shed() -> None:
+    AGENT_REQUESTS_SHED.inc()
+
+
+@contextmanager
+def agent_poll_waiting() -> Iterator[None]:
+    """Around a command poll's wait: counted in gpumarket_agent_polls_waiting while it lasts."""
+    AGENT_POLLS_WAITING.inc()
+    try:
+        yield
+    finally:
+        AGENT_POLLS_WAITING.dec()
 
 
 def celery_task(*, task: str, outcome: str) -> None:

@@ -7,14 +7,18 @@ the response header and onto every line logged while the request is handled, and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.utils.functional import SimpleLazyObject, empty
 
+from config.middleware import Middleware
 from ops import metrics
 from ops.logs import bind
 
@@ -37,33 +41,55 @@ def route_of(request: HttpRequest) -> str:
     return match.view_name or match.route or "unnamed"
 
 
-class RequestLogMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+class RequestLogMiddleware(Middleware):
+    """Outermost: its clock and its request id cover everything the other middleware and the view do."""
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        with self._bound(request) as done:
+            return done(self.get_response(request))
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        with self._bound(request) as done:
+            return done(await self.get_response(request))
+
+    @contextlib.contextmanager
+    def _bound(self, request: HttpRequest) -> Iterator[Callable[[HttpResponse], HttpResponse]]:
         request_id = request_id_of(request)
         request.request_id = request_id  # type: ignore[attr-defined]
         started = time.perf_counter()
         with bind(request_id=request_id):
-            response = self.get_response(request)
-            elapsed = time.perf_counter() - started
-            route = route_of(request)
-            metrics.http_request(
-                route=route, method=request.method or "", status=response.status_code, seconds=elapsed
-            )
-            user = getattr(request, "user", None)
-            log.info(
-                "%s %s %s",
-                request.method,
-                request.path,
-                response.status_code,
-                extra={
-                    "route": route,
-                    "status": response.status_code,
-                    "duration_ms": round(elapsed * 1000, 1),
-                    "user": user.pk if user is not None and user.is_authenticated else None,
-                },
-            )
-        response[HEADER] = request_id
-        return response
+            yield lambda response: _logged(request, response, request_id, time.perf_counter() - started)
+
+
+def _logged(request: HttpRequest, response: HttpResponse, request_id: str, elapsed: float) -> HttpResponse:
+    route = route_of(request)
+    metrics.http_request(
+        route=route, method=request.method or "", status=response.status_code, seconds=elapsed
+    )
+    user = _user_looked_up(request)
+    log.info(
+        "%s %s %s",
+        request.method,
+        request.path,
+        response.status_code,
+        extra={
+            "route": route,
+            "status": response.status_code,
+            "duration_ms": round(elapsed * 1000, 1),
+            "user": user.pk if user is not None and user.is_authenticated else None,
+        },
+    )
+    response[HEADER] = request_id
+    return response
+
+
+def _user_looked_up(request: HttpRequest) -> Any:
+    """The user if the request already looked it up: looking it up here would read the session from the
+    database, which an async request may not do in the event loop (and a request that never needed the
+    user need not pay for it)."""
+    user = getattr(request, "user", None)
+    if isinstance(user, SimpleLazyObject) and user._wrapped is empty:  # type: ignore[attr-defined]
+        return None
+    return user

@@ -24,6 +24,7 @@ from market.models import (
     LeaseState,
 )
 from market.models.jobs import wait_mark
+from market.services.command_wake import commands_written
 from market.services.ledger import ledger_settle
 from nodeagent.selectors.usage import measured_charge
 
@@ -78,8 +79,9 @@ def lease_request_stop(
         return lease
     lease.state, lease.stop_requested_at, lease.end_reason = LeaseState.STOPPING, now, reason
     lease.save(update_fields=["state", "stop_requested_at", "end_reason"])
+    written = []
     for node_id in lease_nodes(lease.pk):
-        Command.objects.get_or_create(
+        _, created = Command.objects.get_or_create(
             lease=lease,
             node_id=node_id,
             kind=kind,
@@ -89,6 +91,9 @@ def lease_request_stop(
                 "expires_at": now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
             },
         )
+        if created:
+            written.append(node_id)
+    commands_written(node_ids=written)
     if reason in (EndReason.PREEMPTED, EndReason.EXPIRED, EndReason.HOLD_SPENT):
         Job.objects.filter(pk=lease.job_id).exclude(state=JobState.CANCELLED).update(
             state=JobState.PREEMPTING, updated_at=now

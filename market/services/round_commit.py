@@ -44,6 +44,7 @@ from market.models import (
 from market.selectors.book import Snapshot
 from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
+from market.services.command_wake import commands_written
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from market.services.ledger_bulk import HoldRequest, ledger_hold_many
 from nodeagent.models import Gpu, Node
@@ -354,6 +355,7 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
         },
         ids=False,
     )
+    commands_written(node_ids=[r[0] for r in rows])
 
 
 def _mark_allocated(placed: list[Placed], now: datetime) -> None:
@@ -440,6 +442,7 @@ def _preempt(*, rnd: Round, victims: list[Lease], why: Preemptions, now: datetim
         },
         ids=False,
     )
+    commands_written(node_ids=[n for lease in victims for n in nodes[lease.pk]])
     Job.objects.filter(pk__in=[lease.job_id for lease in victims]).exclude(state=JobState.CANCELLED).update(
         state=JobState.PREEMPTING, updated_at=now
     )

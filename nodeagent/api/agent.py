@@ -6,9 +6,16 @@ leases and commands through selectors scoped to the calling node: anything else 
 
 from __future__ import annotations
 
-import time
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import exceptions, status
@@ -16,8 +23,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config import slots
 from config.parsers import MeasurementJSONParser
+from market.models import Command
 from market.selectors.policy import current_fence
+from market.services import command_wake
+from nodeagent.api import long_poll
 from nodeagent.api import serializers as s
 from nodeagent.api.auth import IsNode, NodeAuthentication
 from nodeagent.api.errors import refused
@@ -31,7 +42,7 @@ from nodeagent.services.usage import usage_ingest
 from nodeagent.services.usage_parse import parse_counters, parse_report
 from ops import metrics
 
-LONG_POLL_STEP_S = 0.5
+T = TypeVar("T")
 
 _NOT_YOURS = OpenApiResponse(description="Not this node's (another node's lease or command, or none at all).")
 
@@ -105,6 +116,11 @@ class HeartbeatView(AgentView):
 
 
 class CommandsView(AgentView):
+    """Served by an async function (as_view) so that a waiting poll holds no worker and no database
+    connection: DRF's own dispatch checks the credential, throttle and query in a thread, the wait happens in
+    the event loop (nodeagent.api.long_poll), and the answer is DRF's response. Errors, schema and JSON are
+    those of any other agent view."""
+
     @extend_schema(
         parameters=[s.CommandsQuerySerializer],
         responses=s.CommandsSerializer,
@@ -113,18 +129,91 @@ class CommandsView(AgentView):
     def get(self, request: Request) -> Response:
         query = s.CommandsQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
-        node, after = self.node(request), query.validated_data["after"]
-        deadline = time.monotonic() + query.validated_data["wait"]
-        # Each look is its own short query: no transaction stays open while the request waits.
-        commands = pending_commands(node=node, after=after)
-        while not commands and time.monotonic() < deadline:
-            time.sleep(min(LONG_POLL_STEP_S, max(0.0, deadline - time.monotonic())))
-            commands = pending_commands(node=node, after=after)
+        poll = _Poll(self.node(request), query.validated_data["after"], query.validated_data["wait"])
+        if not poll.wait:
+            return Response(poll.answer(pending_commands(node=poll.node, after=poll.after)))
+        response = Response()
+        response.poll = poll  # type: ignore[attr-defined]  # picked up by the async view below
+        return response
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        checked = super().as_view(**initkwargs)
+
+        async def view(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            try:
+                async with slots.held(
+                    "agent"
+                ):  # config/slots.py: a slot while it checks, none while it waits
+                    response = await sync_to_async(_checked_then_released(checked))(request, *args, **kwargs)
+            except slots.Busy:
+                metrics.agent_request_shed()
+                return JsonResponse(
+                    slots.BUSY, status=503, headers={"Retry-After": str(slots.BUSY_RETRY_AFTER_S)}
+                )
+            poll = getattr(response, "poll", None)
+            if poll is None:  # answered at once (wait=0) or refused (401, 403, 400, 429)
+                return response
+            loop = asyncio.get_running_loop()
+            find = sync_to_async(_released(partial(pending_commands, node=poll.node, after=poll.after)))
+
+            async def look() -> list[Command]:
+                async with slots.held("look"):  # its own lane: config/slots.py says why
+                    return await find()
+
+            commands = await long_poll.wait_for(
+                channel=command_wake.channel(poll.node.pk), deadline=loop.time() + poll.wait, look=look
+            )
+            response.data = poll.answer(commands)
+            return response
+
+        view.__dict__.update(checked.__dict__)  # cls, initkwargs, csrf_exempt: the schema reads them
+        return view
+
+
+@dataclass(frozen=True)
+class _Poll:
+    node: Node
+    after: int
+    wait: int
+
+    def answer(self, commands: list[Command]) -> Any:
         for command in commands:
             metrics.agent_command(
-                "fetched", kind=command.kind, node=node.name, command_id=command.pk, lease_id=command.lease_id
+                "fetched",
+                kind=command.kind,
+                node=self.node.name,
+                command_id=command.pk,
+                lease_id=command.lease_id,
             )
-        return Response(s.CommandsSerializer({"commands": commands}).data)
+        return s.CommandsSerializer({"commands": commands}).data
+
+
+def _release_connection() -> None:
+    """Hand the thread's database connection back (to the pool, under ASGI) so that none waits with the
+    poll; a test's transaction keeps its own."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+def _released(fn: Callable[..., T]) -> Callable[..., T]:
+    def run(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _release_connection()
+
+    return run
+
+
+def _checked_then_released(view: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        response = view(*args, **kwargs)
+        if getattr(response, "poll", None) is not None:
+            _release_connection()
+        return response
+
+    return run
 
 
 class AckView(AgentView):

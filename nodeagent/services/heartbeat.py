@@ -18,6 +18,7 @@ from django.utils import timezone
 from accounts.audit import audit
 from market.models import LIVE_LEASE_STATES, Command, CommandKind, EndReason, Lease, LeaseGpu, LeaseState
 from market.selectors.policy import current_fence
+from market.services.command_wake import commands_written
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from nodeagent.models import Gpu, Node
 from nodeagent.services.admin import live_lease_ids
@@ -72,7 +73,7 @@ def _release_settled(node: Node, leases: list[int], now: datetime) -> None:
     """Jobs the agent runs for leases already settled (the node was declared lost meanwhile) must stop."""
     ended = Lease.objects.filter(pk__in=leases, state=LeaseState.ENDED, lease_gpus__gpu__node=node).distinct()
     for lease in ended:
-        Command.objects.get_or_create(
+        _, created = Command.objects.get_or_create(
             lease=lease,
             node=node,
             kind=CommandKind.RELEASE,
@@ -82,6 +83,8 @@ def _release_settled(node: Node, leases: list[int], now: datetime) -> None:
                 "expires_at": now + timedelta(seconds=lease.grace_seconds) + STOP_COMMAND_TTL,
             },
         )
+        if created:
+            commands_written(node_ids=[node.pk])
 
 
 def nodes_mark_down(*, timeout_s: int, now: datetime | None = None) -> list[int]:
