@@ -34,6 +34,7 @@ from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
 from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
+from market.selectors.waiting import rounds_waited
 from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
 from nodeagent.selectors.usage import job_log_tail, usage_combined
 
@@ -213,6 +214,9 @@ class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
     max_hours = serializers.SerializerMethodField()
     bids = LimitSerializer(many=True, source="limits", read_only=True)
     warnings = serializers.SerializerMethodField()
+    rounds_waited = serializers.SerializerMethodField(
+        help_text="Rounds this job has waited (docs/rounds.md §Rounds waited)."
+    )
 
     class Meta:
         model = Job
@@ -249,6 +253,9 @@ class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
 
     def get_max_hours(self, job: Job) -> str:
         return hours_text(job.max_seconds)
+
+    def get_rounds_waited(self, job: Job) -> int:
+        return rounds_waited(job)
 
     def get_warnings(self, job: Job) -> list[str]:
         if "gpu_types" not in self.context:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -99,24 +98,6 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} {self.name}"
-
-    @property
-    def rounds_waited(self) -> int:
-        """Rounds this job has waited: as the job selectors annotated it (one query for a page), else derived
-        now with one query."""
-        if "_rounds_waited" in self.__dict__:
-            return int(self.__dict__["_rounds_waited"])
-        from market.selectors.waiting import rounds_waited_of  # the selectors import this module
-
-        return rounds_waited_of(self)
-
-    @rounds_waited.setter
-    def rounds_waited(self, value: int) -> None:
-        self.__dict__["_rounds_waited"] = value
-
-    def refresh_from_db(self, *args: Any, **kwargs: Any) -> None:
-        self.__dict__.pop("_rounds_waited", None)  # derived from the fields being reloaded
-        super().refresh_from_db(*args, **kwargs)
 
 
 class Bid(models.Model):

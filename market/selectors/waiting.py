@@ -49,6 +49,13 @@ def with_rounds_waited(jobs: QuerySet[Job]) -> QuerySet[Job]:
     return jobs.annotate(rounds_waited=rounds_waited_expression())
 
 
+def rounds_waited(job: Job) -> int:
+    """Rounds `job` has waited: as the job selectors annotated it (`with_rounds_waited`: one query for a
+    page), else derived now (one query while it is pending)."""
+    annotated = job.__dict__.get("rounds_waited")
+    return int(annotated) if annotated is not None else rounds_waited_of(job)
+
+
 def rounds_waited_of(job: Job) -> int:
     """One job's count (one query while it is pending)."""
     if job.state != JobState.PENDING:

@@ -27,6 +27,7 @@ from market.models import (
     RoundState,
 )
 from market.selectors.ledger import tenant_balance
+from market.selectors.waiting import rounds_waited_of
 from market.services import rounds
 from market.services.leases import lease_request_stop, lease_running, lease_stopped
 from nodeagent.models import LeaseUsage
@@ -66,7 +67,7 @@ def test_one_round_three_tenants(market):
         assert len(bind.payload["gpus"]) == job.gpus
         assert BidOutcome.objects.get(job=job, round=rnd).won
     low.refresh_from_db()
-    assert low.state == JobState.PENDING and low.rounds_waited == 1
+    assert low.state == JobState.PENDING and rounds_waited_of(low) == 1
     lost = BidOutcome.objects.get(job=low, round=rnd)
     assert (lost.won, lost.reason, lost.figure) == (False, "below_reserve", 2_000_000)
     assert LeaseGpu.objects.filter(active=True).count() == 14

@@ -17,6 +17,7 @@ from market.models import CommandKind, EndReason, Job, JobState, Lease, Round, R
 from market.selectors.book import book_snapshot
 from market.selectors.jobs import job_list
 from market.selectors.policy import market_policy
+from market.selectors.waiting import rounds_waited_of
 from market.services import rounds
 from market.services.jobs import job_cancel
 from market.services.leases import lease_request_stop, lease_stopped
@@ -40,7 +41,7 @@ def _round(stop_after: RoundState | None = None) -> Round:
 
 def _waited(job: Job) -> int:
     job.refresh_from_db()
-    return job.rounds_waited
+    return rounds_waited_of(job)
 
 
 def _listed(job: Job) -> int:
