@@ -16,7 +16,11 @@ CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: while Playwright's sync API is open its event loop counts as running in the
+# main thread, and every later test in the same process (pytest-xdist mixes them) that reaches an async view
+# through Django's test client fails ("You cannot use AsyncToSync in the same thread as an async event loop").
+# A module's tests share one browser; a chromium launch costs about a second per module.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.fail("browser tests need Debian's chromium at /usr/bin/chromium: apt-get install chromium")
