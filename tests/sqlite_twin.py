@@ -24,6 +24,19 @@ def _rows(model: type[models.Model]) -> list[dict[str, Any]]:
     return list(model._base_manager.order_by("pk").values(*names))
 
 
+def _insert(cursor: Any, twin: Any, model: type[models.Model], rows: list[dict[str, Any]]) -> None:
+    """The rows as they are: not through bulk_create, whose pre_save would stamp auto_now fields anew."""
+    if not rows:
+        return
+    fields = model._meta.concrete_fields
+    quote = twin.ops.quote_name
+    cursor.executemany(
+        f"INSERT INTO {quote(model._meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"VALUES ({', '.join(['%s'] * len(fields))})",
+        [[f.get_db_prep_save(row[f.attname], twin) for f in fields] for row in rows],
+    )
+
+
 @contextmanager
 def on_sqlite() -> Iterator[Any]:
     """Run the block with the default connection on an in-memory SQLite database holding the rows the test
@@ -40,9 +53,9 @@ def on_sqlite() -> Iterator[Any]:
         with twin.schema_editor() as editor:  # switches foreign-key checks off while it runs
             for model in tables:
                 editor.create_model(model)  # and its many-to-many tables
-        with twin.constraint_checks_disabled():  # rows copied table by table, in any order
+        with twin.constraint_checks_disabled(), twin.cursor() as cursor:  # table by table, in any order
             for model, found in rows.items():
-                model._base_manager.bulk_create([model(**row) for row in found])
+                _insert(cursor, twin, model, found)
         yield twin
     finally:
         connections["default"] = original

@@ -39,6 +39,7 @@ from market.services.round_commit import SKIP_CHANGED
 from nodeagent.models import Node
 from tests.conftest import World
 from tests.market.round_helpers import make_job
+from tests.sqlite_twin import on_sqlite
 
 pytestmark = pytest.mark.django_db
 
@@ -241,10 +242,9 @@ def _written(rnd: Round) -> dict[str, Any]:
     }
 
 
-def test_the_round_commit_writes_the_same_rows_on_both_paths(world, monkeypatch):
-    """A round with a preemption, winners of two types, a job changed after the freeze, losers
-    and a command text COPY must escape: PostgreSQL's path and the ORM path write the same rows."""
-    w = world
+def _round_to_commit(w: World, monkeypatch: pytest.MonkeyPatch) -> tuple[Round, Job, Job]:
+    """A cleared round with a preemption, winners of two types, a job changed after the freeze, losers and a
+    command text COPY must escape; returns it with the amended job and the awkward one. The clock stops."""
     w.nodes(w.h100, 2, size=8)
     w.nodes(w.a100, 2, size=8)
     for tenant in (w.alpha, w.beta, w.gamma):
@@ -270,13 +270,39 @@ def test_the_round_commit_writes_the_same_rows_on_both_paths(world, monkeypatch)
     Job.objects.filter(pk=changed.pk).update(bid_version=2)  # amended after the freeze: skipped at commit
     now = timezone.now()
     monkeypatch.setattr(timezone, "now", lambda: now)  # both runs write at the same instant
+    return r2, changed, odd
 
+
+def test_the_round_commit_writes_the_same_rows_on_both_paths(world, monkeypatch):
+    """PostgreSQL's path and the ORM path write the same rows (_round_to_commit)."""
+    r2, changed, odd = _round_to_commit(world, monkeypatch)
     fast, plain = _both_paths(
         monkeypatch,
         lambda: rounds.round_advance(round_id=r2.pk),
         lambda: _written(Round.objects.get(pk=r2.pk)),
     )
     assert fast == plain
+    _check_commit(fast, changed, odd)
+
+
+def test_the_round_commit_on_sqlite_writes_what_it_writes_on_postgresql(world, monkeypatch):
+    """make run's SQLite database itself: the commit (and the ORM paths of market.bulk and the ledger's hold
+    path under it) run on an in-memory twin holding the same rows (tests.sqlite_twin) write what
+    PostgreSQL's path writes."""
+    r2, changed, odd = _round_to_commit(world, monkeypatch)
+
+    def commit() -> dict[str, Any]:
+        rounds.round_advance(round_id=r2.pk)
+        return _written(Round.objects.get(pk=r2.pk))
+
+    with on_sqlite():
+        plain = commit()
+    fast = commit()
+    assert fast == plain
+    _check_commit(fast, changed, odd)
+
+
+def _check_commit(fast: dict[str, Any], changed: Job, odd: Job) -> None:
     assert fast["round"]["state"] == RoundState.DISPATCHED
     assert fast["round"]["preemptions"] == 1 and fast["round"]["winners"] == 2
     assert {(o["job"], o["reason"]) for o in fast["outcomes"] if o["job"] == changed.pk} == {
