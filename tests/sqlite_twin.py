@@ -38,11 +38,10 @@ def _insert(cursor: Any, twin: Any, model: type[models.Model], rows: list[dict[s
 
 
 @contextmanager
-def on_sqlite() -> Iterator[Any]:
-    """Run the block with the default connection on an in-memory SQLite database holding the rows the test
-    database holds now; yields that connection."""
-    tables = [m for m in apps.get_models() if m._meta.managed and not m._meta.proxy]
-    rows = {model: _rows(model) for model in tables}  # read while PostgreSQL is still the default
+def sqlite_default() -> Iterator[Any]:
+    """Run the block with the default connection on a new, empty in-memory SQLite database (no tables);
+    yields that connection. Everything that follows the default alias (the ORM, `django.db.connection`,
+    RunPython migrations) runs on it."""
     original = connections["default"]
     settings = {**original.settings_dict, "ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}
     settings["OPTIONS"] = {}  # PostgreSQL's (a pool) mean nothing to sqlite3.connect
@@ -50,6 +49,19 @@ def on_sqlite() -> Iterator[Any]:
     connections["default"] = twin
     try:
         assert connection.vendor == "sqlite"  # what the code under test will see
+        yield twin
+    finally:
+        connections["default"] = original
+        twin.close()
+
+
+@contextmanager
+def on_sqlite() -> Iterator[Any]:
+    """Run the block with the default connection on an in-memory SQLite database holding the rows the test
+    database holds now; yields that connection."""
+    tables = [m for m in apps.get_models() if m._meta.managed and not m._meta.proxy]
+    rows = {model: _rows(model) for model in tables}  # read while PostgreSQL is still the default
+    with sqlite_default() as twin:
         with twin.schema_editor() as editor:  # switches foreign-key checks off while it runs
             for model in tables:
                 editor.create_model(model)  # and its many-to-many tables
@@ -57,6 +69,3 @@ def on_sqlite() -> Iterator[Any]:
             for model, found in rows.items():
                 _insert(cursor, twin, model, found)
         yield twin
-    finally:
-        connections["default"] = original
-        twin.close()
