@@ -37,7 +37,7 @@ class GuaranteeAdmin(admin.ModelAdmin):
     list_filter = ["gpu_type"]
 
     def save_model(self, request: HttpRequest, obj: Guarantee, form: Any, change: bool) -> None:
-        services.guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=request.user)  # type: ignore[arg-type]
+        services.guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin site admits staff Users only
 
 
 class MembershipInline(admin.TabularInline):

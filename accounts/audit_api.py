@@ -43,7 +43,7 @@ class CSVRenderer(BaseRenderer):
         return json.dumps(data).encode()
 
 
-class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
     detail = serializers.JSONField(

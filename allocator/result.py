@@ -48,7 +48,7 @@ I8 = NDArray[np.int8]
 
 def _frozen_arrays(obj: object) -> None:
     """Make every array field of the dataclass ``obj`` contiguous and read-only."""
-    for name in (f.name for f in fields(obj)):  # type: ignore[arg-type]
+    for name in (f.name for f in fields(obj)):  # type: ignore[arg-type]  # fields() wants a dataclass; obj is one, typed object for any result
         value = getattr(obj, name)
         if isinstance(value, np.ndarray):
             value = np.ascontiguousarray(value)

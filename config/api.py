@@ -63,7 +63,7 @@ def _positive_param(params: Any, name: str, top: int) -> None:
         raise exceptions.ValidationError({name: [f"must be at most {top:,}"]})
 
 
-class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """Base of every list filter: a parameter given empty (`?gpu_type=`) is a 400 naming it, not silently
     dropped as DRF does for optional fields read from a query string."""
 
@@ -88,7 +88,7 @@ class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]
 # (config/schema.py). The portal checks its forms with the same serializers: with context {"form": True} the
 # values are form text, so their JSON types are not checked (DRF's fields parse "2" as a number, as a form
 # needs).
-class BodySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class BodySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     refuse_unknown = False
     unknown_message = "is not a field of this request"
 
@@ -108,7 +108,7 @@ class BodySerializer(serializers.Serializer):  # type: ignore[type-arg]
         return super().to_internal_value(data)
 
 
-def json_type_problem(field: serializers.Field, value: Any) -> Any:  # type: ignore[type-arg]
+def json_type_problem(field: serializers.Field, value: Any) -> Any:  # type: ignore[type-arg]  # any DRF field, whatever its value types
     """Why `value` is not of the JSON type `field` documents, as DRF error detail (a list of messages, or
     per key or index for objects and lists), or None. Absent and null are the field's to judge; fields of the
     API's own types (config/fields.py, lists of objects) check their input themselves."""

@@ -77,7 +77,7 @@ class TextField(serializers.CharField):
 
 # A string in responses; in requests, oneOf a string with its pattern or a number (config/schema.py).
 @extend_schema_field(OpenApiTypes.STR)
-class DecimalStringField(serializers.Field):  # type: ignore[type-arg]
+class DecimalStringField(serializers.Field):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """A decimal number from `low` to `high` with at most `places` decimals, as a JSON string written plainly
     ("12.5": no sign, exponent, leading zero or spaces; the regex config.inputs.decimal_pattern builds, which
     the schema documents) or as a JSON number (12.5, 3, 1e2). A number is taken at the exact value of its

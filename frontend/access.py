@@ -29,7 +29,7 @@ class Seat:
 
 
 def seat(request: HttpRequest, slug: str) -> Seat:
-    user: User = request.user  # type: ignore[assignment]
+    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; only login_required views call this
     tenant = visible_tenants(user).filter(slug=slug).first()
     if tenant is None:
         raise Http404("No such team.")
@@ -49,7 +49,7 @@ def my_tenants(user: User) -> list[Tenant]:
 
 def page(request: HttpRequest, template: str, context: dict[str, Any], s: Seat | None = None) -> HttpResponse:
     """Render a portal page with what the layout needs: the seat and the switcher's teams."""
-    user: User = request.user  # type: ignore[assignment]
+    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; only login_required views call this
     console = request.path.startswith("/console/")
     return render(
         request, template, {"seat": s, "my_tenants": my_tenants(user), "console": console, **context}

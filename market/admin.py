@@ -12,7 +12,7 @@ from market.models import Account, GpuType, Hold, JournalEntry, Posting
 from market.services.gpu_types import gpu_type_save
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 
@@ -23,7 +23,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
 
-class PostingInline(admin.TabularInline):  # type: ignore[type-arg]
+class PostingInline(admin.TabularInline):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
     model = Posting
     fields = ["account", "amount"]
     readonly_fields = fields
@@ -63,14 +63,14 @@ class PostingAdmin(ReadOnlyAdmin):
     list_select_related = ["entry", "account__tenant"]
 
 
-class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]
+class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
     class Meta:
         model = GpuType
         fields = ["name", "memory_gb", "reserve_price", "max_price"]
 
 
 @admin.register(GpuType)
-class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
     """Prices are micro-credits per GPU-hour; saving goes through the service so it is checked and audited."""
 
     form = GpuTypeForm

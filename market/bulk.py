@@ -227,7 +227,7 @@ def _literal(values: Sequence[Any], cast: str) -> str:
         return "{" + ",".join("NULL" if v is None else ("t" if v else "f") for v in values) + "}"
     texts = _texts(values, cast)
     if None not in texts:
-        plain: list[str] = texts  # type: ignore[assignment]
+        plain: list[str] = texts  # type: ignore[assignment]  # no None left in texts (checked just above)
         joined = "".join(plain)
         if '"' not in joined and "\\" not in joined:  # nothing to escape: quote them all in one join
             return '{"' + '","'.join(plain) + '"}'

@@ -120,10 +120,10 @@ class _RedactTraces:
     """Tracebacks are formatted by the formatter, after the filters ran: redact them there too."""
 
     def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
-        return redact(super().formatException(ei))  # type: ignore[misc]
+        return redact(super().formatException(ei))  # type: ignore[misc]  # a mixin: super() is the logging.Formatter it is mixed into
 
     def formatStack(self, stack_info: str) -> str:  # noqa: N802 - logging's name
-        return redact(super().formatStack(stack_info))  # type: ignore[misc]
+        return redact(super().formatStack(stack_info))  # type: ignore[misc]  # a mixin: super() is the logging.Formatter it is mixed into
 
 
 class PlainFormatter(_RedactTraces, logging.Formatter):

@@ -57,7 +57,7 @@ class RequestLogMiddleware(Middleware):
     @contextlib.contextmanager
     def _bound(self, request: HttpRequest) -> Iterator[Callable[[HttpResponse], HttpResponse]]:
         request_id = request_id_of(request)
-        request.request_id = request_id  # type: ignore[attr-defined]
+        request.request_id = request_id  # type: ignore[attr-defined]  # an attribute this middleware adds to the request
         started = time.perf_counter()
         with bind(request_id=request_id):
             yield lambda response: _logged(request, response, request_id, time.perf_counter() - started)
@@ -90,6 +90,6 @@ def _user_looked_up(request: HttpRequest) -> Any:
     database, which an async request may not do in the event loop (and a request that never needed the
     user need not pay for it)."""
     user = getattr(request, "user", None)
-    if isinstance(user, SimpleLazyObject) and user._wrapped is empty:  # type: ignore[attr-defined]
+    if isinstance(user, SimpleLazyObject) and user._wrapped is empty:  # type: ignore[attr-defined]  # SimpleLazyObject's private _wrapped, to tell an unevaluated user
         return None
     return user

@@ -8,6 +8,6 @@ from ops.services import heartbeat_record
 
 
 @shared_task(name="ops.worker_heartbeat", bind=True)
-def worker_heartbeat(self) -> None:  # type: ignore[no-untyped-def]
+def worker_heartbeat(self) -> None:  # type: ignore[no-untyped-def]  # a bound Celery task: self is the task
     """Leave this worker's heartbeat (beat sends it every WORKER_HEARTBEAT_SECONDS, with an expiry)."""
     heartbeat_record(hostname=self.request.hostname or "unknown")

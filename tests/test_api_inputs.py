@@ -33,7 +33,7 @@ def _valid(pattern: str, text: str) -> bool:
     return bool(jsonschema_rs.validator_for({"type": "string", "pattern": pattern}).is_valid(text))
 
 
-def _takes(field: serializers.Field, value: Any) -> bool:  # type: ignore[type-arg]
+def _takes(field: serializers.Field, value: Any) -> bool:  # type: ignore[type-arg]  # any DRF field, whatever its value types
     try:
         field.run_validation(value)
     except serializers.ValidationError:

@@ -82,7 +82,7 @@ def winners(state: RoundState, spot: I64) -> Winners:
 
 def _offset_slots(b: object, ptr: I64, fslots: I64) -> I64:
     """Slots of a batch given by free-slot offsets: a node's free slots are handed out in ascending order."""
-    node, count, offset = b.node, b.count, b.offset  # type: ignore[attr-defined]
+    node, count, offset = b.node, b.count, b.offset  # type: ignore[attr-defined]  # b is any batch with node, count and offset arrays (duck-typed)
     if count.size and int(count.min()) == int(count.max()):  # one gang size (best_fit's batches): no repeats
         return np.asarray(
             fslots[(ptr[node] + offset)[:, None] + np.arange(int(count[0]))], dtype=np.int64

@@ -15,7 +15,7 @@ from frontend.access import my_tenants, page
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     """The last team used, else the first; an admin in no team goes to the console."""
-    user: User = request.user  # type: ignore[assignment]
+    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; login_required leaves a User
     teams = my_tenants(user)
     remembered = request.session.get("tenant")
     if remembered and visible_tenants(user).filter(slug=remembered).exists():
@@ -30,6 +30,6 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def switch(request: HttpRequest) -> HttpResponse:
-    user: User = request.user  # type: ignore[assignment]
+    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; login_required leaves a User
     tenant = visible_tenants(user).filter(slug=request.POST.get("tenant", "")).first()
     return redirect("frontend:dashboard", slug=tenant.slug) if tenant else redirect("frontend:home")

@@ -154,7 +154,7 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     if errors:
         return errors
     try:
-        policy_update(actor=request.user, **changes)  # type: ignore[arg-type]
+        policy_update(actor=request.user, **changes)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
     except PolicyError as exc:
         if exc.field in MONEY_KNOBS:  # the service speaks micro-credits, the form credits
             low, high = (format_credits(v) for v in POLICY_LIMITS[exc.field])
@@ -164,7 +164,7 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
         try:
             gpu_type_save(
                 name=t.name, memory_gb=t.memory_gb, reserve_price=reserve, max_price=top, actor=request.user
-            )  # type: ignore[arg-type]
+            )  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
         except PolicyError as exc:
             return {f"{'reserve' if exc.field == 'reserve_price' else 'max'}-{t.name}": exc.message}
     return {}

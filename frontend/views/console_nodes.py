@@ -58,14 +58,14 @@ def _rows(nodes: list[Node]) -> list[dict[str, Any]]:
         report = reports.get(node.pk)
         gpus = [
             {"gpu": g, "sample": report.gpus.get(g.uuid) if report else None}
-            for g in node.gpu_rows  # type: ignore[attr-defined]
+            for g in node.gpu_rows  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
         ]
         rows.append(
             {
                 "node": node,
                 "gpus": gpus,
                 "report_at": report.sent_at if report else None,
-                "unhealthy": sum(1 for g in node.gpu_rows if not g.healthy and not g.absent),  # type: ignore[attr-defined]
+                "unhealthy": sum(1 for g in node.gpu_rows if not g.healthy and not g.absent),  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
                 "leases": leases.get(node.pk, []),
                 "actions": _actions(node),
             }
@@ -144,7 +144,7 @@ def bootstrap_token(request: HttpRequest) -> HttpResponse:
     v = body.validated_data
     try:
         issued = bootstrap_token_create(
-            actor=request.user,  # type: ignore[arg-type]
+            actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
             name=v["name"],
             gpu_type=v["gpu_type"],
             topology_domain=v["topology_domain"],

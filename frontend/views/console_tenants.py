@@ -38,7 +38,7 @@ def tenants(request: HttpRequest) -> HttpResponse:
     form = TenantCreate(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            tenant = tenant_create(actor=request.user, **form.cleaned_data)  # type: ignore[arg-type]
+            tenant = tenant_create(actor=request.user, **form.cleaned_data)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
         except IntegrityError:
             form.add_error("slug", "A team with this name or slug exists already.")
         except PolicyError as exc:
@@ -87,7 +87,7 @@ def _policy_post(request: HttpRequest, tenant: Tenant, types: list[GpuType]) -> 
     if not errors:
         try:
             tenant_policy_update(
-                actor=request.user,  # type: ignore[arg-type]
+                actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
                 tenant=tenant,
                 weight=weight,
                 guardrail=guardrail,
@@ -105,10 +105,10 @@ def _member_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
     if user is None:
         return {"username": f"no user called {username!r}"}
     if role == "remove":
-        membership_remove(tenant=tenant, user=user, actor=request.user)  # type: ignore[arg-type]
+        membership_remove(tenant=tenant, user=user, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
         return {}
     try:
-        membership_set(tenant=tenant, user=user, role=role, actor=request.user)  # type: ignore[arg-type]
+        membership_set(tenant=tenant, user=user, role=role, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
     except PolicyError as exc:
         return {exc.field: exc.message}
     return {}
@@ -127,7 +127,7 @@ def _money_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
         return errors
     move = ledger.ledger_refund if kind == "refund" else ledger.ledger_topup
     try:
-        move(tenant=tenant, amount=amount, key=key, actor=request.user, memo=memo)  # type: ignore[arg-type]
+        move(tenant=tenant, amount=amount, key=key, actor=request.user, memo=memo)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
     except (ledger.InvalidAmount, ledger.InvalidKey) as exc:
         errors[getattr(exc, "field", "amount")] = str(exc)
     except ledger.LedgerError as exc:
@@ -143,7 +143,7 @@ def _allowance_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
         return errors
     try:
         allowance_set(
-            actor=request.user,  # type: ignore[arg-type]
+            actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
             tenant=tenant,
             amount=amount,
             period=request.POST.get("allowance_period", ""),

@@ -147,7 +147,7 @@ def whatif(request: HttpRequest) -> HttpResponse:
         if not errors and parsed.since and parsed.until:
             try:
                 run = whatif_request(
-                    actor=request.user,  # type: ignore[arg-type]
+                    actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
                     since=parsed.since,
                     until=parsed.until,
                     proposal=parsed.proposal,
@@ -243,7 +243,7 @@ def whatif_plot(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
 def whatif_apply_view(request: HttpRequest, run_id: int) -> HttpResponse:
     _run(run_id)
     try:
-        whatif_apply(actor=request.user, run_id=run_id)  # type: ignore[arg-type]
+        whatif_apply(actor=request.user, run_id=run_id)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
     except WhatIfError as exc:
         messages.error(request, f"Not applied: {exc}.")
     else:

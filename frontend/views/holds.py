@@ -28,7 +28,7 @@ def holds(request: HttpRequest, slug: str) -> HttpResponse:
             try:
                 hold_policy_set(
                     tenant=s.tenant,
-                    actor=request.user,  # type: ignore[arg-type]
+                    actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
                     sized_by_prediction=request.POST.get("sized_by_prediction") == "on",
                     on_hold_end=choice,
                 )

@@ -98,7 +98,7 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
         try:
             job, _created = services.job_submit(
                 tenant=s.tenant,
-                submitter=request.user,  # type: ignore[arg-type]
+                submitter=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
                 idempotency_key=f"portal:{values['nonce'][:64]}",
                 request_digest=_digest(body),
                 **submit_args(body, form=True),
@@ -155,7 +155,7 @@ def guidance(request: HttpRequest, slug: str) -> HttpResponse:
     """The guidance fragment for the submit form's current inputs (fetched by site.js as they change)."""
     s = seat(request, slug)
     types = list(GpuType.objects.order_by("name"))
-    rows = bid_rows(request.GET, types)  # type: ignore[arg-type]
+    rows = bid_rows(request.GET, types)  # type: ignore[arg-type]  # request.GET is a QueryDict; bid_rows reads it as a mapping of lists
     return render(
         request,
         "frontend/_guidance.html",
@@ -219,7 +219,7 @@ def estimate(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"errors": {"gpus": "must be a whole number"}}, status=400)
     if not 1 <= gpus <= ESTIMATE_MAX_GPUS:
         return JsonResponse({"errors": {"gpus": f"must be between 1 and {ESTIMATE_MAX_GPUS}"}}, status=400)
-    limits = _draft_limits(types, bid_rows(request.GET, types))  # type: ignore[arg-type]
+    limits = _draft_limits(types, bid_rows(request.GET, types))  # type: ignore[arg-type]  # request.GET is a QueryDict; bid_rows reads it as a mapping of lists
     found = draft_estimate(tenant=s.tenant, name=name, command=command, gpus=gpus, limits=limits)
     return JsonResponse(
         {**_estimate_json(found), "warning": _max_hours_warning(found, request.GET.get("max_hours"))}
@@ -293,8 +293,8 @@ def _lease_panels(leases: list[Lease], *, admin: bool) -> list[dict[str, Any]]:
     panels = []
     charted = 0
     for lease in reversed(leases):
-        usage = usage_combined(lease.usage_rows) if lease.usage_rows else None  # type: ignore[attr-defined]
-        exit_code = next((u.exit_code for u in lease.usage_rows if u.exit_code is not None), None)  # type: ignore[attr-defined]
+        usage = usage_combined(lease.usage_rows) if lease.usage_rows else None  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+        exit_code = next((u.exit_code for u in lease.usage_rows if u.exit_code is not None), None)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
         charts: list[SafeString] = []
         if usage is not None and charted < LEASE_CHARTS:
             charts, charted = _usage_charts(lease), charted + 1
@@ -356,7 +356,7 @@ def amend(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     try:
         body = BidAmendSerializer(data={"bids": bids_payload(rows)})
         body.is_valid(raise_exception=True)
-        services.bid_amend(job=found, actor=request.user, bids=body.validated_data["bids"])  # type: ignore[arg-type]
+        services.bid_amend(job=found, actor=request.user, bids=body.validated_data["bids"])  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
     except serializers.ValidationError as exc:
         errors = flatten(exc.detail)
     except PolicyError as exc:
@@ -381,7 +381,7 @@ def cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     if found is None:
         raise Http404("No such job.")
     try:
-        services.job_cancel(job=found, actor=request.user)  # type: ignore[arg-type]
+        services.job_cancel(job=found, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
     except services.JobError as exc:
         messages.error(request, str(exc))
     else:

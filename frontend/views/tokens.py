@@ -32,7 +32,7 @@ def tokens(request: HttpRequest, slug: str) -> HttpResponse:
         elif len(name) > NAME_MAX:
             error = f"At most {NAME_MAX} characters."
         else:
-            secret = token_create(user=request.user, tenant=s.tenant, name=name).secret  # type: ignore[arg-type]
+            secret = token_create(user=request.user, tenant=s.tenant, name=name).secret  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
     return page(
         request, "frontend/tokens.html", {"tokens": _visible(request, s), "error": error, "secret": secret}, s
     )
@@ -42,9 +42,9 @@ def tokens(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def token_revoke_view(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
     s = seat(request, slug)
-    token = _visible(request, s).filter(pk=token_id).first()  # type: ignore[attr-defined]
+    token = _visible(request, s).filter(pk=token_id).first()  # type: ignore[attr-defined]  # _visible returns a queryset, typed loosely
     if token is None:
         raise Http404("No such token.")
-    token_revoke(token=token, actor=request.user)  # type: ignore[arg-type]
+    token_revoke(token=token, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
     messages.success(request, f"Token {token.prefix}… revoked.")
     return redirect("frontend:tokens", slug=s.tenant.slug)

@@ -21,7 +21,7 @@ from market.money import format_credits
 from market.services.gpu_types import gpu_type_save
 
 
-class GpuTypeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class GpuTypeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     reserve_price_credits = serializers.SerializerMethodField()
     max_price_credits = serializers.SerializerMethodField()
 

@@ -55,7 +55,7 @@ class HoldPolicyView(APIView):
         body = HoldPolicySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            policy = hold_policy_set(tenant=tenant, actor=request.user, **body.validated_data)  # type: ignore[arg-type]
+            policy = hold_policy_set(tenant=tenant, actor=request.user, **body.validated_data)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; IsAuthenticated (the default) refused anonymous ones
         except HoldPolicyRefused as exc:
             raise exceptions.PermissionDenied(str(exc)) from exc
         return Response(_render(policy))

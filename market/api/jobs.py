@@ -205,7 +205,7 @@ class JobDetailView(APIView):
         job = job_detail(tenant=tenant, job_id=job_id)
         if job is None:
             raise Http404("No such job.")
-        job.estimate = None if job.state in TERMINAL_STATES else job_estimate(job=job)  # type: ignore[attr-defined]
+        job.estimate = None if job.state in TERMINAL_STATES else job_estimate(job=job)  # type: ignore[attr-defined]  # an attribute the view adds for the serializer
         return Response(_render(job, JobDetailSerializer, admin=request.user.is_staff))
 
 

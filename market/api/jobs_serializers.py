@@ -88,7 +88,7 @@ class BidEntrySerializer(BodySerializer):
     )
 
 
-class BidsField(serializers.ListSerializer):  # type: ignore[type-arg]
+class BidsField(serializers.ListSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """The preference-ordered bid entries, with each type name resolved to its GpuType (one query).
 
     Gives [(GpuType, micro-credits), ...]. Errors name the entry (`bids[1].limit`): DRF's own list errors
@@ -194,7 +194,7 @@ class JobFilterSerializer(QuerySerializer):
 # Responses
 
 
-class LimitSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class LimitSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     gpu_type = serializers.CharField()
     limit = serializers.IntegerField(help_text="Micro-credits per GPU-hour.")
     limit_credits = serializers.SerializerMethodField()
@@ -203,7 +203,7 @@ class LimitSerializer(serializers.Serializer):  # type: ignore[type-arg]
         return format_credits(entry["limit"])
 
 
-class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """A job with its current bid. `warnings` names bid entries that cannot win as they stand (a limit below
     the type's reserve price)."""
 
@@ -242,14 +242,14 @@ class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         ]
         read_only_fields = fields
 
-    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]
+    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]  # any DRF field, whatever its value types
         # ModelSerializer builds every field from the model again on each use, a fifth of a submit's own work
         # (bench/api.py). The fields depend only on the class, so each class builds them once and each use
         # gets a copy, as DRF copies declared fields.
         cls = type(self)
         if "_built_fields" not in cls.__dict__:
-            cls._built_fields = super().get_fields()  # type: ignore[attr-defined]
-        return copy.deepcopy(cls._built_fields)  # type: ignore[attr-defined,no-any-return]
+            cls._built_fields = super().get_fields()  # type: ignore[attr-defined]  # a class-level cache of the built fields, set here
+        return copy.deepcopy(cls._built_fields)  # type: ignore[attr-defined,no-any-return]  # a class-level cache of the built fields, set here
 
     def get_max_hours(self, job: Job) -> str:
         return hours_text(job.max_seconds)
@@ -276,7 +276,7 @@ def bid_warnings(limits: list[dict[str, Any]], types: dict[str, GpuType]) -> lis
     return out
 
 
-class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
     bids = LimitSerializer(many=True, source="limits", read_only=True)
 
@@ -286,7 +286,7 @@ class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         read_only_fields = fields
 
 
-class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     round = serializers.IntegerField(source="round_id", read_only=True)
     gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     price_credits = serializers.SerializerMethodField()
@@ -323,7 +323,7 @@ class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return None if figure is None else format_credits(figure)
 
 
-class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     index = serializers.IntegerField(source="gpu.index", read_only=True)
     uuid = serializers.CharField(source="gpu.uuid", read_only=True)
 
@@ -333,7 +333,7 @@ class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         read_only_fields = fields
 
 
-class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """What the node agents measured, cumulative from the job's start, summed over the gang's nodes."""
 
     gpu_seconds = serializers.FloatField(help_text="GPUs held x seconds: what the lease is charged for.")
@@ -345,7 +345,7 @@ class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]
     samples = serializers.IntegerField()
 
 
-class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """Why a round preempted the lease (market.selectors.preemptions.Preemption). The job it made room for is
     behind the tenant wall: its id only when it is this tenant's own job, or for a platform admin, who also
     sees its tenant."""
@@ -377,7 +377,7 @@ class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]
     )
 
 
-class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     node = serializers.SlugRelatedField(slug_field="name", read_only=True)
     gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
     bound_gpus = LeaseGpuSerializer(many=True, source="gpus_bound", read_only=True)
@@ -470,7 +470,7 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return None if lease.charged is None else format_credits(lease.charged)
 
 
-class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """A ledger entry of one of the job's holds. `amount`: for a hold what it held, for a settle what it
     charged; `released`: what went back to available (the rest of the hold at settle, all of it at release)."""
 
@@ -498,7 +498,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         read_only_fields = fields
 
     def get_lease(self, entry: JournalEntry) -> int:
-        return int(entry.lease_id)  # type: ignore[attr-defined]
+        return int(entry.lease_id)  # type: ignore[attr-defined]  # lease_id is set on each entry by market.selectors.jobs.hold_entries
 
     def get_amount(self, entry: JournalEntry) -> int:
         held = entry.hold.amount if entry.hold_id else entry.amount
@@ -519,7 +519,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         return format_credits(self.get_released(entry))
 
 
-class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """allocator.predict.Prediction: runtimes of the similar finished jobs that ran at least `done_seconds`."""
 
     median_seconds = serializers.FloatField(source="median_s")
@@ -532,13 +532,13 @@ class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-
     )
 
 
-class StartEstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class StartEstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     gpu_type = serializers.CharField()
     at = serializers.DateTimeField(allow_null=True, help_text="Estimated start; null when none can be given.")
     text = serializers.CharField(help_text="The estimate and what it is based on.")
 
 
-class EstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class EstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """market.selectors.job_estimate.Estimate: what the job will likely take and cost, and when it may start."""
 
     prediction = RuntimePredictionSerializer(
@@ -589,4 +589,4 @@ class JobDetailSerializer(JobSerializer):
         read_only_fields = fields
 
     def get_log_tail(self, job: Job) -> str:
-        return job_log_tail(job.lease_rows)  # type: ignore[attr-defined]
+        return job_log_tail(job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)

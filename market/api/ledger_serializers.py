@@ -21,7 +21,7 @@ from market.services.ledger import KEY_MAX_LENGTH, key_as_given
 CREDITS_MAX = Decimal(MAX_AMOUNT) / MICRO
 
 
-class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     available = serializers.IntegerField(help_text="Micro-credits free to hold.")
     held = serializers.IntegerField(help_text="Micro-credits held for running leases.")
     spent = serializers.IntegerField(help_text="Net micro-credits charged (settlements minus refunds).")
@@ -88,7 +88,7 @@ class MoneyMoveSerializer(BodySerializer):
 
 
 @extend_schema_field(OpenApiTypes.STR)  # and INSTANT_PATTERN (config/schema.py)
-class InstantField(serializers.Field):  # type: ignore[type-arg]
+class InstantField(serializers.Field):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     """An ISO date or datetime (naive means UTC) matching config.inputs.INSTANT_PATTERN, which the schema
     documents. With end_of_day, a bare date means the end of that day."""
 
@@ -122,7 +122,7 @@ class LedgerFilterSerializer(QuerySerializer):
         return attrs
 
 
-class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     account = serializers.CharField(source="account.label")
 
     class Meta:
@@ -130,7 +130,7 @@ class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         fields = ["account", "amount"]
 
 
-class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     amount_credits = serializers.SerializerMethodField()
     key = serializers.SerializerMethodField(help_text="The key as its caller gave it.")
     hold = serializers.SlugRelatedField(slug_field="key", read_only=True, allow_null=True)

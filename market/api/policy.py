@@ -38,7 +38,7 @@ def _policy_error(exc: PolicyError) -> serializers.ValidationError:
 # Market policy
 
 
-class MarketPolicySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
+class MarketPolicySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     class Meta:
         model = MarketPolicy
         fields = [*POLICY_LIMITS, "updated_at"]
@@ -102,13 +102,13 @@ class MarketPolicyView(APIView):
 # Tenant policy
 
 
-class HeldGpusSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class HeldGpusSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     gpu_type = serializers.CharField()
     tier = serializers.CharField(help_text="G (guaranteed), B (borrowed) or S (spot).")
     gpus = serializers.IntegerField()
 
 
-class TenantPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]
+class TenantPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     tenant = serializers.CharField()
     weight = serializers.IntegerField(help_text="Share of the excess GPUs relative to other tenants.")
     guardrail = serializers.IntegerField(

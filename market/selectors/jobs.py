@@ -106,8 +106,8 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
     )
     if job is None:
         return None
-    job.charges = hold_entries(leases=job.lease_rows)  # type: ignore[attr-defined]
-    attach_claimants(job.lease_rows)  # type: ignore[attr-defined]
+    job.charges = hold_entries(leases=job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+    attach_claimants(job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
     return job
 
 
@@ -123,11 +123,11 @@ def hold_entries(*, leases: Iterable[Lease]) -> list[JournalEntry]:
         .order_by("created_at", "pk")
     )
     for lease in by_key.values():
-        lease.hold_amount = None  # type: ignore[attr-defined]
+        lease.hold_amount = None  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
     for entry in entries:
         lease = by_key[entry.hold.key]
-        entry.lease_id = lease.pk  # type: ignore[attr-defined]
-        lease.hold_amount = entry.hold.amount  # type: ignore[attr-defined]
+        entry.lease_id = lease.pk  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
+        lease.hold_amount = entry.hold.amount  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
     return entries
 
 

@@ -46,7 +46,7 @@ def attach_claimants(leases: Iterable[Lease]) -> None:
         )
     }
     for lease in rows:
-        lease.claimant = found.get(lease.preempted_for_id or 0)  # type: ignore[attr-defined]
+        lease.claimant = found.get(lease.preempted_for_id or 0)  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
 
 
 def preemption_of(lease: Lease, *, admin: bool) -> Preemption | None:

@@ -44,7 +44,7 @@ def main(argv: list[str]) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _ignore)
     try:
-        child = subprocess.Popen(command, **run_as)  # type: ignore[call-overload]
+        child = subprocess.Popen(command, **run_as)  # type: ignore[call-overload]  # Popen's overloads cannot match a **kwargs dict of mixed types
     except OSError as exc:  # not found, not executable: the shell's codes
         print(f"gpumarket-agent: cannot run {command[0]!r}: {exc.strerror}", file=sys.stderr, flush=True)
         code = 127 if isinstance(exc, FileNotFoundError) else 126

@@ -98,7 +98,7 @@ def _when(data: dict[str, Any], key: str) -> tuple[datetime, str]:
         parsed = None
     if parsed is None or parsed.tzinfo is None:
         raise _Bad(key, "must be an ISO 8601 time with a zone")
-    return parsed, value  # type: ignore[return-value]
+    return parsed, value  # type: ignore[return-value]  # value is the str that fromisoformat just read
 
 
 def _list(data: dict[str, Any], key: str, most: int) -> list[Any]:

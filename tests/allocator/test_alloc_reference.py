@@ -28,7 +28,7 @@ def first_fit_loop(size: list[int], cap: list[int], seg: list[int]) -> list[bool
 @settings(max_examples=400, deadline=None)
 @given(SIZES, st.lists(st.integers(0, 40), min_size=1, max_size=6), st.randoms())
 def test_first_fit_is_the_loop(size: list[int], cap: list[int], rnd: object) -> None:
-    seg = [rnd.randrange(len(cap)) for _ in size]  # type: ignore[attr-defined]
+    seg = [rnd.randrange(len(cap)) for _ in size]  # type: ignore[attr-defined]  # st.randoms() draws a random.Random, typed object here
     got = first_fit(
         np.array(size, dtype=np.int64), np.array(cap, dtype=np.int64), np.array(seg, dtype=np.int64)
     )

@@ -124,7 +124,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         print(running.logs())
 
 
-def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]  # test helpers with untyped arguments
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -133,7 +133,7 @@ def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-unty
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def _submit(client, slug: str, n: int) -> int:  # type: ignore[no-untyped-def]
+def _submit(client, slug: str, n: int) -> int:  # type: ignore[no-untyped-def]  # test helpers with untyped arguments
     body = {
         "name": f"{slug}-{n}",
         "command": "python train.py",

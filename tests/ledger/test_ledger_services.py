@@ -54,14 +54,14 @@ def test_topup_and_refund_need_an_admin(world: World) -> None:
 @pytest.mark.parametrize("amount", [0, -1, 10**16, True, 1.5, "5", None])
 def test_topup_refuses_bad_amounts(world: World, amount: object) -> None:
     with pytest.raises(InvalidAmount):
-        ledger_topup(tenant=world.alpha, amount=amount, key="t1", actor=world.admin)  # type: ignore[arg-type]
+        ledger_topup(tenant=world.alpha, amount=amount, key="t1", actor=world.admin)  # type: ignore[arg-type]  # wrong types on purpose: the service must refuse them
     assert not JournalEntry.objects.exists()
 
 
 @pytest.mark.parametrize("key", ["", "   ", "k" * 201, None])
 def test_bad_keys_are_refused(world: World, key: object) -> None:
     with pytest.raises(InvalidKey):
-        ledger_topup(tenant=world.alpha, amount=1, key=key, actor=world.admin)  # type: ignore[arg-type]
+        ledger_topup(tenant=world.alpha, amount=1, key=key, actor=world.admin)  # type: ignore[arg-type]  # wrong types on purpose: the service must refuse them
 
 
 def test_same_key_same_arguments_replays(world: World) -> None:
@@ -78,7 +78,7 @@ def test_same_key_different_arguments_conflicts(world: World, change: dict[str, 
     args: dict[str, object] = {"tenant": world.alpha, "amount": 7, "key": "t1", "actor": world.admin}
     args.update(change)
     with pytest.raises(KeyConflict):
-        ledger_topup(**args)  # type: ignore[arg-type]
+        ledger_topup(**args)  # type: ignore[arg-type]  # wrong types on purpose: the service must refuse them
     assert JournalEntry.objects.count() == 1
 
 

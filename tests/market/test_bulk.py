@@ -1,5 +1,6 @@
 """market.bulk and the round commit built on it: PostgreSQL's path (COPY, UPDATE ... FROM arrays) against the
-plain ORM path SQLite takes, each run on the same data in one database and compared row by row."""
+plain ORM path SQLite takes, each run on the same data in one database and compared row by row, and the ORM
+path once more on SQLite itself (an in-memory twin holding the same rows: tests.sqlite_twin)."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ from market.services.round_commit import SKIP_CHANGED
 from nodeagent.models import Node
 from tests.conftest import World
 from tests.market.round_helpers import make_job
+from tests.sqlite_twin import on_sqlite
 
 pytestmark = pytest.mark.django_db
 
@@ -48,15 +50,22 @@ SHORT = 'a\tb\nc\\d"\\N'  # within a 40-character column
 
 
 def _both_paths(monkeypatch: pytest.MonkeyPatch, write: Any, read: Any) -> tuple[Any, Any]:
-    """`write()` on PostgreSQL's path, then rolled back, then on the ORM path; `read()` after each."""
+    """`write()` on PostgreSQL's path, then rolled back, then on the ORM path; `read()` after each. The ORM
+    path also runs first on SQLite itself (make run's database), on an in-memory twin of the same rows, and
+    must read as it does on PostgreSQL."""
     assert connection.vendor == "postgresql"
+    with on_sqlite():
+        write()
+        on_sqlite_ = read()
     with transaction.atomic():
         write()
         fast = read()
         transaction.set_rollback(True)
     monkeypatch.setattr(connection, "vendor", "sqlite")
     write()
-    return fast, read()
+    plain = read()
+    assert plain == on_sqlite_
+    return fast, plain
 
 
 def _commands(node: Node, lease: Lease) -> list[dict[str, Any]]:
@@ -154,7 +163,7 @@ def test_update_sets_each_rows_values_on_both_paths(world, monkeypatch):
         return list(Job.objects.order_by("pk").values_list("pk", "state", "waited_before", "updated_at"))
 
     fast, plain = _both_paths(monkeypatch, write, read)
-    assert fast == plain and counts == [3, 3]
+    assert fast == plain and counts == [3, 3, 3]  # SQLite, PostgreSQL, the ORM path
     assert [row[1] for row in fast] == ["cancelled", "pending", "allocated", "allocated"]
     assert bulk.update(Job, [], {"state": []}) == 0
 
@@ -189,6 +198,28 @@ def test_upsert_updates_or_keeps_existing_rows_on_both_paths(world, monkeypatch,
     assert fast == plain and len(fast) == 3
     alpha = next(row for row in fast if row[0] == w.alpha.pk)
     assert alpha[2:] == ((0.1 + 0.2, later) if update else (1.5, at))
+
+
+def test_any_of_selects_the_same_rows_on_both_paths(world, monkeypatch):
+    """One array parameter on PostgreSQL, the plain list elsewhere: the same rows for ids (none, repeats, an
+    id of no row) and for texts an array literal must quote (commas, quotes, braces, backslashes, NULL, "")."""
+    names = ["a,b", 'x"y', "back\\slash", "{brace}", "NULL", "", " sp ", AWKWARD[:40], "plain"]
+    jobs = [make_job(world.alpha, world.alice, name=name) for name in names]
+    ids = [job.pk for job in jobs]
+
+    def read() -> list[list[int]]:
+        asks = [
+            Job.objects.filter(pk__in=bulk.any_of(ids[:3])),
+            Job.objects.filter(pk__in=bulk.any_of([])),
+            Job.objects.filter(pk__in=bulk.any_of([ids[0], ids[0], 10**9])),
+            Job.objects.filter(name__in=bulk.any_of(names[:7], "text")),
+            Job.objects.filter(name__in=bulk.any_of(["NULL", "none of them", "a"], "text")),
+            Job.objects.filter(name__in=bulk.any_of(names[7:], "text")),
+        ]
+        return [sorted(ask.values_list("pk", flat=True)) for ask in asks]
+
+    fast, plain = _both_paths(monkeypatch, lambda: None, read)
+    assert fast == plain == [ids[:3], [], [ids[0]], ids[:7], [ids[4]], ids[7:]]
 
 
 # ---- the round commit, both paths ---------------------------------------------------------------------
@@ -241,10 +272,9 @@ def _written(rnd: Round) -> dict[str, Any]:
     }
 
 
-def test_the_round_commit_writes_the_same_rows_on_both_paths(world, monkeypatch):
-    """A round with a preemption, winners of two types, a job changed after the freeze, losers
-    and a command text COPY must escape: PostgreSQL's path and the ORM path write the same rows."""
-    w = world
+def _round_to_commit(w: World, monkeypatch: pytest.MonkeyPatch) -> tuple[Round, Job, Job]:
+    """A cleared round with a preemption, winners of two types, a job changed after the freeze, losers and a
+    command text COPY must escape; returns it with the amended job and the awkward one. The clock stops."""
     w.nodes(w.h100, 2, size=8)
     w.nodes(w.a100, 2, size=8)
     for tenant in (w.alpha, w.beta, w.gamma):
@@ -270,13 +300,23 @@ def test_the_round_commit_writes_the_same_rows_on_both_paths(world, monkeypatch)
     Job.objects.filter(pk=changed.pk).update(bid_version=2)  # amended after the freeze: skipped at commit
     now = timezone.now()
     monkeypatch.setattr(timezone, "now", lambda: now)  # both runs write at the same instant
+    return r2, changed, odd
 
+
+def test_the_round_commit_writes_the_same_rows_on_both_paths(world, monkeypatch):
+    """PostgreSQL's path and the ORM path, on PostgreSQL and on SQLite, write the same rows
+    (_round_to_commit)."""
+    r2, changed, odd = _round_to_commit(world, monkeypatch)
     fast, plain = _both_paths(
         monkeypatch,
         lambda: rounds.round_advance(round_id=r2.pk),
         lambda: _written(Round.objects.get(pk=r2.pk)),
     )
     assert fast == plain
+    _check_commit(fast, changed, odd)
+
+
+def _check_commit(fast: dict[str, Any], changed: Job, odd: Job) -> None:
     assert fast["round"]["state"] == RoundState.DISPATCHED
     assert fast["round"]["preemptions"] == 1 and fast["round"]["winners"] == 2
     assert {(o["job"], o["reason"]) for o in fast["outcomes"] if o["job"] == changed.pk} == {

@@ -103,7 +103,7 @@ def test_the_api_portal_console_and_metrics_show_the_work_lost(market, settings:
     lease_stopped(lease_id=victim.pk, now=victim.stop_requested_at + timedelta(seconds=20))
     job = job_detail(tenant=w.beta, job_id=victim.job_id)
     assert job is not None
-    row = next(x for x in job.lease_rows if x.pk == victim.pk)  # type: ignore[attr-defined]
+    row = next(x for x in job.lease_rows if x.pk == victim.pk)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
     sentence = lease_end_sentence(row, gpu_seconds=160.0, exit_code=None)
     assert f"(a borrowed lease may be taken back), losing {words} of work since its last checkpoint; " in (
         sentence

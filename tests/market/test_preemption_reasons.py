@@ -109,7 +109,7 @@ def test_fair_reclaim_records_fair_share(market: World) -> None:
 def _detail(w: World, user: Any, job: Job) -> dict[str, Any]:
     resp = w.client(user, tenant=job.tenant).get(f"/api/v1/tenants/{job.tenant.slug}/jobs/{job.pk}")
     assert resp.status_code == 200, resp.content
-    return resp.json()  # type: ignore[no-any-return]
+    return resp.json()  # type: ignore[no-any-return]  # the test client's json() is untyped
 
 
 def test_api_shows_the_rule_within_the_tenant_wall(market: World) -> None:
@@ -188,7 +188,7 @@ def test_a_claimant_of_the_same_tenant_is_named_to_its_members(market: World) ->
     Lease.objects.filter(pk=victim.pk).update(preempted_for=own)
     job = job_detail(tenant=w.beta, job_id=victim.job_id)
     assert job is not None
-    lease = next(x for x in job.lease_rows if x.pk == victim.pk)  # type: ignore[attr-defined]
+    lease = next(x for x in job.lease_rows if x.pk == victim.pk)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
     p = preemption_of(lease, admin=False)
     assert p is not None and (p.for_own_tenant, p.for_job, p.for_tenant) == (True, own.pk, None)
 
@@ -199,7 +199,7 @@ def test_portal_sentence_once_stopped(market: World) -> None:
     lease_stopped(lease_id=victim.pk, now=victim.stop_requested_at + timedelta(seconds=20))
     job = job_detail(tenant=w.beta, job_id=victim.job_id)
     assert job is not None
-    lease = next(x for x in job.lease_rows if x.pk == victim.pk)  # type: ignore[attr-defined]
+    lease = next(x for x in job.lease_rows if x.pk == victim.pk)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
     sentence = lease_end_sentence(lease, gpu_seconds=160.0, exit_code=None)
     assert sentence.startswith(
         f"Preempted in round {r2.pk} after 20 seconds to restore another team's guaranteed H100 GPUs "
@@ -222,7 +222,7 @@ def test_a_lease_preempted_before_reasons_were_recorded(market: World) -> None:
     lease_stopped(lease_id=victim.pk, now=timezone.now())
     job = job_detail(tenant=w.beta, job_id=victim.job_id)
     assert job is not None
-    lease = next(x for x in job.lease_rows if x.pk == victim.pk)  # type: ignore[attr-defined]
+    lease = next(x for x in job.lease_rows if x.pk == victim.pk)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
     assert preemption_of(lease, admin=True) is None
     assert "because another team's guarantee or fair share needed these GPUs" in lease_end_sentence(
         lease, gpu_seconds=0.0, exit_code=None

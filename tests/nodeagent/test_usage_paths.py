@@ -1,6 +1,6 @@
 """The ingest's two ways of writing rows (nodeagent.services.usage): COPY through a staging table for a batch,
-one INSERT ... VALUES for a few rows (and always on SQLite). The same batch through each must leave the same
-rows and count the same reports as new."""
+one INSERT ... VALUES for a few rows (and always on SQLite, where MAX(a, b) stands for GREATEST(a, b)). The same
+batch through each, and through SQLite itself, must leave the same rows and count the same reports as new."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from nodeagent.models import LeaseUsage, UsageMark, UsageReport
 from nodeagent.services import usage
 from nodeagent.services.usage_parse import Report, parse_report
 from tests.nodeagent.agents import counters, register
+from tests.sqlite_twin import on_sqlite
 
 pytestmark = pytest.mark.django_db
 
@@ -77,3 +78,30 @@ def test_copy_and_values_store_the_same_rows(running, monkeypatch):
     new, (stored, marks, leases) = seen["copy"]
     assert new == len(stored) == 80 and len(marks) == 2
     assert len(leases) == 1 and leases[0][2] == 400.0  # the other node's counters were dropped
+
+
+def test_sqlite_keeps_the_same_rows_as_postgresql(running, monkeypatch):
+    """SQLite (make run's default) takes the VALUES path with MAX(a, b) where PostgreSQL has GREATEST(a, b):
+    a scalar MAX that PostgreSQL rejects, so it runs on an in-memory SQLite twin holding the same rows. The
+    batches come shuffled, so later ones meet stored counters and marks larger than their own (kept) and
+    smaller (replaced), and idle spells that start, continue and end."""
+    policy = market_policy()
+    policy.idle_util_pct = 10
+    policy.save()
+    reports = _batch(running)
+    # Repeating single reports afterwards, as the report view sends them: every one a duplicate.
+    again = random.Random(31).sample(reports, 10)
+
+    def ingest() -> tuple[int, int, tuple[list[Any], ...]]:
+        new = _ingest(reports)
+        repeated = sum(usage.usage_ingest(reports=[one], now=NOW) for one in again)
+        return new, repeated, _rows()
+
+    with on_sqlite():
+        on_sqlite_ = ingest()
+    on_postgres = ingest()
+    assert on_postgres == on_sqlite_
+    new, repeated, (stored, marks, leases) = on_postgres
+    assert (new, repeated) == (80, 0) and len(stored) == 80
+    assert sorted(seq for _, _, seq in marks) == [40, 40]  # the largest seq of each node, whatever the order
+    assert len(leases) == 1 and leases[0][2] == 400.0

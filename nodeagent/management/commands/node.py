@@ -44,6 +44,6 @@ class Command(BaseCommand):
                 f"{node.name}  {node.gpu_type.name}  {node.state}  domain={node.topology_domain}  "
                 f"agent={node.agent_version or '-'}  last heartbeat {seen}"
             )
-            for gpu in node.gpu_rows:  # type: ignore[attr-defined]
+            for gpu in node.gpu_rows:  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
                 health = "absent" if gpu.absent else "healthy" if gpu.healthy else f"UNHEALTHY {gpu.error}"
                 self.stdout.write(f"  [{gpu.index}] {gpu.uuid}  {gpu.model}  {health}")
