@@ -11,6 +11,7 @@ from django.http import HttpRequest
 
 from accounts import services
 from accounts.models import ApiToken, AuditEvent, Guarantee, Membership, Tenant, User
+from config.errors import PolicyError
 
 admin.site.site_header = "gpumarket admin console"
 
@@ -25,7 +26,7 @@ class GuaranteeForm(forms.ModelForm):
         if data.get("tenant") and data.get("gpu_type") and data.get("gpus") is not None:
             try:
                 services.guarantee_check(tenant=data["tenant"], gpu_type=data["gpu_type"], gpus=data["gpus"])
-            except services.PolicyError as exc:
+            except PolicyError as exc:
                 self.add_error(exc.field, exc.message)
         return data
 

@@ -7,16 +7,8 @@ from django.db.models import Sum
 
 from accounts.audit import audit
 from accounts.models import Guarantee, Membership, Role, Tenant, User
+from config.errors import PolicyError
 from market.models import GpuType
-
-
-class PolicyError(ValueError):
-    """A policy change that would break a rule; `field` names the offending input."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
 
 
 @transaction.atomic

@@ -7,7 +7,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from market.models import Account, GpuType, Hold, JournalEntry, Posting
 from market.services.gpu_types import gpu_type_save
 

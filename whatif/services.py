@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import Tenant, User
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from market.models import GpuType
 from market.services.gpu_types import gpu_type_save
 from market.services.policy import policy_update, tenant_policy_update

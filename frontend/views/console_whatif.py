@@ -10,7 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from frontend import whatif_form
 from frontend.access import admin_only, page
 from market.money import format_credits

@@ -8,8 +8,8 @@ import pytest
 from django.core.exceptions import PermissionDenied
 
 from accounts.models import AuditEvent, Guarantee
-from accounts.services import PolicyError
 from allocator.book import Policy
+from config.errors import PolicyError
 from market.models import GpuType
 from market.selectors.policy import market_policy
 from market.services.policy import tenant_policy_update
