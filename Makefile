@@ -47,6 +47,7 @@ test: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
 
 # The inner loop, a few minutes: lint, types and every test that needs neither a browser nor real worker and
@@ -59,6 +60,7 @@ check: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q -m "not browser and not integration and not slow" $(PYTEST_PARALLEL)
 
 lint: install

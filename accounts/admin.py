@@ -4,40 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin
 from django.contrib.auth.admin import UserAdmin
 from django.http import HttpRequest
 
-from accounts import services
-from accounts.models import ApiToken, AuditEvent, Guarantee, Membership, Tenant, User
+from accounts.models import ApiToken, AuditEvent, Membership, Tenant, User
 
 admin.site.site_header = "gpumarket admin console"
-
-
-class GuaranteeForm(forms.ModelForm):
-    class Meta:
-        model = Guarantee
-        fields = ["tenant", "gpu_type", "gpus"]
-
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
-        if data.get("tenant") and data.get("gpu_type") and data.get("gpus") is not None:
-            try:
-                services.guarantee_check(tenant=data["tenant"], gpu_type=data["gpu_type"], gpus=data["gpus"])
-            except services.PolicyError as exc:
-                self.add_error(exc.field, exc.message)
-        return data
-
-
-@admin.register(Guarantee)
-class GuaranteeAdmin(admin.ModelAdmin):
-    form = GuaranteeForm
-    list_display = ["tenant", "gpu_type", "gpus"]
-    list_filter = ["gpu_type"]
-
-    def save_model(self, request: HttpRequest, obj: Guarantee, form: Any, change: bool) -> None:
-        services.guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin site admits staff Users only
 
 
 class MembershipInline(admin.TabularInline):

@@ -23,8 +23,7 @@ from accounts.access import require_admin
 from accounts.models import AuditEvent, Tenant, User
 from accounts.selectors import audit_events
 from config.api import Pagination, QuerySerializer
-from config.fields import TextField
-from market.api.ledger_serializers import InstantField
+from config.fields import InstantField, TextField
 
 CSV_COLUMNS = ["id", "created_at", "action", "actor", "tenant", "detail"]
 

@@ -1,22 +1,15 @@
-"""Writes for tenancy and tenant policy. Keyword-only, atomic, audited."""
+"""Writes for tenancy: tenants and memberships. Keyword-only, atomic, audited.
+
+Guarantees are written by market.services.guarantees: keeping them within the cluster's GPUs needs GPU types
+and nodes, which sit above accounts."""
 
 from __future__ import annotations
 
 from django.db import transaction
-from django.db.models import Sum
 
 from accounts.audit import audit
-from accounts.models import Guarantee, Membership, Role, Tenant, User
-from market.models import GpuType
-
-
-class PolicyError(ValueError):
-    """A policy change that would break a rule; `field` names the offending input."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
-        self.message = message
+from accounts.models import Membership, Role, Tenant, User
+from config.errors import PolicyError
 
 
 @transaction.atomic
@@ -35,56 +28,6 @@ def membership_set(*, tenant: Tenant, user: User, role: str, actor: User | None 
     membership, _ = Membership.objects.update_or_create(tenant=tenant, user=user, defaults={"role": role})
     audit(actor=actor, tenant=tenant, action="membership.set", detail={"user": user.username, "role": role})
     return membership
-
-
-def cluster_gpus(gpu_type: GpuType) -> int | None:
-    """GPUs of this type the cluster has, or None while no node of the type has registered."""
-    from nodeagent.models import Gpu, Node
-
-    if not Node.objects.filter(gpu_type=gpu_type).exists():
-        return None
-    return Gpu.objects.filter(node__gpu_type=gpu_type).exclude(node__state=Node.State.DOWN).count()
-
-
-def guarantee_check(*, tenant: Tenant, gpu_type: GpuType, gpus: int) -> None:
-    """Raise PolicyError if this guarantee would push the type's total past the cluster's GPUs of it."""
-    if gpus < 0:
-        raise PolicyError("gpus", "must not be negative")
-    others = (
-        Guarantee.objects.filter(gpu_type=gpu_type)
-        .exclude(tenant=tenant)
-        .aggregate(total=Sum("gpus"))["total"]
-        or 0
-    )
-    capacity = cluster_gpus(gpu_type)
-    if capacity is not None and others + gpus > capacity:
-        raise PolicyError(
-            "gpus",
-            f"guarantees for {gpu_type.name} would total {others + gpus} GPUs but the cluster has {capacity}",
-        )
-
-
-@transaction.atomic
-def guarantee_set(
-    *, tenant: Tenant, gpu_type: GpuType, gpus: int, actor: User | None = None
-) -> Guarantee | None:
-    """Set a tenant's guaranteed GPUs of one type (0 removes it).
-
-    The one place that keeps the sum of guarantees for a type within the cluster's GPUs of that type (once
-    nodes exist). The GPU type row is locked so two concurrent changes cannot both squeeze under the limit.
-    """
-    GpuType.objects.select_for_update().get(pk=gpu_type.pk)
-    guarantee_check(tenant=tenant, gpu_type=gpu_type, gpus=gpus)
-    audit(
-        actor=actor, tenant=tenant, action="guarantee.set", detail={"gpu_type": gpu_type.name, "gpus": gpus}
-    )
-    if gpus == 0:
-        Guarantee.objects.filter(tenant=tenant, gpu_type=gpu_type).delete()
-        return None
-    guarantee, _ = Guarantee.objects.update_or_create(
-        tenant=tenant, gpu_type=gpu_type, defaults={"gpus": gpus}
-    )
-    return guarantee
 
 
 @transaction.atomic

@@ -15,8 +15,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("DB_POOL", "1")
 django_application = get_asgi_application()
 
-from config import slots  # noqa: E402 - after the settings are configured
-from ops import metrics  # noqa: E402
+from config import metrics, slots  # noqa: E402 - after the settings are configured
 
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:

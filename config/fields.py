@@ -9,6 +9,7 @@ the schema forbids accepted. DRF's own fields are looser than their schema: a Ch
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from functools import cache
 from typing import Any
@@ -18,7 +19,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 
-from config.inputs import DECIMAL_MAX_CHARS, decimal_pattern
+from config.inputs import DECIMAL_MAX_CHARS, INSTANT_PATTERN, InputError, decimal_pattern, parse_instant
 from config.parsers import JsonNumber
 
 # What a text field trims and what counts as blank: ASCII whitespace only, because Python's `str.strip` and
@@ -205,3 +206,25 @@ def _json_number(value: Decimal) -> int | float:
 @cache
 def _decimal_pattern(places: int, low: Decimal, high: Decimal) -> str:
     return decimal_pattern(places=places, low=low, high=high)
+
+
+@extend_schema_field(OpenApiTypes.STR)  # and INSTANT_PATTERN (config/schema.py)
+class InstantField(serializers.Field):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+    """An ISO date or datetime (naive means UTC) matching config.inputs.INSTANT_PATTERN, which the schema
+    documents. With end_of_day, a bare date means the end of that day."""
+
+    schema_pattern = f"^(?:{INSTANT_PATTERN})$"
+
+    def __init__(self, *, end_of_day: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.end_of_day = end_of_day
+
+    def to_internal_value(self, data: Any) -> datetime:
+        try:
+            # `until` is inclusive of what it names; the selectors take an exclusive bound.
+            return parse_instant(data, end_of_day=self.end_of_day)
+        except InputError as exc:
+            raise serializers.ValidationError(str(exc)) from exc
+
+    def to_representation(self, value: datetime) -> str:
+        return value.isoformat()

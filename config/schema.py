@@ -1,7 +1,7 @@
 """The API's schema generator: drf-spectacular's, stating three rules its defaults leave out, so that the
 schema says exactly what the API takes (docs/reliability.md §The schema):
 
-- a field with a `schema_pattern` (config/fields.py: decimal strings, text; instants) documents it in requests;
+- a field with a `schema_pattern` (config/fields.py: decimal strings, text, instants) documents it in requests;
   a decimal field (config/fields.DecimalStringField) takes a JSON number too: oneOf its string with the
   pattern, or a number with the same bounds and multipleOf its smallest step;
 - a body that refuses unknown names (config/api.BodySerializer.refuse_unknown) says additionalProperties: false;

@@ -23,7 +23,7 @@ from config.env import (
     local_secret_key,
     read_dotenv,
 )
-from ops.logs import logging_config
+from config.logs import logging_config
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 # The checkout's `.env` (`make run` writes it) fills in only what the environment leaves unset, before any
@@ -302,7 +302,7 @@ CELERY_BEAT_SCHEDULE["nodes-check"] = {
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
-# Structured logs (ops/logs.py): ids on every line, secrets redacted; LOG_FORMAT=json for one JSON object a line.
+# Structured logs (config/logs.py): ids on every line, secrets redacted; LOG_FORMAT=json for one JSON object a line.
 LOGGING = logging_config(fmt=(env_str("LOG_FORMAT") or "plain").lower(), level=env_str("LOG_LEVEL") or "INFO")
 
 # Operations (docs/deploy.md): who may scrape /metrics, and how often workers prove they are alive.

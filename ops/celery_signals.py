@@ -10,7 +10,7 @@ from typing import Any
 
 from celery.signals import before_task_publish, task_postrun, task_prerun, worker_ready
 
-from ops import logs, metrics
+from config import logs, metrics
 
 log = logging.getLogger("gpumarket.tasks")
 _HEADER = "gpumarket_request_id"

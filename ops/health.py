@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from ops.logs import redact
+from config.logs import redact
 
 
 @dataclass(frozen=True)

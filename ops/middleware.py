@@ -18,9 +18,9 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils.functional import SimpleLazyObject, empty
 
+from config import metrics
+from config.logs import bind
 from config.middleware import Middleware
-from ops import metrics
-from ops.logs import bind
 
 log = logging.getLogger("gpumarket.access")
 

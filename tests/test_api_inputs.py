@@ -14,10 +14,10 @@ import pytest
 from rest_framework import serializers
 
 from config.api import BodySerializer
-from config.fields import TEXT, TEXT_OR_BLANK, TextField
+from config.fields import TEXT, TEXT_OR_BLANK, InstantField, TextField
 from config.inputs import INSTANT_PATTERN, InputError, decimal_pattern, parse_instant
 from market.api.jobs_serializers import HoursField, JobFilterSerializer
-from market.api.ledger_serializers import CreditsField, InstantField
+from market.api.ledger_serializers import CreditsField
 from tests.conftest import World
 
 DECIMALS = [

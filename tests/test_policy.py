@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from accounts.models import AuditEvent, Guarantee
-from accounts.services import PolicyError, guarantee_set
+from config.errors import PolicyError
+from market.services.guarantees import guarantee_set
 from nodeagent.models import Gpu, Node
 from tests.conftest import World
 

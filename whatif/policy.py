@@ -16,8 +16,8 @@ from dataclasses import replace
 from typing import Any
 
 from accounts.models import Guarantee, Tenant
-from accounts.services import PolicyError
 from allocator.sim.policies.market import MarketOptions
+from config.errors import PolicyError
 from market.models import GpuType
 from market.money import MAX_AMOUNT
 from market.selectors.policy import market_policy

@@ -8,6 +8,7 @@ ties them to the replay they came from.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import Tenant, User
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from market.models import GpuType
 from market.services.gpu_types import gpu_type_save
 from market.services.policy import policy_update, tenant_policy_update
@@ -67,8 +68,19 @@ def _check_window(since: datetime, until: datetime, now: datetime) -> None:
 
 
 @transaction.atomic
-def whatif_request(*, actor: User | None, since: datetime, until: datetime, proposal: Policy) -> WhatIfRun:
-    """Check the window and the proposal, record the run and queue its replay (after commit)."""
+def whatif_request(
+    *,
+    actor: User | None,
+    since: datetime,
+    until: datetime,
+    proposal: Policy,
+    enqueue: Callable[[int], object],
+) -> WhatIfRun:
+    """Check the window and the proposal, record the run and queue its replay (after commit).
+
+    `enqueue(run_id)` queues the replay (the caller passes whatif.tasks.whatif_run.delay): the task module
+    imports this one, so this one takes the task as an argument rather than importing it back.
+    """
     admin = _admin(actor)
     now = timezone.now()
     _check_window(since, until, now)
@@ -95,9 +107,7 @@ def whatif_request(*, actor: User | None, since: datetime, until: datetime, prop
         action="whatif.request",
         detail={"run": run.pk, "since": since.isoformat(), "until": window.until.isoformat()},
     )
-    from whatif.tasks import whatif_run  # the task module imports this one
-
-    transaction.on_commit(lambda: whatif_run.delay(run.pk))
+    transaction.on_commit(lambda: enqueue(run.pk))
     return run
 
 

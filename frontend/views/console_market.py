@@ -14,7 +14,7 @@ from django.utils.safestring import SafeString
 
 from accounts.models import Tenant
 from accounts.selectors import audit_events
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
 from market.models import BidOutcome, GpuType, Lease

@@ -13,7 +13,8 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
 from accounts.models import Membership, Role, Tenant, User
-from accounts.services import PolicyError, membership_remove, membership_set, tenant_create
+from accounts.services import membership_remove, membership_set, tenant_create
+from config.errors import PolicyError
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
 from market.models import Allowance, AllowancePeriod, GpuType

@@ -10,10 +10,11 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from frontend import whatif_form
 from frontend.access import admin_only, page
 from market.money import format_credits
+from whatif import tasks as whatif_tasks
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
 from whatif.policy import today_policy
 from whatif.services import WhatIfError, whatif_apply, whatif_request
@@ -151,6 +152,7 @@ def whatif(request: HttpRequest) -> HttpResponse:
                     since=parsed.since,
                     until=parsed.until,
                     proposal=parsed.proposal,
+                    enqueue=whatif_tasks.whatif_run.delay,
                 )
             except PolicyError as exc:
                 errors = {exc.field: exc.message}

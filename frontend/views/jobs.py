@@ -18,7 +18,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from frontend.access import page, seat
 from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form

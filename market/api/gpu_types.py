@@ -12,8 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import require_admin
-from accounts.services import PolicyError
 from config.api import BodySerializer, Pagination
+from config.errors import PolicyError
 from config.fields import TextField
 from market.api.ledger_serializers import CreditsField
 from market.models import GpuType

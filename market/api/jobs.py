@@ -15,8 +15,8 @@ from rest_framework.views import APIView
 
 from accounts.access import access_tenant
 from accounts.models import ApiToken, Tenant
-from accounts.services import PolicyError
 from config.api import Pagination
+from config.errors import PolicyError
 from config.parsers import canonical_json
 from market.api.jobs_serializers import (
     BidAmendSerializer,

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.api import BodySerializer, QuerySerializer
-from config.fields import SPACE, DecimalStringField, TextField
-from config.inputs import INSTANT_PATTERN, InputError, parse_instant
+from config.fields import SPACE, DecimalStringField, InstantField, TextField
 from market.models import EntryKind, JournalEntry, Posting
 from market.money import MAX_AMOUNT, MICRO, format_credits
 from market.services.ledger import KEY_MAX_LENGTH, key_as_given
@@ -85,28 +81,6 @@ class MoneyMoveSerializer(BodySerializer):
         if len(key) > KEY_MAX_LENGTH:
             raise serializers.ValidationError({"key": f"must be at most {KEY_MAX_LENGTH} characters"})
         return attrs | {"key": key}
-
-
-@extend_schema_field(OpenApiTypes.STR)  # and INSTANT_PATTERN (config/schema.py)
-class InstantField(serializers.Field):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    """An ISO date or datetime (naive means UTC) matching config.inputs.INSTANT_PATTERN, which the schema
-    documents. With end_of_day, a bare date means the end of that day."""
-
-    schema_pattern = f"^(?:{INSTANT_PATTERN})$"
-
-    def __init__(self, *, end_of_day: bool = False, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.end_of_day = end_of_day
-
-    def to_internal_value(self, data: Any) -> datetime:
-        try:
-            # `until` is inclusive of what it names; the selectors take an exclusive bound.
-            return parse_instant(data, end_of_day=self.end_of_day)
-        except InputError as exc:
-            raise serializers.ValidationError(str(exc)) from exc
-
-    def to_representation(self, value: datetime) -> str:
-        return value.isoformat()
 
 
 class LedgerFilterSerializer(QuerySerializer):

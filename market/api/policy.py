@@ -17,8 +17,8 @@ from rest_framework.views import APIView
 
 from accounts.access import access_tenant, require_admin
 from accounts.models import Tenant
-from accounts.services import PolicyError
 from config.api import BodySerializer
+from config.errors import PolicyError
 from market.api.ledger_serializers import CreditsField
 from market.models import MarketPolicy
 from market.selectors.policy import TenantPolicy, market_policy, tenant_policy

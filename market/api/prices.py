@@ -14,7 +14,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.api import Pagination, QuerySerializer
-from market.api.ledger_serializers import CreditsField, InstantField
+from config.fields import InstantField
+from market.api.ledger_serializers import CreditsField
 from market.models import GpuType, RoundPrice
 from market.selectors.prices import price_board, price_history
 

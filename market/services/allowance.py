@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import Tenant, User
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from market.models import Account, AccountKind, Allowance, AllowancePeriod, JournalEntry
 from market.money import MAX_AMOUNT
 from market.services.ledger import ledger_grant

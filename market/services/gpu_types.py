@@ -6,7 +6,7 @@ from django.db import transaction
 
 from accounts.audit import audit
 from accounts.models import User
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from market.models import GpuType
 from market.money import MAX_AMOUNT
 

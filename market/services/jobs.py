@@ -1,7 +1,7 @@
 """Job writes: submit (idempotent), amend the bid, cancel (docs/jobs.md).
 
 Every function is keyword-only and atomic and writes an audit row when it changes something. Input is checked
-here again whatever the caller checked: a bad value raises accounts.services.PolicyError naming the field as
+here again whatever the caller checked: a bad value raises config.errors.PolicyError naming the field as
 the API spells it (`bids[1].limit`); a refused action raises a JobError whose `code` the API reports.
 """
 
@@ -17,7 +17,7 @@ from django.utils import timezone
 from accounts.access import can_manage
 from accounts.audit import audit
 from accounts.models import Membership, Tenant, User
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from market.models import (
     LIVE_LEASE_STATES,
     TERMINAL_STATES,

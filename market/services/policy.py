@@ -15,10 +15,11 @@ from django.db import transaction
 
 from accounts.audit import audit
 from accounts.models import Guarantee, Tenant, User
-from accounts.services import PolicyError, guarantee_set
+from config.errors import PolicyError
 from market.models import GpuType, MarketPolicy
 from market.money import MAX_AMOUNT
 from market.selectors.policy import forget_cached_policy, market_policy
+from market.services.guarantees import guarantee_set
 
 DAY = 86_400
 

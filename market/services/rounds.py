@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from allocator import BookError, Result, clear
+from config.logs import bind
 from market.models import DONE_STATES, GpuType, Round, RoundState
 from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.policy import current_fence, market_policy
@@ -32,7 +33,6 @@ from market.services.fair_share import fair_share_record
 from market.services.holds import leases_hold_check
 from market.services.leases import leases_expire
 from market.services.round_commit import commit_result
-from ops.logs import bind
 
 log = logging.getLogger(__name__)
 

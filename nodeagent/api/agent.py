@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config import slots
+from config import metrics, slots
 from config.parsers import MeasurementJSONParser
 from market.models import Command
 from market.selectors.policy import current_fence
@@ -40,7 +40,6 @@ from nodeagent.services.lease_events import command_ack, lease_exited, lease_sta
 from nodeagent.services.registration import node_register, node_reregister
 from nodeagent.services.usage import usage_ingest
 from nodeagent.services.usage_parse import parse_counters, parse_report
-from ops import metrics
 
 T = TypeVar("T")
 

@@ -27,7 +27,7 @@ import redis
 import redis.asyncio
 from django.conf import settings
 
-from ops import metrics
+from config import metrics
 
 log = logging.getLogger(__name__)
 

@@ -363,9 +363,9 @@ def test_a_preempted_job_says_why_to_its_team_and_the_console_names_the_claimant
 ) -> None:
     from django.utils import timezone
 
-    from accounts.services import guarantee_set
     from market.models import Lease, LeaseState
     from market.selectors.policy import market_policy
+    from market.services.guarantees import guarantee_set
     from market.services.leases import lease_running, lease_stopped
     from market.services.rounds import round_tick
     from tests.market.round_helpers import make_job

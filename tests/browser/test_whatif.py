@@ -26,7 +26,7 @@ def _demo_history(var_dir: Path) -> int:
     from django.utils import timezone
     from rest_framework.test import APIClient
 
-    from accounts.management.commands.demo_data import DEMO_JOB_SECONDS, NODES
+    from frontend.management.commands.demo_data import DEMO_JOB_SECONDS, NODES
     from market.models import EndReason, Lease, LeaseState, Round
     from market.services.leases import lease_running, lease_stopped
     from market.services.rounds import round_advance
@@ -61,8 +61,8 @@ def _demo_history(var_dir: Path) -> int:
 def test_admin_runs_a_whatif_on_the_demo_history_and_applies_it(
     settings: Any, tmp_path: Path, live_server: Any, page: Any, worker_queue: str
 ) -> None:
-    from accounts.management.commands.demo_data import DEMO_JOBS, DEMO_PASSWORD
     from config.celery import app
+    from frontend.management.commands.demo_data import DEMO_JOBS, DEMO_PASSWORD
 
     settings.VAR_DIR = tmp_path
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -12,7 +12,6 @@ from django.db import connection, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
-from accounts.services import guarantee_set
 from market import bulk
 from market.models import (
     Account,
@@ -35,6 +34,7 @@ from market.models import (
 )
 from market.selectors.policy import market_policy
 from market.services import rounds
+from market.services.guarantees import guarantee_set
 from market.services.leases import lease_running
 from market.services.round_commit import SKIP_CHANGED
 from nodeagent.models import Node

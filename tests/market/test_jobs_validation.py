@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from accounts.services import PolicyError
+from config.errors import PolicyError
 from market.models import Bid, Job
 from market.services.jobs import job_submit
 from tests.conftest import World

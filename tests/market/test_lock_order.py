@@ -17,11 +17,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from accounts.services import guarantee_set
 from market.models import Hold, JobState, Lease, LeaseState, Round, RoundState
 from market.selectors.ledger import ledger_problems
 from market.services import leases as lease_services
 from market.services import rounds
+from market.services.guarantees import guarantee_set
 from tests.market.round_helpers import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)

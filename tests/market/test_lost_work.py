@@ -10,13 +10,13 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from accounts.services import guarantee_set
 from market.models import Lease, LeaseState, Round, RoundState
 from market.selectors.explain import lease_end_sentence
 from market.selectors.jobs import job_detail
 from market.selectors.lost_work import gpu_time, lost_gpu_seconds
 from market.selectors.policy import market_policy
 from market.services import rounds
+from market.services.guarantees import guarantee_set
 from market.services.leases import lease_running, lease_stopped
 from tests.conftest import PASSWORD, World
 from tests.market.round_helpers import make_job

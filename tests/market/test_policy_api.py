@@ -9,9 +9,10 @@ from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
 from accounts.models import AuditEvent, Guarantee, Tenant
-from accounts.services import PolicyError, guarantee_set
+from config.errors import PolicyError
 from market.models import GpuType, Lease, MarketPolicy, Round
 from market.selectors.policy import market_policy
+from market.services.guarantees import guarantee_set
 from market.services.policy import policy_update, tenant_policy_update
 from tests.conftest import World
 from tests.market.round_helpers import make_job

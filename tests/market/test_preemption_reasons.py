@@ -10,7 +10,6 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from accounts.services import guarantee_set
 from allocator import PREEMPT_NAMES
 from market.models import Job, Lease, LeaseState, PreemptReason, Round, RoundState
 from market.selectors.explain import lease_end_sentence, lost_work_clause
@@ -19,6 +18,7 @@ from market.selectors.lost_work import gpu_time
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import preemption_of
 from market.services import rounds
+from market.services.guarantees import guarantee_set
 from market.services.leases import lease_running, lease_stopped
 from tests.conftest import PASSWORD, World
 from tests.market.round_helpers import make_job

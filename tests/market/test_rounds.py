@@ -163,7 +163,7 @@ def test_reclaim_preempts_and_settles(market, settings):
     policy = market_policy()
     policy.min_runtime_s = 0
     policy.save()
-    from accounts.services import guarantee_set
+    from market.services.guarantees import guarantee_set
 
     guarantee_set(tenant=w.alpha, gpu_type=w.h100, gpus=8)
     # beta borrows the whole cluster while alpha is idle.

@@ -10,7 +10,7 @@ from django.core.cache import cache
 from django.core.management import call_command
 from rest_framework.test import APIClient
 
-from accounts.management.commands.demo_data import DEMO_JOBS, NODES
+from frontend.management.commands.demo_data import DEMO_JOBS, NODES
 from market.models import Job
 from nodeagent.models import BootstrapToken, Node
 

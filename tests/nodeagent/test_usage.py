@@ -140,7 +140,7 @@ def test_idle_spell_is_tracked_only_with_the_policy_on(running):
 
 
 def test_reports_are_counted_by_outcome_in_the_metrics(running):
-    from ops.metrics import USAGE_REPORTS
+    from config.metrics import USAGE_REPORTS
 
     def counted(outcome: str) -> float:
         return USAGE_REPORTS.labels(outcome)._value.get()
@@ -158,7 +158,7 @@ def test_reports_are_counted_by_outcome_in_the_metrics(running):
 def test_the_lag_from_sent_to_stored_is_observed_once_per_new_report(running):
     from datetime import UTC, datetime, timedelta
 
-    from ops.metrics import USAGE_LAG
+    from config.metrics import USAGE_LAG
 
     def observed() -> tuple[float, float]:
         values = {s.name.rsplit("_", 1)[1]: s.value for s in USAGE_LAG.collect()[0].samples}

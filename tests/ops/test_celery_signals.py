@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from ops import celery_signals, metrics
-from ops.logs import bind, current_ids
+from config import metrics
+from config.logs import bind, current_ids
+from ops import celery_signals
 
 
 def test_request_id_goes_into_the_message_headers_and_back_out_in_the_worker() -> None:

@@ -31,7 +31,7 @@ def test_every_series_in_the_dashboard_and_alerts_is_exported(world: World, sett
     world.fund(world.alpha, 10)
     make_job(world.alpha, world.alice, gpus=1, limits={world.h100: 3})
     round_tick()
-    from ops import metrics
+    from config import metrics
 
     metrics.usage_reports("ingested", node="n", samples=1)
     metrics.agent_command("fetched", kind="bind", node="n", command_id=1, lease_id=1)

@@ -99,7 +99,7 @@ def test_requests_counted_by_route_name_never_by_path(world: World, settings) ->
 
 
 def test_agent_usage_and_command_series() -> None:
-    from ops import metrics
+    from config import metrics
 
     before = metrics.USAGE_REPORTS.labels("refused")._value.get()
     metrics.usage_reports("refused", node="n1", reports=2)

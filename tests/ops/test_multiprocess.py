@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 SETUP = "import django; django.setup(); "
 WORKER = (
     SETUP
-    + "from ops import metrics; metrics.http_request(route='job-list', method='POST', status=201, seconds=0.02)"
+    + "from config import metrics; metrics.http_request(route='job-list', method='POST', status=201, seconds=0.02)"
 )
 SCRAPE = SETUP + (
     "from django.test import Client; "

@@ -26,8 +26,8 @@ class History:
 def history(world: World) -> History:
     from django.utils import timezone
 
-    from accounts.services import guarantee_set
     from market.models import EndReason, Job, JobState, Lease
+    from market.services.guarantees import guarantee_set
     from market.services.leases import lease_running, lease_stopped
     from market.services.rounds import round_tick
     from tests.frontend.conftest import report_usage

@@ -8,8 +8,8 @@ import pytest
 from django.core.exceptions import PermissionDenied
 
 from accounts.models import AuditEvent, Guarantee
-from accounts.services import PolicyError
 from allocator.book import Policy
+from config.errors import PolicyError
 from market.models import GpuType
 from market.selectors.policy import market_policy
 from market.services.policy import tenant_policy_update
@@ -17,6 +17,7 @@ from tests.whatif.conftest import History
 from tests.whatif.helpers import proposal
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
 from whatif.services import WhatIfError, whatif_apply, whatif_execute, whatif_request
+from whatif.tasks import whatif_run
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +30,11 @@ def _eager(settings: Any) -> None:
 def _ask(history: History, captured: Any, policy: dict[str, Any]) -> WhatIfRun:
     with captured(execute=True):
         run = whatif_request(
-            actor=history.world.admin, since=history.since, until=history.until, proposal=policy
+            actor=history.world.admin,
+            since=history.since,
+            until=history.until,
+            proposal=policy,
+            enqueue=whatif_run.delay,
         )
     return WhatIfRun.objects.get(pk=run.pk)
 
@@ -85,6 +90,7 @@ def test_an_empty_window_says_so(history: History) -> None:
             since=history.since - timedelta(days=3),
             until=history.since - timedelta(days=2),
             proposal=proposal(),
+            enqueue=whatif_run.delay,
         )
     assert caught.value.field == "since"
 
@@ -106,7 +112,11 @@ def test_an_empty_window_says_so(history: History) -> None:
 def test_a_bad_proposal_names_its_field(history: History, change: dict[str, Any], field: str) -> None:
     with pytest.raises(PolicyError) as caught:
         whatif_request(
-            actor=history.world.admin, since=history.since, until=history.until, proposal=proposal(**change)
+            actor=history.world.admin,
+            since=history.since,
+            until=history.until,
+            proposal=proposal(**change),
+            enqueue=whatif_run.delay,
         )
     assert caught.value.field == field
     assert not WhatIfRun.objects.exists()
@@ -115,7 +125,11 @@ def test_a_bad_proposal_names_its_field(history: History, change: dict[str, Any]
 def test_only_admins_ask_or_apply(history: History) -> None:
     with pytest.raises(PermissionDenied):
         whatif_request(
-            actor=history.world.alice, since=history.since, until=history.until, proposal=proposal()
+            actor=history.world.alice,
+            since=history.since,
+            until=history.until,
+            proposal=proposal(),
+            enqueue=whatif_run.delay,
         )
     with pytest.raises(PermissionDenied):
         whatif_apply(actor=history.world.amy, run_id=1)
@@ -184,7 +198,11 @@ def test_fair_reclaim_switched_off_by_a_proposal_is_applied_and_audited(
 def _queued(history: History) -> WhatIfRun:
     """A run recorded but whose task has not run (its on-commit callback is not executed)."""
     return whatif_request(
-        actor=history.world.admin, since=history.since, until=history.until, proposal=proposal()
+        actor=history.world.admin,
+        since=history.since,
+        until=history.until,
+        proposal=proposal(),
+        enqueue=whatif_run.delay,
     )
 
 
@@ -240,7 +258,11 @@ def test_a_bad_fair_share_or_checkpoint_knob_names_its_field(
 ) -> None:
     with pytest.raises(PolicyError) as caught:
         whatif_request(
-            actor=history.world.admin, since=history.since, until=history.until, proposal=proposal(**change)
+            actor=history.world.admin,
+            since=history.since,
+            until=history.until,
+            proposal=proposal(**change),
+            enqueue=whatif_run.delay,
         )
     assert caught.value.field == field
     assert not WhatIfRun.objects.exists()

@@ -8,7 +8,7 @@ import logging
 import pytest
 from django.test import Client
 
-from ops.logs import REDACTED, ContextFilter, JsonLineFormatter, PlainFormatter, RedactFilter, bind, redact
+from config.logs import REDACTED, ContextFilter, JsonLineFormatter, PlainFormatter, RedactFilter, bind, redact
 
 SECRETS = [
     "Authorization: Bearer gpm_abcdefghijklmnopqrstuvwxyz012345",

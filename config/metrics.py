@@ -8,6 +8,10 @@ instead (ops.collector), which is right whichever process or machine did the wor
 
 Labels stay bounded: route names, methods, status codes, outcomes, command kinds; never a job, lease or path.
 Node names appear only on heartbeat series, one per machine.
+
+They live in config, beside the logs, because every layer records into them (the ASGI entry point, the agent
+endpoints, ops' middleware and Celery signals) and config is the one layer all of those may import; the
+scrape-time series that read the market stay in ops.collector.
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Create a small demo platform: GPU types, three tenants with budgets and guarantees, an admin and two users
-per tenant, and an API token. Running it again changes nothing that is already there."""
+per tenant, and an API token. Running it again changes nothing that is already there.
+
+It lives in frontend, the top layer, because it seeds every layer below (accounts, market, nodeagent).
+"""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from market.money import MICRO
 from market.selectors.jobs import largest_gangs
 from market.services import gpu_types, ledger
 from market.services.allowance import allowance_set
+from market.services.guarantees import guarantee_set
 
 DEMO_PASSWORD = "demo-password-123"
 GPU_TYPES = [("H100", 80, 2.0, 20.0), ("A100", 80, 1.2, 12.0)]
@@ -74,9 +78,7 @@ class Command(BaseCommand):
                 for gpu_name, gpus in guarantees.items():
                     if held.get(gpu_name) == gpus:
                         continue  # set by an earlier run (checking it again needs every node registered)
-                    accounts_services.guarantee_set(
-                        tenant=tenant, gpu_type=types[gpu_name], gpus=gpus, actor=admin
-                    )
+                    guarantee_set(tenant=tenant, gpu_type=types[gpu_name], gpus=gpus, actor=admin)
                 owner, member = self._user(f"{slug}-owner"), self._user(f"{slug}-member")
                 accounts_services.membership_set(tenant=tenant, user=owner, role=Role.MANAGER, actor=admin)
                 accounts_services.membership_set(tenant=tenant, user=member, role=Role.MEMBER, actor=admin)
