@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -19,12 +17,13 @@ from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
 from accounts.services import PolicyError
-from frontend.access import page, seat
+from config.idempotency import form_digest_before_issue_26, request_digest
+from frontend.access import Seat, page, seat
 from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
-from market.models import TERMINAL_STATES, GpuType, JobState, Lease
+from market.models import TERMINAL_STATES, GpuType, Job, JobState, Lease
 from market.money import AmountError, parse_credits
 from market.selectors.explain import explain_outcomes, lease_end_sentence, queue_places
 from market.selectors.guidance import bid_guidance
@@ -67,8 +66,26 @@ def jobs(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-def _digest(data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+def _submit(s: Seat, request: HttpRequest, key: str, body: dict[str, Any]) -> Job:
+    """job_submit with the API's checks and digest (config/idempotency.request_digest). A key refused as
+    reused is looked up once more under the digest the form stored before issue 26, so a form posted before
+    that change and again after it replays instead of being refused."""
+    try:
+        return services.job_submit(
+            tenant=s.tenant,
+            submitter=request.user,  # type: ignore[arg-type]
+            idempotency_key=key,
+            request_digest=request_digest(body),
+            **submit_args(body, form=True),
+        )[0]
+    except services.IdempotencyKeyReused as exc:
+        # Raises the same IdempotencyKeyReused (the same message) when the old digest differs too.
+        job = services.job_replay(
+            tenant=s.tenant, idempotency_key=key, request_digest=form_digest_before_issue_26(body)
+        )
+        if job is None:  # the job went (retention) between the two reads: the refusal stands
+            raise exc from None
+        return job
 
 
 @login_required
@@ -96,13 +113,7 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
         if values["grace_seconds"].strip():
             body["grace_seconds"] = values["grace_seconds"].strip()
         try:
-            job, _created = services.job_submit(
-                tenant=s.tenant,
-                submitter=request.user,  # type: ignore[arg-type]
-                idempotency_key=f"portal:{values['nonce'][:64]}",
-                request_digest=_digest(body),
-                **submit_args(body, form=True),
-            )
+            job = _submit(s, request, f"portal:{values['nonce'][:64]}", body)
         except serializers.ValidationError as exc:
             errors = flatten(exc.detail)
         except PolicyError as exc:

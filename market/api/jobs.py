@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.http import Http404
@@ -17,7 +16,7 @@ from accounts.access import access_tenant
 from accounts.models import ApiToken, Tenant
 from accounts.services import PolicyError
 from config.api import Pagination
-from config.parsers import canonical_json
+from config.idempotency import request_digest
 from market.api.jobs_serializers import (
     BidAmendSerializer,
     JobDetailSerializer,
@@ -68,13 +67,6 @@ def _idempotency_key(request: Request) -> str:
         return services.check_idempotency_key(key)
     except PolicyError as exc:
         raise _refused(exc) from exc
-
-
-def _digest(data: Any) -> str:
-    """sha256 of the body as canonical JSON (config/parsers.canonical_json: sorted keys, no spaces, numbers
-    by exact value): the same request has the same digest. `"max_hours": 3` and `"max_hours": 3.0` are the
-    same request; `"max_hours": "3"` is another (a retry resends its own body: docs/jobs.md)."""
-    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
 
 
 def _first_response(job: Job) -> dict[str, Any]:
@@ -158,7 +150,7 @@ class JobListView(APIView):
     def post(self, request: Request, slug: str) -> Response:
         tenant = access_tenant(request.user, slug, auth=request.auth)
         key = _idempotency_key(request)
-        digest = _digest(request.data) if key else ""
+        digest = request_digest(request.data) if key else ""
         try:
             args = submit_args(request.data)
             # The bid's types are all the response shows, and validation has already loaded them.
