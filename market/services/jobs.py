@@ -68,7 +68,9 @@ class TooManyPending(JobError):
     code = "too_many_pending"
 
 
-# Checks: each raises PolicyError(field, message) or returns the value to store.
+# Checks: each raises PolicyError(field, message) or returns the value to store. The public ones are also the
+# API serializer's (market/api/jobs_serializers.py), which the portal's forms use too, so a rule and its
+# message live here once (issue 26 §4).
 
 
 def _check_name(name: object) -> str:
@@ -79,7 +81,7 @@ def _check_name(name: object) -> str:
     return name
 
 
-def _check_command(command: object) -> str:
+def check_command(command: object) -> str:
     if not isinstance(command, str) or not command.strip():
         raise PolicyError("command", "must be a non-blank string")
     limit = settings.JOB_COMMAND_MAX_CHARS
@@ -88,10 +90,15 @@ def _check_command(command: object) -> str:
     return command
 
 
+def check_bid_count(count: int) -> None:
+    """A bid names at least one GPU type (the serializer asks before it resolves the names)."""
+    if count < 1:
+        raise PolicyError("bids", "must name at least one GPU type")
+
+
 def _check_bids(bids: Sequence[tuple[GpuType, int]]) -> list[dict[str, Any]]:
     """The bid as stored in Job.limits: [{"gpu_type": name, "limit": micro-credits per GPU-hour}, ...]."""
-    if not bids:
-        raise PolicyError("bids", "must name at least one GPU type")
+    check_bid_count(len(bids))
     seen: dict[int, int] = {}
     limits = []
     for i, (gpu_type, limit) in enumerate(bids):
@@ -239,7 +246,7 @@ def job_submit(
     _check_pending_limit(tenant)
     fields = {
         "name": _check_name(name),
-        "command": _check_command(command),
+        "command": check_command(command),
         "limits": _check_bids(bids),
         "gpus": _check_gpus(gpus, [t for t, _ in bids]),
         "max_seconds": _check_max_seconds(max_seconds),
