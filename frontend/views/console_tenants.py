@@ -16,6 +16,7 @@ from accounts.models import Membership, Role, Tenant, User
 from accounts.services import PolicyError, membership_remove, membership_set, tenant_create
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
+from market.api.errors import form_errors
 from market.models import Allowance, AllowancePeriod, GpuType
 from market.money import AmountError, format_credits, parse_credits
 from market.selectors.allowance import allowance_history
@@ -94,7 +95,7 @@ def _policy_post(request: HttpRequest, tenant: Tenant, types: list[GpuType]) -> 
                 guarantees=guarantees,
             )
         except PolicyError as exc:
-            errors[exc.field] = exc.message
+            errors |= form_errors(exc)
     return errors
 
 
@@ -110,7 +111,7 @@ def _member_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
     try:
         membership_set(tenant=tenant, user=user, role=role, actor=request.user)  # type: ignore[arg-type]
     except PolicyError as exc:
-        return {exc.field: exc.message}
+        return form_errors(exc)
     return {}
 
 
@@ -128,10 +129,8 @@ def _money_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
     move = ledger.ledger_refund if kind == "refund" else ledger.ledger_topup
     try:
         move(tenant=tenant, amount=amount, key=key, actor=request.user, memo=memo)  # type: ignore[arg-type]
-    except (ledger.InvalidAmount, ledger.InvalidKey) as exc:
-        errors[getattr(exc, "field", "amount")] = str(exc)
-    except ledger.LedgerError as exc:
-        errors["amount"] = str(exc)
+    except ledger.LedgerError as exc:  # an amount or key names its field; the rest show beside the amount
+        errors |= form_errors(exc, whole="amount")
     return errors
 
 

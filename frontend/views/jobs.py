@@ -21,6 +21,7 @@ from config.idempotency import form_digest_before_issue_26, request_digest
 from frontend.access import Seat, page, seat
 from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
+from market.api.errors import form_errors
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
 from market.models import TERMINAL_STATES, GpuType, Job, JobState, Lease
@@ -116,10 +117,8 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
             job = _submit(s, request, f"portal:{values['nonce'][:64]}", body)
         except serializers.ValidationError as exc:
             errors = flatten(exc.detail)
-        except PolicyError as exc:
-            errors = {exc.field: exc.message}
-        except services.JobError as exc:
-            errors = {"form": str(exc)}
+        except (PolicyError, services.JobError) as exc:
+            errors = form_errors(exc)
         else:
             messages.success(request, f"Job {job.pk} submitted; it takes part in the next round.")
             return redirect("frontend:job", slug=s.tenant.slug, job_id=job.pk)
@@ -370,10 +369,8 @@ def amend(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         services.bid_amend(job=found, actor=request.user, bids=body.validated_data["bids"])  # type: ignore[arg-type]
     except serializers.ValidationError as exc:
         errors = flatten(exc.detail)
-    except PolicyError as exc:
-        errors = {exc.field: exc.message}
-    except services.JobError as exc:
-        errors = {"form": str(exc)}
+    except (PolicyError, services.JobError) as exc:
+        errors = form_errors(exc)
     if not errors:
         messages.success(request, f"Bid of job {found.pk} amended; the next round uses it.")
         return redirect("frontend:job", slug=s.tenant.slug, job_id=found.pk)
