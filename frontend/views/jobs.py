@@ -16,6 +16,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
+from accounts.access import owner_or_manager
 from accounts.services import PolicyError
 from config.idempotency import form_digest_before_issue_26, request_digest
 from frontend.access import Seat, page, seat
@@ -326,7 +327,12 @@ def _job_page(
 ) -> HttpResponse:
     types = list(GpuType.objects.order_by("name"))
     user = request.user
-    may_change = user.pk == found.submitter_id or s.manages
+    may_change = owner_or_manager(
+        user,  # type: ignore[arg-type]
+        owner_id=found.submitter_id,
+        tenant=s.tenant,
+        manages=s.manages,
+    )
     return page(
         request,
         "frontend/job.html",

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts.access import can_manage
+from accounts.access import is_member, owner_or_manager
 from accounts.audit import audit
-from accounts.models import Membership, Tenant, User
+from accounts.models import Tenant, User
 from accounts.services import PolicyError
 from market.models import (
     LIVE_LEASE_STATES,
@@ -181,12 +181,12 @@ def _check_pending_limit(tenant: Tenant) -> None:
 
 
 def _check_member(user: User, tenant: Tenant) -> None:
-    if not (user.is_staff or Membership.objects.filter(user=user, tenant=tenant).exists()):
+    if not is_member(user, tenant):
         raise NotPermitted("Only members of the tenant or platform admins may submit jobs.")
 
 
 def _check_owner(user: User, job: Job) -> None:
-    if user.pk != job.submitter_id and not can_manage(user, job.tenant):
+    if not owner_or_manager(user, owner_id=job.submitter_id, tenant=job.tenant):
         raise NotPermitted("Only the job's submitter, the tenant's managers or platform admins may do this.")
 
 
