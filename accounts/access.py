@@ -50,6 +50,22 @@ def can_manage(user: User, tenant: Tenant) -> bool:
     return Membership.objects.filter(user=user, tenant=tenant, role=Role.MANAGER).exists()
 
 
+def is_member(user: User, tenant: Tenant) -> bool:
+    """The membership rule: a platform admin, or any member of the tenant (whatever the role)."""
+    return user.is_staff or Membership.objects.filter(user=user, tenant=tenant).exists()
+
+
+def owner_or_manager(
+    user: User, *, owner_id: int | None, tenant: Tenant, manages: bool | None = None
+) -> bool:
+    """The owner rule: whoever owns a thing of the tenant (a job's submitter, a token's user) may change it,
+    and so may the tenant's managers and platform admins. `manages`: can_manage already asked (the portal's
+    seat has it), to save the query."""
+    if user.pk is not None and user.pk == owner_id:
+        return True
+    return can_manage(user, tenant) if manages is None else manages
+
+
 def require_admin(user: User) -> None:
     if not user.is_staff:
         raise PermissionDenied("Only platform admins may do this.")

@@ -47,7 +47,7 @@ class JsonNumber(float):
 
 
 def canonical_json(data: Any) -> str:
-    """A parsed body as one text per JSON value (the idempotency digest's, market/api/jobs.py): keys sorted,
+    """A parsed body as one text per JSON value (the idempotency digest's, config/idempotency.py): keys sorted,
     no spaces, and every number written as its exact value, so 3, 3.0 and 3e0 read the same (and as they
     always did: integers plainly, 2.5 as "2.5") while "3", a string, stays another value. Bodies are at most
     MAX_DEPTH deep (the parser checked), so the recursion is bounded."""

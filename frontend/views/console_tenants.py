@@ -17,6 +17,7 @@ from accounts.services import membership_remove, membership_set, tenant_create
 from config.errors import PolicyError
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
+from market.api.errors import form_errors
 from market.models import Allowance, AllowancePeriod, GpuType
 from market.money import AmountError, format_credits, parse_credits
 from market.selectors.allowance import allowance_history
@@ -95,7 +96,7 @@ def _policy_post(request: HttpRequest, tenant: Tenant, types: list[GpuType]) -> 
                 guarantees=guarantees,
             )
         except PolicyError as exc:
-            errors[exc.field] = exc.message
+            errors |= form_errors(exc)
     return errors
 
 
@@ -111,7 +112,7 @@ def _member_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
     try:
         membership_set(tenant=tenant, user=user, role=role, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
     except PolicyError as exc:
-        return {exc.field: exc.message}
+        return form_errors(exc)
     return {}
 
 
@@ -129,10 +130,8 @@ def _money_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
     move = ledger.ledger_refund if kind == "refund" else ledger.ledger_topup
     try:
         move(tenant=tenant, amount=amount, key=key, actor=request.user, memo=memo)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
-    except (ledger.InvalidAmount, ledger.InvalidKey) as exc:
-        errors[getattr(exc, "field", "amount")] = str(exc)
-    except ledger.LedgerError as exc:
-        errors["amount"] = str(exc)
+    except ledger.LedgerError as exc:  # an amount or key names its field; the rest show beside the amount
+        errors |= form_errors(exc, whole="amount")
     return errors
 
 

@@ -13,6 +13,7 @@ from django.views.decorators.http import require_POST
 from config.errors import PolicyError
 from frontend import whatif_form
 from frontend.access import admin_only, page
+from market.api.errors import form_errors
 from market.money import format_credits
 from whatif import tasks as whatif_tasks
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
@@ -155,7 +156,7 @@ def whatif(request: HttpRequest) -> HttpResponse:
                     enqueue=whatif_tasks.whatif_run.delay,
                 )
             except PolicyError as exc:
-                errors = {exc.field: exc.message}
+                errors = form_errors(exc)
             else:
                 return redirect("frontend:console_whatif_run", run_id=run.pk)
     runs = Paginator(WhatIfRun.objects.select_related("created_by"), 20).get_page(request.GET.get("page"))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -18,13 +16,16 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
+from accounts.access import owner_or_manager
 from config.errors import PolicyError
-from frontend.access import page, seat
+from config.idempotency import form_digest_before_issue_26, request_digest
+from frontend.access import Seat, page, seat
 from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
+from market.api.errors import form_errors
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
-from market.models import TERMINAL_STATES, GpuType, JobState, Lease
+from market.models import TERMINAL_STATES, GpuType, Job, JobState, Lease
 from market.money import AmountError, parse_credits
 from market.selectors.explain import explain_outcomes, lease_end_sentence, queue_places
 from market.selectors.guidance import bid_guidance
@@ -67,8 +68,26 @@ def jobs(request: HttpRequest, slug: str) -> HttpResponse:
     )
 
 
-def _digest(data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+def _submit(s: Seat, request: HttpRequest, key: str, body: dict[str, Any]) -> Job:
+    """job_submit with the API's checks and digest (config/idempotency.request_digest). A key refused as
+    reused is looked up once more under the digest the form stored before issue 26, so a form posted before
+    that change and again after it replays instead of being refused."""
+    try:
+        return services.job_submit(
+            tenant=s.tenant,
+            submitter=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+            idempotency_key=key,
+            request_digest=request_digest(body),
+            **submit_args(body, form=True),
+        )[0]
+    except services.IdempotencyKeyReused as exc:
+        # Raises the same IdempotencyKeyReused (the same message) when the old digest differs too.
+        job = services.job_replay(
+            tenant=s.tenant, idempotency_key=key, request_digest=form_digest_before_issue_26(body)
+        )
+        if job is None:  # the job went (retention) between the two reads: the refusal stands
+            raise exc from None
+        return job
 
 
 @login_required
@@ -96,19 +115,11 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
         if values["grace_seconds"].strip():
             body["grace_seconds"] = values["grace_seconds"].strip()
         try:
-            job, _created = services.job_submit(
-                tenant=s.tenant,
-                submitter=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
-                idempotency_key=f"portal:{values['nonce'][:64]}",
-                request_digest=_digest(body),
-                **submit_args(body, form=True),
-            )
+            job = _submit(s, request, f"portal:{values['nonce'][:64]}", body)
         except serializers.ValidationError as exc:
             errors = flatten(exc.detail)
-        except PolicyError as exc:
-            errors = {exc.field: exc.message}
-        except services.JobError as exc:
-            errors = {"form": str(exc)}
+        except (PolicyError, services.JobError) as exc:
+            errors = form_errors(exc)
         else:
             messages.success(request, f"Job {job.pk} submitted; it takes part in the next round.")
             return redirect("frontend:job", slug=s.tenant.slug, job_id=job.pk)
@@ -316,7 +327,12 @@ def _job_page(
 ) -> HttpResponse:
     types = list(GpuType.objects.order_by("name"))
     user = request.user
-    may_change = user.pk == found.submitter_id or s.manages
+    may_change = owner_or_manager(
+        user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+        owner_id=found.submitter_id,
+        tenant=s.tenant,
+        manages=s.manages,
+    )
     return page(
         request,
         "frontend/job.html",
@@ -359,10 +375,8 @@ def amend(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
         services.bid_amend(job=found, actor=request.user, bids=body.validated_data["bids"])  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
     except serializers.ValidationError as exc:
         errors = flatten(exc.detail)
-    except PolicyError as exc:
-        errors = {exc.field: exc.message}
-    except services.JobError as exc:
-        errors = {"form": str(exc)}
+    except (PolicyError, services.JobError) as exc:
+        errors = form_errors(exc)
     if not errors:
         messages.success(request, f"Bid of job {found.pk} amended; the next round uses it.")
         return redirect("frontend:job", slug=s.tenant.slug, job_id=found.pk)

@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
 from accounts.models import ApiToken
-from accounts.tokens import token_create, token_revoke
+from accounts.tokens import token_create, token_revoke, tokens_visible
 from frontend.access import Seat, page, seat
 
 NAME_MAX = 100
 
 
-def _visible(request: HttpRequest, s: Seat) -> object:
-    """An owner or admin sees every token of the team; a member their own."""
-    qs = ApiToken.objects.filter(tenant=s.tenant).select_related("user")
-    return qs if s.manages else qs.filter(user=request.user)
+def _visible(request: HttpRequest, s: Seat) -> QuerySet[ApiToken]:
+    """The API's rule (accounts.tokens.tokens_visible): admins see every token of the team, owners everyone's
+    but platform admins', members their own."""
+    return tokens_visible(viewer=request.user, tenant=s.tenant, manager=s.manages)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
 
 
 @login_required
@@ -42,7 +43,7 @@ def tokens(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def token_revoke_view(request: HttpRequest, slug: str, token_id: int) -> HttpResponse:
     s = seat(request, slug)
-    token = _visible(request, s).filter(pk=token_id).first()  # type: ignore[attr-defined]  # _visible returns a queryset, typed loosely
+    token = _visible(request, s).filter(pk=token_id).first()
     if token is None:
         raise Http404("No such token.")
     token_revoke(token=token, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User

@@ -15,6 +15,7 @@ from accounts.access import require_admin
 from config.api import BodySerializer, Pagination
 from config.errors import PolicyError
 from config.fields import TextField
+from market.api.errors import api_exception
 from market.api.ledger_serializers import CreditsField
 from market.models import GpuType
 from market.money import format_credits
@@ -63,7 +64,7 @@ def _save(request: Request, data: dict[str, Any]) -> GpuType:
     try:
         return gpu_type_save(actor=request.user, **body.validated_data)
     except PolicyError as exc:
-        raise serializers.ValidationError({exc.field: [exc.message]}) from exc
+        raise api_exception(exc) from exc
 
 
 class GpuTypeListView(APIView):

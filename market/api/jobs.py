@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import exceptions, serializers, status
+from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,7 +16,8 @@ from accounts.access import access_tenant
 from accounts.models import ApiToken, Tenant
 from config.api import Pagination
 from config.errors import PolicyError
-from config.parsers import canonical_json
+from config.idempotency import request_digest
+from market.api.errors import api_exception
 from market.api.jobs_serializers import (
     BidAmendSerializer,
     JobDetailSerializer,
@@ -29,21 +29,6 @@ from market.models import TERMINAL_STATES, Job
 from market.selectors.job_estimate import job_estimate
 from market.selectors.jobs import gpu_types_by_name, job_detail, job_list, tenant_jobs
 from market.services import jobs as services
-
-
-class JobRefused(exceptions.APIException):
-    """A JobError as an HTTP error, keeping the service's code."""
-
-    def __init__(self, exc: services.JobError, status_code: int) -> None:
-        super().__init__(detail=str(exc), code=exc.code)
-        self.status_code = status_code
-
-
-def _refused(exc: services.JobError | PolicyError) -> exceptions.APIException:
-    if isinstance(exc, PolicyError):
-        return serializers.ValidationError({exc.field: [exc.message]})
-    code = status.HTTP_403_FORBIDDEN if isinstance(exc, services.NotPermitted) else status.HTTP_409_CONFLICT
-    return JobRefused(exc, code)
 
 
 def _render(
@@ -67,14 +52,7 @@ def _idempotency_key(request: Request) -> str:
     try:
         return services.check_idempotency_key(key)
     except PolicyError as exc:
-        raise _refused(exc) from exc
-
-
-def _digest(data: Any) -> str:
-    """sha256 of the body as canonical JSON (config/parsers.canonical_json: sorted keys, no spaces, numbers
-    by exact value): the same request has the same digest. `"max_hours": 3` and `"max_hours": 3.0` are the
-    same request; `"max_hours": "3"` is another (a retry resends its own body: docs/jobs.md)."""
-    return hashlib.sha256(canonical_json(data).encode()).hexdigest()
+        raise api_exception(exc) from exc
 
 
 def _first_response(job: Job) -> dict[str, Any]:
@@ -158,7 +136,7 @@ class JobListView(APIView):
     def post(self, request: Request, slug: str) -> Response:
         tenant = access_tenant(request.user, slug, auth=request.auth)
         key = _idempotency_key(request)
-        digest = _digest(request.data) if key else ""
+        digest = request_digest(request.data) if key else ""
         try:
             args = submit_args(request.data)
             # The bid's types are all the response shows, and validation has already loaded them.
@@ -181,7 +159,7 @@ class JobListView(APIView):
             # A replay gets what the first submit got, even if its body would not pass the checks today.
             job = _replay(tenant, key, digest)
             if job is None:
-                raise _refused(exc) if not isinstance(exc, serializers.ValidationError) else exc from exc
+                raise api_exception(exc) if not isinstance(exc, serializers.ValidationError) else exc from exc
             created = False
         if not created:  # a replay, or a concurrent submit with this key got there first
             return Response(_first_response(job), status=status.HTTP_201_CREATED)
@@ -192,7 +170,7 @@ def _replay(tenant: Tenant, key: str, digest: str) -> Job | None:
     try:
         return services.job_replay(tenant=tenant, idempotency_key=key, request_digest=digest)
     except services.JobError as exc:  # the key was used for another body
-        raise _refused(exc) from exc
+        raise api_exception(exc) from exc
 
 
 class JobDetailView(APIView):
@@ -227,7 +205,7 @@ class BidAmendView(APIView):
         try:
             job = services.bid_amend(job=job, actor=request.user, bids=body.validated_data["bids"])
         except (services.JobError, PolicyError) as exc:
-            raise _refused(exc) from exc
+            raise api_exception(exc) from exc
         return Response(_render(job))
 
 
@@ -248,5 +226,5 @@ class JobCancelView(APIView):
         try:
             job = services.job_cancel(job=job, actor=request.user)
         except services.JobError as exc:
-            raise _refused(exc) from exc
+            raise api_exception(exc) from exc
         return Response(_render(job))

@@ -4,10 +4,11 @@ bodies give them in credits as decimal strings, like the ledger API, and hours a
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
@@ -15,6 +16,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from config.api import BodySerializer, QuerySerializer
+from config.errors import PolicyError
 from config.fields import DecimalStringField, TextField
 from market.api.ledger_serializers import CreditsField
 from market.models import (
@@ -35,10 +37,17 @@ from market.selectors.jobs import gpu_types_by_name
 from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
 from market.selectors.waiting import rounds_waited
-from market.services.jobs import GRACE_MAX_SECONDS, MIN_SECONDS, NAME_MAX_CHARS
+from market.services.jobs import (
+    GRACE_MAX_SECONDS,
+    MIN_SECONDS,
+    NAME_MAX_CHARS,
+    check_bid_count,
+    check_command,
+)
 from nodeagent.selectors.usage import job_log_tail, usage_combined
 
 HOURS_DECIMALS = 4
+T = TypeVar("T")
 
 
 # Requests
@@ -102,8 +111,7 @@ class BidsField(serializers.ListSerializer):  # type: ignore[type-arg]  # DRF's 
     def to_internal_value(self, data: Any) -> list[tuple[GpuType, int]]:
         if not isinstance(data, list):
             raise serializers.ValidationError("must be a list of {gpu_type, limit} objects")
-        if not data:
-            raise serializers.ValidationError("must name at least one GPU type")
+        _service_check(check_bid_count, len(data))
         types = gpu_types_by_name()
         if len(data) > len(types):
             raise serializers.ValidationError(
@@ -128,6 +136,15 @@ class BidsField(serializers.ListSerializer):  # type: ignore[type-arg]  # DRF's 
         if any(errors):
             raise serializers.ValidationError(errors)
         return [(types[e["gpu_type"]], e["limit"]) for e in entries]
+
+
+def _service_check(check: Callable[[Any], T], value: Any) -> T:
+    """Run one of the job service's checks (the rule and its message live there) and give its refusal as this
+    field's error: the serializer names the field, the message is the service's."""
+    try:
+        return check(value)
+    except PolicyError as exc:
+        raise serializers.ValidationError(exc.message) from exc
 
 
 def _unknown_type(name: str, types: dict[str, GpuType]) -> str:
@@ -156,10 +173,7 @@ class JobSubmitSerializer(BodySerializer):
     )
 
     def validate_command(self, value: str) -> str:
-        limit = settings.JOB_COMMAND_MAX_CHARS
-        if len(value) > limit:
-            raise serializers.ValidationError(f"is {len(value)} characters; at most {limit} are allowed")
-        return value
+        return _service_check(check_command, value)
 
 
 class BidAmendSerializer(BodySerializer):

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import exceptions, serializers, status
+from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import access_tenant, require_admin
 from config.api import Pagination
+from market.api.errors import api_exception
 from market.api.ledger_serializers import (
     BalanceSerializer,
     EntrySerializer,
@@ -20,30 +21,6 @@ from market.api.ledger_serializers import (
 )
 from market.selectors.ledger import ledger_entries, tenant_balance
 from market.services import ledger as services
-
-
-class LedgerRefused(exceptions.APIException):
-    """A LedgerError as an HTTP error, keeping the service's code."""
-
-    def __init__(self, exc: services.LedgerError, status_code: int) -> None:
-        super().__init__(detail=str(exc), code=exc.code)
-        self.status_code = status_code
-
-
-_STATUS = [
-    (services.NotPermitted, status.HTTP_403_FORBIDDEN),
-    (services.UnknownHold, status.HTTP_404_NOT_FOUND),
-    (services.KeyConflict, status.HTTP_409_CONFLICT),
-    (services.InsufficientFunds, status.HTTP_409_CONFLICT),
-    (services.HoldClosed, status.HTTP_409_CONFLICT),
-]
-
-
-def api_error(exc: services.LedgerError) -> exceptions.APIException:
-    if isinstance(exc, services.InvalidAmount | services.InvalidKey):
-        return serializers.ValidationError({exc.field: [str(exc)]})
-    code = next((code for cls, code in _STATUS if isinstance(exc, cls)), status.HTTP_400_BAD_REQUEST)
-    return LedgerRefused(exc, code)
 
 
 class BalanceView(APIView):
@@ -97,7 +74,7 @@ class _MoneyMoveView(APIView):
         try:
             entry = service(tenant=tenant, actor=request.user, **body.validated_data)
         except services.LedgerError as exc:
-            raise api_error(exc) from exc
+            raise api_exception(exc) from exc
         code = status.HTTP_200_OK if entry.replayed else status.HTTP_201_CREATED
         return Response(EntrySerializer(entry).data, status=code)
 

@@ -19,6 +19,7 @@ from accounts.access import access_tenant, require_admin
 from accounts.models import Tenant
 from config.api import BodySerializer
 from config.errors import PolicyError
+from market.api.errors import api_exception
 from market.api.ledger_serializers import CreditsField
 from market.models import MarketPolicy
 from market.selectors.policy import TenantPolicy, market_policy, tenant_policy
@@ -29,11 +30,6 @@ from market.services.policy import (
     policy_update,
     tenant_policy_update,
 )
-
-
-def _policy_error(exc: PolicyError) -> serializers.ValidationError:
-    return serializers.ValidationError({exc.field: [exc.message]})
-
 
 # Market policy
 
@@ -95,7 +91,7 @@ class MarketPolicyView(APIView):
         try:
             policy = policy_update(actor=request.user, **body.validated_data)
         except PolicyError as exc:
-            raise _policy_error(exc) from exc
+            raise api_exception(exc) from exc
         return Response(MarketPolicySerializer(policy).data)
 
 
@@ -180,5 +176,5 @@ class TenantPolicyView(APIView):
         try:
             tenant = tenant_policy_update(actor=request.user, tenant=tenant, **body.validated_data)
         except PolicyError as exc:
-            raise _policy_error(exc) from exc
+            raise api_exception(exc) from exc
         return _tenant_policy_response(tenant)

@@ -14,9 +14,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from accounts.access import can_manage
+from accounts.access import is_member, owner_or_manager
 from accounts.audit import audit
-from accounts.models import Membership, Tenant, User
+from accounts.models import Tenant, User
 from config.errors import PolicyError
 from market.models import (
     LIVE_LEASE_STATES,
@@ -68,7 +68,9 @@ class TooManyPending(JobError):
     code = "too_many_pending"
 
 
-# Checks: each raises PolicyError(field, message) or returns the value to store.
+# Checks: each raises PolicyError(field, message) or returns the value to store. The public ones are also the
+# API serializer's (market/api/jobs_serializers.py), which the portal's forms use too, so a rule and its
+# message live here once (issue 26 §4).
 
 
 def _check_name(name: object) -> str:
@@ -79,7 +81,7 @@ def _check_name(name: object) -> str:
     return name
 
 
-def _check_command(command: object) -> str:
+def check_command(command: object) -> str:
     if not isinstance(command, str) or not command.strip():
         raise PolicyError("command", "must be a non-blank string")
     limit = settings.JOB_COMMAND_MAX_CHARS
@@ -88,10 +90,15 @@ def _check_command(command: object) -> str:
     return command
 
 
+def check_bid_count(count: int) -> None:
+    """A bid names at least one GPU type (the serializer asks before it resolves the names)."""
+    if count < 1:
+        raise PolicyError("bids", "must name at least one GPU type")
+
+
 def _check_bids(bids: Sequence[tuple[GpuType, int]]) -> list[dict[str, Any]]:
     """The bid as stored in Job.limits: [{"gpu_type": name, "limit": micro-credits per GPU-hour}, ...]."""
-    if not bids:
-        raise PolicyError("bids", "must name at least one GPU type")
+    check_bid_count(len(bids))
     seen: dict[int, int] = {}
     limits = []
     for i, (gpu_type, limit) in enumerate(bids):
@@ -174,12 +181,12 @@ def _check_pending_limit(tenant: Tenant) -> None:
 
 
 def _check_member(user: User, tenant: Tenant) -> None:
-    if not (user.is_staff or Membership.objects.filter(user=user, tenant=tenant).exists()):
+    if not is_member(user, tenant):
         raise NotPermitted("Only members of the tenant or platform admins may submit jobs.")
 
 
 def _check_owner(user: User, job: Job) -> None:
-    if user.pk != job.submitter_id and not can_manage(user, job.tenant):
+    if not owner_or_manager(user, owner_id=job.submitter_id, tenant=job.tenant):
         raise NotPermitted("Only the job's submitter, the tenant's managers or platform admins may do this.")
 
 
@@ -239,7 +246,7 @@ def job_submit(
     _check_pending_limit(tenant)
     fields = {
         "name": _check_name(name),
-        "command": _check_command(command),
+        "command": check_command(command),
         "limits": _check_bids(bids),
         "gpus": _check_gpus(gpus, [t for t, _ in bids]),
         "max_seconds": _check_max_seconds(max_seconds),

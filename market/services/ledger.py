@@ -257,27 +257,6 @@ def ledger_refund(*, tenant: Tenant, amount: int, key: str, actor: User, memo: s
 
 
 @transaction.atomic
-def ledger_hold(*, tenant: Tenant, amount: int, key: str, memo: str = "") -> JournalEntry:
-    """Reserve money (available -> held); refused with InsufficientFunds rather than overdrawing.
-
-    The hold's key is also its entry's key; settle and release name the hold by it.
-    """
-    amount, key = _check_amount(amount, allow_zero=True), _check_system_key(key)
-    request = _Request(EntryKind.HOLD, tenant.pk, amount, key, memo)
-
-    def write() -> JournalEntry:
-        hold = Hold.objects.create(key=key, tenant=tenant, amount=amount)
-        entry = JournalEntry.objects.create(
-            key=key, kind=EntryKind.HOLD, tenant=tenant, amount=amount, hold=hold, memo=memo
-        )
-        legs = [(_tenant_account(tenant, AccountKind.AVAILABLE), -amount)]
-        _post(entry, legs + [(_tenant_account(tenant, AccountKind.HELD), amount)])
-        return entry
-
-    return _keyed(key, request, write)
-
-
-@transaction.atomic
 def ledger_hold_extend(*, hold_key: str, amount: int, key: str, memo: str = "") -> JournalEntry:
     """Add `amount` to an open hold (available -> held): a job whose hold ran short runs on, paid from the
     available balance. Refused with InsufficientFunds rather than overdrawing, HoldClosed once settled."""

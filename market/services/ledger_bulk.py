@@ -1,8 +1,9 @@
-"""Many holds in one go, for the round commit (ARCHITECTURE.md §Money; docs/ledger.md).
+"""The ledger's one hold path (ARCHITECTURE.md §Money; docs/ledger.md §Holds).
 
-The same effect as calling `ledger_hold` once per winner, with the same keys, accounts and postings, but in a
-fixed number of statements: a round that places thousands of jobs must not cost a query per job. Callers run
-it inside their own transaction (the round commit).
+`ledger_hold_many` places many holds in a fixed number of statements, for the round commit: a round that places
+thousands of jobs must not cost a query per job. Callers run it inside their own transaction. `ledger_hold`,
+one hold with the single-call services' contract (an entry back, KeyConflict, InsufficientFunds), is a batch
+of one, so that the tests of single holds exercise the code production runs (issue 26 §4).
 """
 
 from __future__ import annotations
@@ -11,13 +12,23 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from accounts.models import Tenant
 from market import bulk
 from market.models import Account, AccountKind, EntryKind, Hold, HoldState, JournalEntry, Posting
-from market.services.ledger import _check_amount, _check_system_key
+from market.money import format_credits
+from market.services.ledger import (
+    InsufficientFunds,
+    KeyConflict,
+    _check_amount,
+    _check_system_key,
+    _fingerprint,
+    _replay,
+    _Request,
+)
 
 
 @dataclass(frozen=True)
@@ -39,6 +50,46 @@ class HoldsPlaced:
     conflicted: list[str]
 
 
+def _request(r: HoldRequest) -> _Request:
+    """What a hold's key stands for, as the single-call services fingerprint it (ledger._fingerprint)."""
+    return _Request(EntryKind.HOLD, r.tenant_id, r.amount, r.key, r.memo)
+
+
+@transaction.atomic
+def ledger_hold(*, tenant: Tenant, amount: int, key: str, memo: str = "") -> JournalEntry:
+    """Reserve money (available -> held); refused with InsufficientFunds rather than overdrawing.
+
+    The hold's key is also its entry's key; settle and release name the hold by it. A key used before returns
+    the first entry, marked `replayed`, when it asked for the same; otherwise KeyConflict.
+    """
+    request = HoldRequest(tenant_id=tenant.pk, amount=amount, key=key, memo=memo)
+    try:
+        # A savepoint: of two concurrent calls with one key, the second passes the key check before the
+        # first commits, then fails on the unique index once it gets the account lock; it re-reads the
+        # winner instead (as ledger._keyed does).
+        with transaction.atomic():
+            held = ledger_hold_many([request])
+    except IntegrityError:
+        found = _replay(request.key, _request(request))
+        if found is None:
+            raise
+        return found
+    if held.refused:
+        have = Account.objects.get(tenant=tenant, kind=AccountKind.AVAILABLE).balance
+        raise InsufficientFunds(
+            f"{AccountKind.AVAILABLE.value} balance {format_credits(have)} is less than "
+            f"{format_credits(amount)} credits"
+        )
+    if held.placed:
+        return JournalEntry.objects.select_related("hold").get(key=key)
+    # A replay or a conflict: _replay returns the first entry or raises KeyConflict with the single-call
+    # services' message.
+    found = _replay(request.key, _request(request))
+    if found is None:  # impossible: the key was found a moment ago under this transaction
+        raise KeyConflict(f"key {key!r} vanished")
+    return found
+
+
 def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
     """Hold each request's amount (available -> held), in order; a request that no longer fits its tenant's
     available balance is refused, the ones after it may still fit. Keys already used with the same tenant
@@ -49,17 +100,19 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
     for r in requests:
         _check_amount(r.amount, allow_zero=True)
         _check_system_key(r.key)
+    # A key is a replay only when its entry asked for exactly this (the single-call services' fingerprint:
+    # kind, tenant, amount, hold and memo), so a grant or an extension under the key is a conflict, not a hold.
     existing = {
-        key: (tenant_id, amount)
-        for key, tenant_id, amount in JournalEntry.objects.filter(
+        entry.key: _fingerprint(entry)
+        for entry in JournalEntry.objects.select_related("hold").filter(
             key__in=bulk.any_of([r.key for r in requests], "text")
-        ).values_list("key", "tenant_id", "amount")
+        )
     }
     replayed, conflicted = [], []
     fresh: list[HoldRequest] = []
     for r in requests:
         if r.key in existing:
-            (replayed if existing[r.key] == (r.tenant_id, r.amount) else conflicted).append(r.key)
+            (replayed if existing[r.key] == _request(r) else conflicted).append(r.key)
         else:
             fresh.append(r)
     tenants = sorted({r.tenant_id for r in fresh})

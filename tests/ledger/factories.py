@@ -31,7 +31,7 @@ def fund(tenant: Tenant, amount: int, *, key: str | None = None, actor: User | N
 
 
 def hold(tenant: Tenant, amount: int, *, key: str | None = None) -> JournalEntry:
-    from market.services.ledger import ledger_hold
+    from market.services.ledger_bulk import ledger_hold
 
     return ledger_hold(tenant=tenant, amount=amount, key=key or next_key("hold"))
 

@@ -6,7 +6,8 @@ import pytest
 
 from market.models import Hold, JournalEntry
 from market.selectors.ledger import ledger_problems, tenant_balance
-from market.services.ledger import InsufficientFunds, ledger_hold, ledger_settle, ledger_topup
+from market.services.ledger import InsufficientFunds, ledger_settle, ledger_topup
+from market.services.ledger_bulk import ledger_hold
 from tests.concurrency import THREADS, run_together
 from tests.conftest import World
 from tests.ledger.factories import fund, hold

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from market.selectors.ledger import Balance, ledger_problems, tenant_balance
 from market.services import ledger as svc
+from market.services.ledger_bulk import ledger_hold
 from tests.conftest import World
 
 # slow: minutes of generated or hostile input; `make check` leaves it out, `make test` runs it.
@@ -96,7 +97,7 @@ def _call(world: World, call: tuple[Any, ...]) -> tuple[str, int | None]:
         if kind == "topup":
             entry = svc.ledger_topup(tenant=tenants[target], amount=amount, key=key, actor=world.admin)
         elif kind == "hold":
-            entry = svc.ledger_hold(tenant=tenants[target], amount=amount, key=key)
+            entry = ledger_hold(tenant=tenants[target], amount=amount, key=key)
         elif kind == "settle":
             entry = svc.ledger_settle(hold_key=target, charge=amount, key=key)
         else:

@@ -16,12 +16,12 @@ from market.services.ledger import (
     NotPermitted,
     RefundExceedsCharges,
     UnknownHold,
-    ledger_hold,
     ledger_refund,
     ledger_release,
     ledger_settle,
     ledger_topup,
 )
+from market.services.ledger_bulk import ledger_hold
 from tests.conftest import World
 from tests.ledger.factories import fund, hold, settle
 

@@ -30,7 +30,7 @@ from market.services import rounds
 from market.services.hold_policy import hold_policy_set
 from market.services.holds import leases_hold_check
 from market.services.leases import lease_stopped
-from market.services.ledger import ledger_hold
+from market.services.ledger_bulk import ledger_hold
 from tests.conftest import PASSWORD
 from tests.market.predict_helpers import finished_job, lease_for
 from tests.market.round_helpers import make_job

@@ -228,7 +228,7 @@ def test_posted_price_is_published(market):
 def test_a_conflicting_hold_key_skips_only_that_winner(market):
     """A hold key already used for another amount (a bug elsewhere, a hand-made entry) costs that one winner
     its place, counted, and the rest of the round commits (issue 19 §3)."""
-    from market.services.ledger import ledger_hold
+    from market.services.ledger_bulk import ledger_hold
     from market.services.round_commit import SKIP_HOLD_CONFLICT, hold_key
 
     w = market
