@@ -158,7 +158,8 @@ def tier_g_within_guarantee(book: Book, r: Result) -> list[str]:
 
 def preemption_rules(book: Book, r: Result) -> list[str]:
     """Reclaim, step 6: never a tier G lease (nor one re-tiered to G), never a non-preemptible lease, never one
-    younger than the minimum runtime, never below the victim's own guarantee."""
+    younger than the minimum runtime, never below the victim's own guarantee at the round's end (what it held,
+    less what was preempted, plus what it won)."""
     ls, p = book.leases, r.preemptions
     rows = p.row
     out = _first(
@@ -169,8 +170,12 @@ def preemption_rules(book: Book, r: Result) -> list[str]:
     out += _first("preempted a lease younger than the minimum runtime (lease)", young, p.lease)
     taken = np.zeros_like(book.tenants.guarantee, dtype=np.int64)
     np.add.at(taken, (ls.tenant[rows], ls.gpu_type[rows]), ls.gpus[rows])
-    before = book.tenants.held.sum(axis=1).astype(np.int64)
-    below = (taken > 0) & (before - taken < book.tenants.guarantee)
+    # What the tenant holds when the round ends: a tenant that won GPUs of the type in this round may lose a
+    # running lease to fair reclaim while staying above its guarantee (and its entitlement) with what it won.
+    won = np.zeros_like(taken)
+    np.add.at(won, (r.winners.tenant, r.winners.gpu_type), book.bids.gpus[r.winners.bid])
+    after = book.tenants.held.sum(axis=1).astype(np.int64) + won - taken
+    below = (taken > 0) & (after < book.tenants.guarantee)
     return out + _first(
         "preemption took a tenant below its guarantee (tenant)", below.any(axis=1), np.arange(below.shape[0])
     )
