@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTHON ?= python3
 
-.PHONY: run test check install lint format typecheck bench migrate clean
+.PHONY: run test check install lint format typecheck imports bench migrate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -40,27 +40,17 @@ PYTEST_PARALLEL ?= -n 2
 # Whole suite against the real PostgreSQL and Redis (started here if installed but stopped). The PostgreSQL
 # restart test runs inside it on a private cluster it makes (tests/faults/test_private_postgres.py), so the
 # machine's server is never restarted.
-test: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
-test: export REDIS_URL ?= redis://127.0.0.1:6379/0
-test: install
+test check: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
+test check: export REDIS_URL ?= redis://127.0.0.1:6379/0
+test: lint typecheck imports
 	scripts/ensure-services
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
 
 # The inner loop, a few minutes: lint, types and every test that needs neither a browser nor real worker and
 # agent processes nor minutes of generated input (no `browser`, `integration` or `slow` marker), two at a
 # time. `make test` before a merge.
-check: export DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/gpumarket
-check: export REDIS_URL ?= redis://127.0.0.1:6379/0
-check: install
+check: lint typecheck imports
 	scripts/ensure-services
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q -m "not browser and not integration and not slow" $(PYTEST_PARALLEL)
 
 lint: install
@@ -73,6 +63,10 @@ format: install
 
 typecheck: install
 	$(VENV)/bin/mypy
+
+# The layers (pyproject's [tool.importlinter], docs/architecture.md).
+imports: install
+	$(VENV)/bin/lint-imports
 
 bench: install
 	$(PY) bench/clearing.py

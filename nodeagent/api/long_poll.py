@@ -160,13 +160,12 @@ class _Hub:
         self.client = self.pubsub = self.reader = None
         if reader is not None:
             reader.cancel()
-        try:
+        # Closing a connection that may already have broken (that is often why it is closed): nothing to undo.
+        with contextlib.suppress(redis.RedisError, OSError):
             if pubsub is not None:
                 await pubsub.aclose()
             if client is not None:
                 await client.aclose()
-        except (redis.RedisError, OSError):
-            pass
 
     async def _read(self, pubsub: Any) -> None:
         healthy = True
