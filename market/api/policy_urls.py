@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from market.api import hold_policy, policy, prices, rounds
+from market.api import hold_policy, policy, prices, rounds, shadow
 
 urlpatterns = [
     path("policy", policy.MarketPolicyView.as_view(), name="market-policy"),
@@ -12,4 +12,14 @@ urlpatterns = [
     path("prices/history", prices.PriceHistoryView.as_view(), name="price-history"),
     path("rounds", rounds.RoundListView.as_view(), name="round-list"),
     path("rounds/<int:round_id>", rounds.RoundDetailView.as_view(), name="round-detail"),
+    path("policy/versions/<int:version_id>/shadow", shadow.ShadowView.as_view(), name="shadow"),
+    path(
+        "policy/versions/<int:version_id>/shadow/start", shadow.ShadowStartView.as_view(), name="shadow-start"
+    ),
+    path("policy/versions/<int:version_id>/shadow/stop", shadow.ShadowStopView.as_view(), name="shadow-stop"),
+    path(
+        "policy/versions/<int:version_id>/shadow/rounds",
+        shadow.ShadowRoundsView.as_view(),
+        name="shadow-rounds",
+    ),
 ]

@@ -17,7 +17,9 @@ from market.models.ledger import (
 )
 from market.models.outbox import Command, CommandKind, CommandState
 from market.models.policy import MarketPolicy
+from market.models.policy_versions import PolicyVersion
 from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
+from market.models.shadow import ShadowRound, ShadowRun
 
 __all__ = [
     "DONE_STATES",
@@ -49,9 +51,12 @@ __all__ = [
     "LeaseState",
     "MarketPolicy",
     "OnHoldEnd",
+    "PolicyVersion",
     "Posting",
     "PreemptReason",
     "Round",
     "RoundPrice",
     "RoundState",
+    "ShadowRound",
+    "ShadowRun",
 ]
