@@ -17,6 +17,15 @@ from market.models.ledger import (
 )
 from market.models.outbox import Command, CommandKind, CommandState
 from market.models.policy import MarketPolicy
+from market.models.policy_versions import (
+    CanaryState,
+    ImmutableVersionError,
+    OnExpiry,
+    PolicyCanary,
+    PolicyVersion,
+    VersionKind,
+    VersionStatus,
+)
 from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
 
 __all__ = [
@@ -48,6 +57,13 @@ __all__ = [
     "LeaseGpu",
     "LeaseState",
     "MarketPolicy",
+    "CanaryState",
+    "ImmutableVersionError",
+    "OnExpiry",
+    "PolicyCanary",
+    "PolicyVersion",
+    "VersionKind",
+    "VersionStatus",
     "OnHoldEnd",
     "Posting",
     "PreemptReason",
