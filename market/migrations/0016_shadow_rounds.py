@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('market', '0015_policy_versions_standin'),
+        ('market', '0015_policy_versions'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -17,7 +17,15 @@ from market.models.ledger import (
 )
 from market.models.outbox import Command, CommandKind, CommandState
 from market.models.policy import MarketPolicy
-from market.models.policy_versions import PolicyVersion
+from market.models.policy_versions import (
+    CanaryState,
+    ImmutableVersionError,
+    OnExpiry,
+    PolicyCanary,
+    PolicyVersion,
+    VersionKind,
+    VersionStatus,
+)
 from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
 from market.models.shadow import ShadowRound, ShadowRun
 
@@ -50,8 +58,14 @@ __all__ = [
     "LeaseGpu",
     "LeaseState",
     "MarketPolicy",
-    "OnHoldEnd",
+    "CanaryState",
+    "ImmutableVersionError",
+    "OnExpiry",
+    "PolicyCanary",
     "PolicyVersion",
+    "VersionKind",
+    "VersionStatus",
+    "OnHoldEnd",
     "Posting",
     "PreemptReason",
     "Round",

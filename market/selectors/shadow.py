@@ -10,12 +10,12 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from market.models import PolicyVersion, ShadowRound, ShadowRun
+from market.models import PolicyVersion, ShadowRound, ShadowRun, VersionStatus
 from market.selectors.policy_snapshot import PolicySnapshot
 from market.selectors.shadow_diff import SUMMARY_KEYS
 
-# The one status a version runs in shadow with: a proposal, not the policy in force nor a retired one.
-SHADOW_STATUS = "proposed"
+# The one status a version runs in shadow with: a proposal (a draft never in force), not an applied version.
+SHADOW_STATUS = VersionStatus.PROPOSED
 
 # Per-tenant figures summed over a version's rounds (ShadowDiff.tenants' keys, less the fair-share state of one
 # round, which is counted below as rounds where the proposal complied and live did not, or the reverse).

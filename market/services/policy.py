@@ -20,6 +20,7 @@ from market.models import GpuType, MarketPolicy
 from market.money import MAX_AMOUNT
 from market.selectors.policy import forget_cached_policy, market_policy
 from market.services.guarantees import guarantee_set
+from market.services.policy_versions import policy_versioned
 
 DAY = 86_400
 
@@ -78,19 +79,21 @@ def policy_check(changes: dict[str, Any]) -> None:
 
 
 @transaction.atomic
-def policy_update(*, actor: User | None, **changes: Any) -> MarketPolicy:
-    """Change some knobs of the market policy; the next round started reads them (docs/policy.md)."""
+def policy_update(*, actor: User | None, reason: str = "", **changes: Any) -> MarketPolicy:
+    """Change some knobs of the market policy; the next round started reads them (docs/policy.md). A change
+    records a policy version with `reason` (docs/policy.md §Versions)."""
     admin = _admin(actor)
     policy_check(changes)
-    market_policy()  # creates the row with its defaults on first use
-    policy = MarketPolicy.objects.select_for_update().get(singleton=1)
-    diff = {f: [getattr(policy, f), v] for f, v in changes.items() if getattr(policy, f) != v}
-    if diff:
-        for field, (_, new) in diff.items():
-            setattr(policy, field, new)
-        policy.save(update_fields=[*diff, "updated_at"])
-        forget_cached_policy()
-        audit(actor=admin, tenant=None, action="policy.update", detail=diff)
+    with policy_versioned(actor=admin, reason=reason):
+        market_policy()  # creates the row with its defaults on first use
+        policy = MarketPolicy.objects.select_for_update().get(singleton=1)
+        diff = {f: [getattr(policy, f), v] for f, v in changes.items() if getattr(policy, f) != v}
+        if diff:
+            for field, (_, new) in diff.items():
+                setattr(policy, field, new)
+            policy.save(update_fields=[*diff, "updated_at"])
+            forget_cached_policy()
+            audit(actor=admin, tenant=None, action="policy.update", detail=diff)
     return policy
 
 
@@ -136,15 +139,29 @@ def tenant_policy_update(
     weight: int | None = None,
     guardrail: int | None | Unset = UNSET,
     guarantees: dict[str, int] | None = None,
+    reason: str = "",
 ) -> Tenant:
     """Change a tenant's weight, guardrail (micro-credits; None removes it) and guarantees ({type name: GPUs};
-    0 removes one). All or nothing: any refused part leaves every part unchanged."""
+    0 removes one). All or nothing: any refused part leaves every part unchanged. A change records a policy
+    version with `reason`."""
     admin = _admin(actor)
     if weight is not None:
         _check_int("weight", weight, *WEIGHT_LIMITS)
     if not isinstance(guardrail, Unset):
         _check_guardrail(guardrail)
     types = _check_guarantees(guarantees or {})
+    with policy_versioned(actor=admin, reason=reason):
+        return _tenant_policy_write(admin, tenant, weight, guardrail, guarantees or {}, types)
+
+
+def _tenant_policy_write(
+    admin: User,
+    tenant: Tenant,
+    weight: int | None,
+    guardrail: int | None | Unset,
+    guarantees: dict[str, int],
+    types: dict[str, GpuType],
+) -> Tenant:
     locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
     diff: dict[str, list[Any]] = {}
     if weight is not None and weight != locked.weight:
@@ -155,7 +172,7 @@ def tenant_policy_update(
         locked.guardrail = guardrail
     if diff:
         locked.save(update_fields=list(diff))
-    diff |= _apply_guarantees(actor=admin, tenant=locked, guarantees=guarantees or {}, types=types)
+    diff |= _apply_guarantees(actor=admin, tenant=locked, guarantees=guarantees, types=types)
     if diff:
         audit(actor=admin, tenant=locked, action="tenant_policy.update", detail=diff)
     return locked

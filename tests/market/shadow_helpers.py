@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from market.models import PolicyVersion
+from django.db import transaction
+
+from market.models import PolicyVersion, VersionKind, VersionStatus
 from market.selectors.policy_snapshot import PolicySnapshot, policy_snapshot
+from market.services.policy_versions import lock_policy, version_create
 from tests.conftest import World
 from tests.market.round_helpers import make_job
 
@@ -16,7 +19,16 @@ def propose(world: World, *, weights: dict[str, int] | None = None, **market: in
     for slug, weight in (weights or {}).items():
         snapshot["tenants"][slug]["weight"] = weight
     snapshot["market"].update(market)
-    return PolicyVersion.objects.create(status="proposed", snapshot=snapshot, created_by=world.admin)
+    with transaction.atomic():
+        lock_policy()
+        return version_create(
+            snapshot=snapshot,
+            actor=world.admin,
+            reason="a test proposal",
+            kind=VersionKind.PROPOSED,
+            status=VersionStatus.PROPOSED,
+            parent=None,
+        )
 
 
 def contended(world: World) -> dict[str, list[Any]]:

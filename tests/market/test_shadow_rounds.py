@@ -157,8 +157,8 @@ def test_admins_start_and_stop_shadows_audited_and_capped(world: World) -> None:
     shadow_start(actor=world.admin, version=versions[-1])
     with pytest.raises(PolicyError, match="does not run"):
         shadow_stop(actor=world.admin, version=versions[0])
-    versions[1].status = "active"
-    versions[1].save()
+    versions[1].status = "applied"
+    versions[1].save(update_fields=["status"])
     with pytest.raises(PolicyError, match="only a proposed"):
         shadow_start(actor=world.admin, version=versions[1])
     actions = list(AuditEvent.objects.filter(action__startswith="shadow.").values_list("action", "detail"))
@@ -167,7 +167,7 @@ def test_admins_start_and_stop_shadows_audited_and_capped(world: World) -> None:
         "shadow.stop",
         {"version": versions[0].pk, "run": ShadowRun.objects.filter(version=versions[0]).get().pk},
     ) in actions
-    # A version no longer proposed (made active) does not run in shadow even while its run is open.
+    # A version no longer proposed (applied) does not run in shadow even while its run is open.
     contended(world)
     rnd = _round()
     assert set(ShadowRound.objects.filter(round=rnd).values_list("version", flat=True)) == {
