@@ -55,14 +55,18 @@ def shadow_version(request: HttpRequest, version_id: int) -> HttpResponse:
             "runs": shadow_runs(version=version)[:10],
             "totals": totals,
             "fair": {
-                "live": compliance(s["fair_complied_live"], s["fair_counted_live"]),
-                "proposed": compliance(s["fair_complied_proposed"], s["fair_counted_proposed"]),
+                "live": _pct(compliance(s["fair_complied_live"], s["fair_counted_live"])),
+                "proposed": _pct(compliance(s["fair_complied_proposed"], s["fair_counted_proposed"])),
             },
             "tenant_rows": _tenant_rows(totals.tenants),
             "page": paged,
             "rounds": [_round_row(shadow_round_view(r)) for r in paged.object_list],
         },
     )
+
+
+def _pct(share: float | None) -> str:
+    return "–" if share is None else f"{share:.0%}"
 
 
 def _tenant_rows(tenants: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
