@@ -4,15 +4,17 @@ totals the console and the API show."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db.models import QuerySet
 
-from market.models import PolicyVersion, ShadowRound, ShadowRun, VersionStatus
+from allocator import clear
+from market.models import PolicyVersion, Round, RoundState, ShadowRound, ShadowRun, VersionStatus
+from market.selectors.book import Snapshot
 from market.selectors.policy_snapshot import PolicySnapshot
-from market.selectors.shadow_diff import SUMMARY_KEYS
+from market.selectors.shadow_diff import SUMMARY_KEYS, shadow_round
 
 # The one status a version runs in shadow with: a proposal (a draft never in force), not an applied version.
 SHADOW_STATUS = VersionStatus.PROPOSED
@@ -118,6 +120,29 @@ def accumulate(
             for name, (n, differ, total) in sorted(price_rounds.items())
         },
     )
+
+
+def shadow_replay(*, version: PolicyVersion, rounds: int | None = None) -> ShadowTotals:
+    """Shadow rounds after the fact: the kept books of the newest `rounds` finished rounds (every one whose
+    book retention has not dropped, by default) cleared under the version and compared with their live result,
+    accumulated as shadow_totals accumulates stored rows. Nothing is written (manage.py shadow_replay)."""
+    kept = (
+        Round.objects.filter(state=RoundState.DISPATCHED, book__isnull=False)
+        .exclude(digest="")
+        .order_by("-slot")
+        .values_list("book", flat=True)
+    )
+    proposal = shadow_proposal(version)
+
+    def diffs() -> Iterator[tuple[dict[str, int], dict[str, dict[str, Any]], dict[str, dict[str, Any]]]]:
+        for blob in kept[:rounds] if rounds is not None else kept.iterator(chunk_size=20):
+            if blob is None:  # pruned between the query and this row
+                continue
+            book = Snapshot.load(bytes(blob)).book
+            diff = shadow_round(book, clear(book), proposal)
+            yield {**diff.summary, "clear_ms": diff.clear_ms}, diff.tenants, diff.prices
+
+    return accumulate(diffs())
 
 
 def compliance(complied: int, counted: int) -> float | None:

@@ -203,3 +203,22 @@ def test_the_models_summary_columns_are_the_comparisons_keys() -> None:
         "prices",
         "tenants",
     }
+
+
+def test_shadow_replay_clears_kept_books_under_a_version_and_writes_nothing(world: World) -> None:
+    import json
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    contended(world)
+    _round()
+    version = propose(world, weights={"alpha": 10})
+    out = StringIO()
+    call_command("shadow_replay", str(version.number), stdout=out)
+    replay = json.loads(out.getvalue())
+    assert replay["summary"]["rounds"] == 1 and replay["summary"]["gained"] > 0
+    assert replay["tenants"]["alpha"]["gained"] == replay["summary"]["gained"]
+    assert not ShadowRound.objects.exists()
+    with pytest.raises(CommandError, match="no policy version"):
+        call_command("shadow_replay", "999")
