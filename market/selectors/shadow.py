@@ -64,8 +64,8 @@ def shadow_rounds(*, version: PolicyVersion) -> QuerySet[ShadowRound]:
 @dataclass
 class ShadowTotals:
     """A version's shadow rounds accumulated: `summary` sums SUMMARY_KEYS (plus `rounds` and `clear_ms`);
-    `tenants`: per slug TENANT_SUMS plus `fair_better` / `fair_worse` (rounds the tenant complied with its
-    fair share only under the proposal / only live); `prices`: per GPU type the rounds whose next posted
+    `tenants`: per slug TENANT_SUMS plus `fair_better` / `fair_worse` (rounds in which the tenant waited
+    on both sides and complied with its fair share only under the proposal / only live); `prices`: per GPU type the rounds whose next posted
     price differed and the mean difference (proposed minus live, micro-credits per GPU-hour)."""
 
     summary: dict[str, int]
@@ -104,8 +104,9 @@ def accumulate(
             for key in TENANT_SUMS:
                 total[key] += figures.get(key, 0)
             live, proposed = figures.get("complied_live"), figures.get("complied_proposed")
-            total["fair_better"] += int(bool(proposed) and not live)
-            total["fair_worse"] += int(bool(live) and not proposed)
+            # Only where the tenant waits on both sides: not waiting at all is neither better nor worse.
+            total["fair_better"] += int(proposed is True and live is False)
+            total["fair_worse"] += int(live is True and proposed is False)
         for name, p in prices.items():
             diff = p["posted_proposed"] - p["posted_live"]
             acc = price_rounds[name]

@@ -96,3 +96,22 @@ def test_raising_a_weight_wins_bids_the_tenant_lost_live():
     assert diff.summary["gained"] == b["gained"] and diff.summary["lost"] == a["lost"]
     assert b["target_proposed"] > b["target_live"]
     assert "c" not in diff.tenants  # nothing differs for c
+
+
+def test_accumulated_fair_share_counts_only_rounds_where_the_tenant_waited_on_both_sides():
+    from market.selectors.shadow import accumulate
+
+    def tenant(live: bool | None, proposed: bool | None) -> dict[str, object]:
+        return {"gained": 1, "lost": 0, "complied_live": live, "complied_proposed": proposed}
+
+    prices = {"h100": {"posted_live": 100, "posted_proposed": 130}}
+    rounds = [
+        ({"gained": 1}, {"a": tenant(False, True)}, prices),  # better under the proposal
+        ({"gained": 1}, {"a": tenant(True, False)}, prices),  # worse
+        ({"gained": 1}, {"a": tenant(True, None)}, {"h100": {"posted_live": 100, "posted_proposed": 100}}),
+    ]
+    totals = accumulate(iter(rounds))
+    assert totals.summary["rounds"] == 3 and totals.summary["gained"] == 3
+    assert totals.tenants["a"]["fair_better"] == 1 and totals.tenants["a"]["fair_worse"] == 1
+    assert totals.tenants["a"]["gained"] == 3
+    assert totals.prices["h100"] == {"rounds": 3, "differ": 2, "mean_diff": 20}
