@@ -3,7 +3,8 @@
 Builds the demo platform (`manage.py demo_data`) in a fresh PostgreSQL database (SHADOW_DEMO_DATABASE_URL,
 default postgres://postgres@127.0.0.1:5432/gpumarket_shadow_demo: dropped and re-created), registers its five
 simulated nodes as their agents would (the bootstrap tokens demo_data leaves), lets demo_data submit its jobs,
-and runs rounds a period apart, each with the proposal in shadow; then prints the live rounds, the stored
+and runs rounds a period apart (each lease and the fair-share history moved back a period before each round,
+as if the time had passed), each with the proposal in shadow; then prints the live rounds, the stored
 shadow totals and `manage.py shadow_replay` of the same version (the kept books, cleared after the fact), as
 JSON lines. The proposal: vision's weight 2 -> 6 and its H100 guarantee 4 -> 8, nlp's H100 guarantee 6 -> 2
 (the demo's H100 contention: vision's 8-GPU vit-large against nlp's 16-GPU llm-finetune on 16 H100s), the
@@ -29,6 +30,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _db import fresh_database  # noqa: E402 - bench/ holds the database helper the benches share
 
 DEFAULT_URL = "postgres://postgres@127.0.0.1:5432/gpumarket_shadow_demo"
+PERIOD = timedelta(seconds=300)
 
 
 def main() -> None:
@@ -46,11 +48,12 @@ def main() -> None:
     from django.conf import settings
     from django.core.management import call_command
     from django.db import transaction
+    from django.db.models import F
     from django.utils import timezone
 
     from accounts.models import User
     from frontend.management.commands.demo_data import NODES
-    from market.models import Lease, Round, VersionKind, VersionStatus
+    from market.models import FairShareUsage, Lease, Round, VersionKind, VersionStatus
     from market.selectors.policy_snapshot import policy_snapshot
     from market.selectors.shadow import compliance, shadow_totals
     from market.services.policy_versions import lock_policy, version_create
@@ -86,7 +89,10 @@ def main() -> None:
     shadow_start(actor=admin, version=version)
     start = timezone.now()
     for r in range(args.rounds):
-        rnd = round_tick(now=start + timedelta(seconds=300 * r))
+        if r:  # a period passes: the freeze reads the clock, so the leases and the fair-share history age instead
+            Lease.objects.update(started_at=F("started_at") - PERIOD)
+            FairShareUsage.objects.update(updated_at=F("updated_at") - PERIOD)
+        rnd = round_tick(now=start + PERIOD * r)
         assert rnd is not None and rnd.state == "dispatched", rnd and rnd.error
     for rnd in Round.objects.order_by("slot"):
         print(

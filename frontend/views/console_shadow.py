@@ -21,6 +21,7 @@ from market.selectors.shadow import (
     shadow_rounds,
     shadow_run_open,
     shadow_runs,
+    shadow_sums,
     shadow_totals,
 )
 from market.services.shadow import SHADOW_MAX, shadow_start, shadow_stop
@@ -28,9 +29,13 @@ from market.services.shadow import SHADOW_MAX, shadow_start, shadow_stop
 
 @admin_only
 def shadow(request: HttpRequest) -> HttpResponse:
-    versions = list(PolicyVersion.objects.filter(status=SHADOW_STATUS).order_by("-pk"))
-    rows = [(v, shadow_run_open(version=v), shadow_totals(version=v).summary) for v in versions]
-    return page(request, "frontend/console/shadow.html", {"rows": rows, "shadow_max": SHADOW_MAX})
+    paged = Paginator(PolicyVersion.objects.filter(status=SHADOW_STATUS).order_by("-number"), 20).get_page(
+        request.GET.get("page")
+    )
+    rows = [(v, shadow_run_open(version=v), shadow_sums(version=v)) for v in paged.object_list]
+    return page(
+        request, "frontend/console/shadow.html", {"rows": rows, "page": paged, "shadow_max": SHADOW_MAX}
+    )
 
 
 def _version(version_id: int) -> PolicyVersion:

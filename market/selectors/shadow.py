@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet, Sum
 
 from allocator import clear
 from market.models import PolicyVersion, Round, RoundState, ShadowRound, ShadowRun, VersionStatus
@@ -71,6 +71,13 @@ class ShadowTotals:
     summary: dict[str, int]
     tenants: dict[str, dict[str, float]] = field(default_factory=dict)
     prices: dict[str, dict[str, float]] = field(default_factory=dict)
+
+
+def shadow_sums(*, version: PolicyVersion) -> dict[str, int]:
+    """The summary columns of a version's kept shadow rounds, summed in the database, with `rounds`."""
+    rows = ShadowRound.objects.filter(version=version)
+    sums = rows.aggregate(rounds=Count("pk"), **{key: Sum(key) for key in (*SUMMARY_KEYS, "clear_ms")})
+    return {key: int(value or 0) for key, value in sums.items()}
 
 
 def shadow_totals(*, version: PolicyVersion) -> ShadowTotals:

@@ -22,9 +22,10 @@ from accounts.models import User
 from allocator import Book, Result
 from config.errors import PolicyError
 from config.metrics import SHADOW_ROUNDS
-from market.models import MarketPolicy, PolicyVersion, Round, ShadowRound, ShadowRun
+from market.models import PolicyVersion, Round, ShadowRound, ShadowRun
 from market.selectors.shadow import SHADOW_STATUS, shadow_proposal, shadow_versions
 from market.selectors.shadow_diff import SUMMARY_KEYS, ShadowDiff, shadow_round
+from market.services.policy_versions import lock_policy
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +45,8 @@ def shadow_start(*, actor: User, version: PolicyVersion) -> ShadowRun:
     is not proposed, already in shadow, or when SHADOW_MAX versions already are."""
     _admin(actor)
     with transaction.atomic():
-        # The policy row serialises starts, so two admins cannot both start the last allowed shadow.
-        MarketPolicy.objects.select_for_update().filter(singleton=1).first()
+        # The policy lock serialises starts, so two admins cannot both start the last allowed shadow.
+        lock_policy()
         if version.status != SHADOW_STATUS:
             raise PolicyError(
                 "version", f"only a {SHADOW_STATUS} version runs in shadow (this one is {version.status})"
