@@ -300,6 +300,12 @@ CELERY_BEAT_SCHEDULE["nodes-check"] = {
     "schedule": float(NODE_CHECK_SECONDS),
     "options": {"expires": float(NODE_CHECK_SECONDS)},
 }
+# A running canary's guardrails and expiry (market/services/canary.py, docs/policy.md §Canary).
+CELERY_BEAT_SCHEDULE["canary-check"] = {
+    "task": "market.canary_check",
+    "schedule": float(env_int("CANARY_CHECK_SECONDS", 60, minimum=5)),
+    "options": {"expires": 60.0},
+}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # Structured logs (config/logs.py): ids on every line, secrets redacted; LOG_FORMAT=json for one JSON object a line.

@@ -33,7 +33,8 @@ def allowance_key(tenant: Tenant, period: str, start: datetime) -> str:
     return f"allowance:{tenant.pk}:{period}:{start:%Y-%m-%d}"
 
 
-def _check(amount: Any, period: Any, cap: Any) -> None:
+def allowance_check(amount: Any, period: Any, cap: Any) -> None:
+    """PolicyError naming `amount`, `period` or `cap` for a value allowance_set would refuse."""
     for field, value, low in (("amount", amount, 1), ("cap", cap, 0)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise PolicyError(field, "must be a whole number of micro-credits")
@@ -59,7 +60,7 @@ def allowance_set(
     policy version with `reason`."""
     if not actor.is_staff:
         raise PermissionDenied("Only platform admins may set allowances.")
-    _check(amount, period, cap)
+    allowance_check(amount, period, cap)
     if not isinstance(active, bool):
         raise PolicyError("active", "must be true or false")
     values = {"amount": amount, "period": period, "cap": cap, "active": active}

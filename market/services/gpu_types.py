@@ -12,7 +12,7 @@ from market.money import MAX_AMOUNT
 from market.services.policy_versions import policy_versioned
 
 
-def _check_prices(reserve_price: int, max_price: int) -> None:
+def prices_check(reserve_price: int, max_price: int) -> None:
     if reserve_price < 0:
         raise PolicyError("reserve_price", "must not be negative")
     if max_price > MAX_AMOUNT:
@@ -39,7 +39,7 @@ def gpu_type_save(
     """
     if memory_gb <= 0:
         raise PolicyError("memory_gb", "must be positive")
-    _check_prices(reserve_price, max_price)
+    prices_check(reserve_price, max_price)
     values = {"memory_gb": memory_gb, "reserve_price": reserve_price, "max_price": max_price}
     with policy_versioned(actor=actor, reason=reason):
         return _save(name, values, actor)

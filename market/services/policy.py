@@ -62,7 +62,7 @@ def _admin(actor: User | None) -> User:
     return actor
 
 
-def _check_int(field: str, value: Any, low: int, high: int) -> int:
+def check_int(field: str, value: Any, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise PolicyError(field, "must be a whole number")
     if not low <= value <= high:
@@ -75,7 +75,7 @@ def policy_check(changes: dict[str, Any]) -> None:
     for field, value in changes.items():
         if field not in POLICY_LIMITS:
             raise PolicyError(field, "is not a market policy setting")
-        _check_int(field, value, *POLICY_LIMITS[field])
+        check_int(field, value, *POLICY_LIMITS[field])
 
 
 @transaction.atomic
@@ -97,9 +97,9 @@ def policy_update(*, actor: User | None, reason: str = "", **changes: Any) -> Ma
     return policy
 
 
-def _check_guardrail(guardrail: int | None) -> None:
+def guardrail_check(guardrail: int | None) -> None:
     if guardrail is not None:
-        _check_int("guardrail", guardrail, 0, MAX_AMOUNT)
+        check_int("guardrail", guardrail, 0, MAX_AMOUNT)
 
 
 def _check_guarantees(guarantees: dict[str, int]) -> dict[str, GpuType]:
@@ -108,7 +108,7 @@ def _check_guarantees(guarantees: dict[str, int]) -> dict[str, GpuType]:
     for name, gpus in guarantees.items():
         if name not in types:
             raise PolicyError(f"guarantees.{name}", "is not a GPU type")
-        _check_int(f"guarantees.{name}", gpus, 0, GUARANTEE_MAX)
+        check_int(f"guarantees.{name}", gpus, 0, GUARANTEE_MAX)
     return types
 
 
@@ -146,9 +146,9 @@ def tenant_policy_update(
     version with `reason`."""
     admin = _admin(actor)
     if weight is not None:
-        _check_int("weight", weight, *WEIGHT_LIMITS)
+        check_int("weight", weight, *WEIGHT_LIMITS)
     if not isinstance(guardrail, Unset):
-        _check_guardrail(guardrail)
+        guardrail_check(guardrail)
     types = _check_guarantees(guarantees or {})
     with policy_versioned(actor=admin, reason=reason):
         return _tenant_policy_write(admin, tenant, weight, guardrail, guarantees or {}, types)

@@ -29,6 +29,7 @@ from accounts.models import User
 from config.errors import PolicyError
 from market.models import MarketPolicy, PolicyVersion, VersionKind, VersionStatus
 from market.selectors.policy import market_policy
+from market.selectors.policy_versions import current_version
 
 if TYPE_CHECKING:
     from market.selectors.policy_snapshot import PolicySnapshot
@@ -72,11 +73,6 @@ def lock_policy() -> None:
     """Take the lock every policy write holds first (the market policy row)."""
     market_policy()  # creates the row with its defaults on first use
     MarketPolicy.objects.select_for_update().filter(singleton=1).first()
-
-
-def current_version() -> PolicyVersion | None:
-    """The version in force: the newest applied one."""
-    return PolicyVersion.objects.filter(status=VersionStatus.APPLIED).order_by("-number").first()
 
 
 def _next_number() -> int:

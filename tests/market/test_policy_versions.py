@@ -7,11 +7,11 @@ import pytest
 from accounts.models import Tenant
 from market.models import GpuType, ImmutableVersionError, PolicyVersion, VersionKind, VersionStatus
 from market.selectors.policy_snapshot import policy_snapshot
+from market.selectors.policy_versions import current_version
 from market.services.allowance import allowance_set
 from market.services.gpu_types import gpu_type_save
 from market.services.guarantees import guarantee_set
 from market.services.policy import policy_update, tenant_policy_update
-from market.services.policy_versions import current_version
 
 
 def _numbers() -> list[int]:
