@@ -330,12 +330,9 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
 def _shadow_version() -> None:
     """One proposed version in shadow: today's policy with every tenant's weight moved (1-4 becomes 5-2) and
     the minimum runtime halved, started by an admin as the console would."""
-    from django.db import transaction
-
     from accounts.models import User
-    from market.models import VersionKind, VersionStatus
     from market.selectors.policy_snapshot import policy_snapshot
-    from market.services.policy_versions import lock_policy, version_create
+    from market.services.policy_proposals import policy_version_propose
     from market.services.shadow import shadow_start
 
     admin = User.objects.create(username="bench-admin", is_staff=True)
@@ -343,16 +340,9 @@ def _shadow_version() -> None:
     for entry in proposal["tenants"].values():
         entry["weight"] = 6 - entry["weight"]
     proposal["market"]["min_runtime_s"] //= 2
-    with transaction.atomic():
-        lock_policy()
-        version = version_create(
-            snapshot=proposal,
-            actor=admin,
-            reason="bench: weights reversed, minimum runtime halved",
-            kind=VersionKind.PROPOSED,
-            status=VersionStatus.PROPOSED,
-            parent=None,
-        )
+    version = policy_version_propose(
+        actor=admin, snapshot=proposal, reason="bench: weights reversed, minimum runtime halved"
+    )
     shadow_start(actor=admin, version=version)
 
 

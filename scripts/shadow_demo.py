@@ -47,16 +47,15 @@ def main() -> None:
     django.setup()
     from django.conf import settings
     from django.core.management import call_command
-    from django.db import transaction
     from django.db.models import F
     from django.utils import timezone
 
     from accounts.models import User
     from frontend.management.commands.demo_data import NODES
-    from market.models import FairShareUsage, Lease, Round, VersionKind, VersionStatus
+    from market.models import FairShareUsage, Lease, Round
     from market.selectors.policy_snapshot import policy_snapshot
     from market.selectors.shadow import compliance, shadow_totals
-    from market.services.policy_versions import lock_policy, version_create
+    from market.services.policy_proposals import policy_version_propose
     from market.services.rounds import round_tick
     from market.services.shadow import shadow_start
     from nodeagent.services.registration import GpuInfo, node_register
@@ -76,16 +75,11 @@ def main() -> None:
     proposal["tenants"]["vision"]["guarantees"]["H100"] = 8
     proposal["tenants"]["nlp"]["guarantees"]["H100"] = 2
     proposal["market"]["min_runtime_s"] //= 2
-    with transaction.atomic():
-        lock_policy()
-        version = version_create(
-            snapshot=proposal,
-            actor=admin,
-            reason="demo: vision weight 6 and H100 guarantee 8, nlp H100 guarantee 2, minimum runtime halved",
-            kind=VersionKind.PROPOSED,
-            status=VersionStatus.PROPOSED,
-            parent=None,
-        )
+    version = policy_version_propose(
+        actor=admin,
+        snapshot=proposal,
+        reason="demo: vision weight 6 and H100 guarantee 8, nlp H100 guarantee 2, minimum runtime halved",
+    )
     shadow_start(actor=admin, version=version)
     start = timezone.now()
     for r in range(args.rounds):

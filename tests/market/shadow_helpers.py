@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
-
-from market.models import PolicyVersion, VersionKind, VersionStatus
+from market.models import PolicyVersion
 from market.selectors.policy_snapshot import PolicySnapshot, policy_snapshot
-from market.services.policy_versions import lock_policy, version_create
+from market.services.policy_proposals import policy_version_propose
 from tests.conftest import World
 from tests.market.round_helpers import make_job
 
@@ -19,16 +17,7 @@ def propose(world: World, *, weights: dict[str, int] | None = None, **market: in
     for slug, weight in (weights or {}).items():
         snapshot["tenants"][slug]["weight"] = weight
     snapshot["market"].update(market)
-    with transaction.atomic():
-        lock_policy()
-        return version_create(
-            snapshot=snapshot,
-            actor=world.admin,
-            reason="a test proposal",
-            kind=VersionKind.PROPOSED,
-            status=VersionStatus.PROPOSED,
-            parent=None,
-        )
+    return policy_version_propose(actor=world.admin, snapshot=snapshot, reason="a test proposal")
 
 
 def contended(world: World) -> dict[str, list[Any]]:
