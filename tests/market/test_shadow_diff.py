@@ -115,3 +115,17 @@ def test_accumulated_fair_share_counts_only_rounds_where_the_tenant_waited_on_bo
     assert totals.tenants["a"]["fair_better"] == 1 and totals.tenants["a"]["fair_worse"] == 1
     assert totals.tenants["a"]["gained"] == 3
     assert totals.prices["h100"] == {"rounds": 3, "differ": 2, "mean_diff": 20}
+
+
+def test_a_guarantee_the_proposal_grants_shows_as_preemptions_only_it_makes():
+    from tests.allocator.test_alloc_tables import A_HOLDS_ALL, FULL
+
+    live = Book.from_json(
+        book(FULL, [tenant("a"), tenant("b")], bids("b", 2, first_job=300), A_HOLDS_ALL, fair_reclaim=False)
+    )
+    result = clear(live)
+    assert len(result.preemptions) == 0  # b has no guarantee: the full cluster stays a's
+    diff = shadow_round(live, result, proposal(b=entry(h100=2)))
+    assert diff.summary["preemptions_live"] == 0 and diff.summary["preemptions_proposed"] == 2
+    assert diff.tenants["a"]["preempted_proposed"] == 2 and diff.tenants["a"]["preempted_live"] == 0
+    assert diff.tenants["b"]["gained"] == 2 and diff.tenants["b"]["held_proposed"] == 2
