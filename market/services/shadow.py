@@ -47,6 +47,7 @@ def shadow_start(*, actor: User, version: PolicyVersion) -> ShadowRun:
     with transaction.atomic():
         # The policy lock serialises starts, so two admins cannot both start the last allowed shadow.
         lock_policy()
+        version.refresh_from_db(fields=["status"])  # applied since the caller read it?
         if version.status != SHADOW_STATUS:
             raise PolicyError(
                 "version", f"only a {SHADOW_STATUS} version runs in shadow (this one is {version.status})"
@@ -54,7 +55,8 @@ def shadow_start(*, actor: User, version: PolicyVersion) -> ShadowRun:
         open_runs = ShadowRun.objects.filter(stopped_at__isnull=True)
         if open_runs.filter(version=version).exists():
             raise PolicyError("version", "this version already runs in shadow")
-        if open_runs.count() >= SHADOW_MAX:
+        # A run left open on a version applied since is not shadowed (shadow_versions), so it takes no slot.
+        if open_runs.filter(version__status=SHADOW_STATUS).count() >= SHADOW_MAX:
             raise PolicyError(
                 "version", f"at most {SHADOW_MAX} versions run in shadow at once: stop one first"
             )

@@ -161,16 +161,18 @@ def test_admins_start_and_stop_shadows_audited_and_capped(world: World) -> None:
     versions[1].save(update_fields=["status"])
     with pytest.raises(PolicyError, match="only a proposed"):
         shadow_start(actor=world.admin, version=versions[1])
+    # versions[1], applied, no longer takes one of the SHADOW_MAX slots: another proposal may start.
+    shadow_start(actor=world.admin, version=versions[0])
     actions = list(AuditEvent.objects.filter(action__startswith="shadow.").values_list("action", "detail"))
-    assert [a for a, _d in actions].count("shadow.start") == SHADOW_MAX + 1
-    assert (
-        "shadow.stop",
-        {"version": versions[0].pk, "run": ShadowRun.objects.filter(version=versions[0]).get().pk},
-    ) in actions
+    assert [a for a, _d in actions].count("shadow.start") == SHADOW_MAX + 2
+    first_run = ShadowRun.objects.filter(version=versions[0]).order_by("pk").first()
+    assert first_run is not None
+    assert ("shadow.stop", {"version": versions[0].pk, "run": first_run.pk}) in actions
     # A version no longer proposed (applied) does not run in shadow even while its run is open.
     contended(world)
     rnd = _round()
     assert set(ShadowRound.objects.filter(round=rnd).values_list("version", flat=True)) == {
+        versions[0].pk,
         versions[2].pk,
         versions[3].pk,
     }
