@@ -42,6 +42,7 @@ def test_shadow_console_shows_a_versions_differences_and_stops_it(
     running = rows.filter(has_text=str(version))
     assert "running" in running.inner_text() and "Stop shadow" in running.inner_text()
     assert "Run in shadow" in rows.filter(has_text=str(idle)).inner_text()
+    shot(page, tmp_path, "shadow-list")
     running.get_by_role("link").click()
 
     page.wait_for_selector("#shadow-totals")
