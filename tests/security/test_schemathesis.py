@@ -132,7 +132,7 @@ def _fit_policy_versions(case: Any, body: dict[str, Any]) -> None:
     if isinstance(snapshot, dict):
         if isinstance(snapshot.get("tenants"), dict):
             parts = [p for p in snapshot["tenants"].values() if isinstance(p, dict)][:1]
-            snapshot["tenants"] = {NAMES["tenant"]: part for part in parts}
+            snapshot["tenants"] = dict(zip([NAMES["tenant"]], parts, strict=False))
             for part in parts:
                 if isinstance(part.get("guarantees"), dict):
                     gpus = part["guarantees"].values()
