@@ -214,6 +214,12 @@ SPECTACULAR_SETTINGS = {
         "LeaseStateEnum": "market.models.leases.LeaseState",
         "RoundStateEnum": "market.models.rounds.RoundState",
         "NodeStateEnum": "nodeagent.models.Node.State",
+        # The ledger entry kind keeps the name it had before policy versions brought a second "kind".
+        "KindEnum": "market.models.ledger.EntryKind",
+        "PolicyVersionKindEnum": "market.models.policy_versions.VersionKind",
+        "PolicyVersionStatusEnum": "market.models.policy_versions.VersionStatus",
+        "CanaryStateEnum": "market.models.policy_versions.CanaryState",
+        "CanaryOnExpiryEnum": "market.models.policy_versions.OnExpiry",
     },
 }
 

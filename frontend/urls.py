@@ -58,9 +58,9 @@ urlpatterns = [
     path("console/rounds/", console_market.rounds, name="console_rounds"),
     path("console/rounds/<int:round_id>/", console_market.round_detail, name="console_round"),
     path("console/shadow/", console_shadow.shadow, name="console_shadow"),
-    path("console/shadow/<int:version_id>/", console_shadow.shadow_version, name="console_shadow_version"),
+    path("console/shadow/<int:number>/", console_shadow.shadow_version, name="console_shadow_version"),
     path(
-        "console/shadow/<int:version_id>/<slug:action>/",
+        "console/shadow/<int:number>/<slug:action>/",
         console_shadow.shadow_toggle,
         name="console_shadow_toggle",
     ),

@@ -38,16 +38,16 @@ def shadow(request: HttpRequest) -> HttpResponse:
     )
 
 
-def _version(version_id: int) -> PolicyVersion:
-    version = PolicyVersion.objects.filter(pk=version_id).first()
+def _version(number: int) -> PolicyVersion:
+    version = PolicyVersion.objects.filter(number=number).first()
     if version is None:
         raise Http404("No such policy version.")
     return version
 
 
 @admin_only
-def shadow_version(request: HttpRequest, version_id: int) -> HttpResponse:
-    version = _version(version_id)
+def shadow_version(request: HttpRequest, number: int) -> HttpResponse:
+    version = _version(number)
     totals = shadow_totals(version=version)
     s = totals.summary
     paged = Paginator(shadow_rounds(version=version), 50).get_page(request.GET.get("page"))
@@ -99,8 +99,8 @@ def _round_row(view: dict[str, Any]) -> dict[str, Any]:
 
 @admin_only
 @require_POST
-def shadow_toggle(request: HttpRequest, version_id: int, action: str) -> HttpResponse:
-    version = _version(version_id)
+def shadow_toggle(request: HttpRequest, number: int, action: str) -> HttpResponse:
+    version = _version(number)
     if action not in ("start", "stop"):
         raise Http404("No such action.")
     service = shadow_start if action == "start" else shadow_stop
@@ -115,4 +115,4 @@ def shadow_toggle(request: HttpRequest, version_id: int, action: str) -> HttpRes
             if action == "start"
             else "Shadow stopped. Its rounds stay until the retention period prunes them.",
         )
-    return redirect("frontend:console_shadow_version", version_id=version.pk)
+    return redirect("frontend:console_shadow_version", number=version.number)

@@ -29,6 +29,9 @@ from market.services.shadow import shadow_start, shadow_stop
 
 
 class ShadowRunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+    version = serializers.IntegerField(
+        source="version.number", read_only=True, help_text="The version's number."
+    )
     started_by = serializers.CharField(source="started_by.username", default=None, read_only=True)
     stopped_by = serializers.CharField(source="stopped_by.username", default=None, read_only=True)
 
@@ -79,9 +82,9 @@ ShadowSummarySerializer = inline_serializer(
 )
 
 
-def _version(request: Request, version_id: int) -> PolicyVersion:
+def _version(request: Request, number: int) -> PolicyVersion:
     require_admin(request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; DRF's authentication leaves a User
-    version = PolicyVersion.objects.filter(pk=version_id).first()
+    version = PolicyVersion.objects.filter(number=number).first()
     if version is None:
         raise exceptions.NotFound("No such policy version.")
     return version
@@ -91,7 +94,7 @@ def _summary(version: PolicyVersion) -> dict[str, Any]:
     totals = shadow_totals(version=version)
     s = totals.summary
     return {
-        "version": version.pk,
+        "version": version.number,
         "running": shadow_run_open(version=version) is not None,
         "runs": ShadowRunSerializer(shadow_runs(version=version)[:20], many=True).data,
         "totals": s,
@@ -108,16 +111,16 @@ class ShadowView(APIView):
     @extend_schema(
         responses=ShadowSummarySerializer, summary="A version's shadow: runs and accumulated differences"
     )
-    def get(self, request: Request, version_id: int) -> Response:
-        return Response(_summary(_version(request, version_id)))
+    def get(self, request: Request, number: int) -> Response:
+        return Response(_summary(_version(request, number)))
 
 
 class ShadowStartView(APIView):
     @extend_schema(
         request=None, responses={201: ShadowRunSerializer}, summary="Run a proposed version in shadow"
     )
-    def post(self, request: Request, version_id: int) -> Response:
-        version = _version(request, version_id)
+    def post(self, request: Request, number: int) -> Response:
+        version = _version(request, number)
         try:
             run = shadow_start(actor=request.user, version=version)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; require_admin passed
         except PolicyError as exc:
@@ -127,8 +130,8 @@ class ShadowStartView(APIView):
 
 class ShadowStopView(APIView):
     @extend_schema(request=None, responses=ShadowRunSerializer, summary="Stop a version's shadow")
-    def post(self, request: Request, version_id: int) -> Response:
-        version = _version(request, version_id)
+    def post(self, request: Request, number: int) -> Response:
+        version = _version(request, number)
         try:
             run = shadow_stop(actor=request.user, version=version)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; require_admin passed
         except PolicyError as exc:
@@ -143,8 +146,8 @@ class ShadowRoundsView(APIView):
         responses=ShadowRoundSerializer(many=True),
         summary="A version's rounds in shadow, newest first (paginated)",
     )
-    def get(self, request: Request, version_id: int) -> Response:
-        version = _version(request, version_id)
+    def get(self, request: Request, number: int) -> Response:
+        version = _version(request, number)
         paginator = self.pagination_class()
         page = paginator.paginate_queryset(shadow_rounds(version=version), request, view=self)
         rows = [shadow_round_view(row) for row in page or []]

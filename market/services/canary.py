@@ -31,6 +31,12 @@ GUARDRAIL_LIMITS: dict[str, tuple[int, int]] = {
 }
 
 
+class CanaryConflict(Exception):
+    """The request does not fit the canaries' state: another one runs, or this one has ended (HTTP 409)."""
+
+    code = "canary_conflict"
+
+
 def _admin(actor: User | None) -> User:
     if actor is None or not actor.is_staff:
         raise PermissionDenied("Only platform admins may run canaries.")
@@ -98,7 +104,7 @@ def canary_start(
     reason = check_reason(reason)
     lock_policy()  # two starts at once: the second waits here and then finds the first running
     if PolicyCanary.objects.filter(state=CanaryState.RUNNING).exists():
-        raise PolicyError("version", "another canary is running; promote or end it first")
+        raise CanaryConflict("another canary is running; promote or end it first")
     with policy_versioned(actor=admin, reason=reason, kind=VersionKind.CANARY_START, always=True) as frame:
         applied = snapshot_apply(admin=admin, target=version.snapshot, tenants=chosen, market=market)
         frame.detail.update(applied.as_detail(), canary_of=version.number, tenants=chosen, market=market)
@@ -157,7 +163,7 @@ def _running(canary_id: int) -> PolicyCanary:
         .get(pk=canary_id)
     )
     if canary.state != CanaryState.RUNNING:
-        raise PolicyError("canary", f"this canary was {canary.state} already")
+        raise CanaryConflict(f"this canary was {canary.state} already")
     return canary
 
 

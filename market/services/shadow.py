@@ -61,7 +61,9 @@ def shadow_start(*, actor: User, version: PolicyVersion) -> ShadowRun:
                 "version", f"at most {SHADOW_MAX} versions run in shadow at once: stop one first"
             )
         run = ShadowRun.objects.create(version=version, started_by=actor)
-        audit(actor=actor, tenant=None, action="shadow.start", detail={"version": version.pk, "run": run.pk})
+        audit(
+            actor=actor, tenant=None, action="shadow.start", detail={"version": version.number, "run": run.pk}
+        )
     return run
 
 
@@ -74,7 +76,9 @@ def shadow_stop(*, actor: User, version: PolicyVersion) -> ShadowRun:
             raise PolicyError("version", "this version does not run in shadow")
         run.stopped_at, run.stopped_by = timezone.now(), actor
         run.save(update_fields=["stopped_at", "stopped_by"])
-        audit(actor=actor, tenant=None, action="shadow.stop", detail={"version": version.pk, "run": run.pk})
+        audit(
+            actor=actor, tenant=None, action="shadow.stop", detail={"version": version.number, "run": run.pk}
+        )
     return run
 
 

@@ -14,7 +14,7 @@ from market.models import CanaryState, PolicyCanary, Round, RoundState, VersionK
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import current_version
 from market.services import rounds
-from market.services.canary import canary_check, canary_promote, canary_revert, canary_start
+from market.services.canary import CanaryConflict, canary_check, canary_promote, canary_revert, canary_start
 from market.services.leases import lease_running
 from market.services.policy import policy_update
 from market.services.policy_proposals import policy_version_propose
@@ -35,9 +35,9 @@ def test_canary_applies_only_to_its_tenants_and_promote_to_everyone(world):
     assert now["market"] == before["market"]
     assert canary.started == current_version() and canary.started.kind == VersionKind.CANARY_START
     assert canary.base.snapshot == before
-    with pytest.raises(PolicyError) as err:
+    with pytest.raises(CanaryConflict) as err:
         canary_start(actor=world.admin, version=draft, tenants=["alpha"])
-    assert err.value.field == "version"  # one at a time
+    assert "another canary" in str(err.value)  # one at a time
 
     canary_promote(actor=world.admin, canary_id=canary.pk, reason="looks fine")
     canary.refresh_from_db()
@@ -58,7 +58,7 @@ def test_ending_by_hand_reverts_only_the_canary_part(world):
     canary.refresh_from_db()
     assert canary.state == CanaryState.REVERTED
     assert canary.ended is not None and canary.ended.kind == VersionKind.CANARY_REVERT
-    with pytest.raises(PolicyError):
+    with pytest.raises(CanaryConflict):
         canary_revert(actor=world.admin, canary_id=canary.pk)
 
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 def test_only_platform_admins_see_or_change_a_shadow(world: World) -> None:
     version = propose(world, weights={"alpha": 10})
-    base = f"/api/v1/policy/versions/{version.pk}/shadow"
+    base = f"/api/v1/policy/versions/{version.number}/shadow"
     owner = world.client(world.alice)  # a tenant's manager, not a platform admin
     for method, path in (
         ("get", base),
@@ -34,11 +34,12 @@ def test_admin_starts_a_shadow_reads_its_rounds_and_stops_it(world: World) -> No
     contended(world)
     version = propose(world, weights={"alpha": 10})
     admin = world.client(world.admin)
-    base = f"/api/v1/policy/versions/{version.pk}/shadow"
+    base = f"/api/v1/policy/versions/{version.number}/shadow"
 
     started = admin.post(f"{base}/start")
     assert started.status_code == 201, started.json()
     assert started.json()["started_by"] == "root" and started.json()["stopped_at"] is None
+    assert started.json()["version"] == version.number
     again = admin.post(f"{base}/start")
     assert again.status_code == 400 and again.json()["fields"] == {
         "version": ["this version already runs in shadow"]
@@ -71,6 +72,6 @@ def test_a_version_that_is_not_proposed_cannot_run_in_shadow(world: World) -> No
     version = propose(world)
     version.status = "applied"
     version.save(update_fields=["status"])
-    response = world.client(world.admin).post(f"/api/v1/policy/versions/{version.pk}/shadow/start")
+    response = world.client(world.admin).post(f"/api/v1/policy/versions/{version.number}/shadow/start")
     assert response.status_code == 400
     assert "only a proposed version" in response.json()["detail"]

@@ -167,7 +167,7 @@ def test_admins_start_and_stop_shadows_audited_and_capped(world: World) -> None:
     assert [a for a, _d in actions].count("shadow.start") == SHADOW_MAX + 2
     first_run = ShadowRun.objects.filter(version=versions[0]).order_by("pk").first()
     assert first_run is not None
-    assert ("shadow.stop", {"version": versions[0].pk, "run": first_run.pk}) in actions
+    assert ("shadow.stop", {"version": versions[0].number, "run": first_run.pk}) in actions
     # A version no longer proposed (applied) does not run in shadow even while its run is open.
     contended(world)
     rnd = _round()
