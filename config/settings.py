@@ -214,6 +214,12 @@ SPECTACULAR_SETTINGS = {
         "LeaseStateEnum": "market.models.leases.LeaseState",
         "RoundStateEnum": "market.models.rounds.RoundState",
         "NodeStateEnum": "nodeagent.models.Node.State",
+        # The ledger entry kind keeps the name it had before policy versions brought a second "kind".
+        "KindEnum": "market.models.ledger.EntryKind",
+        "PolicyVersionKindEnum": "market.models.policy_versions.VersionKind",
+        "PolicyVersionStatusEnum": "market.models.policy_versions.VersionStatus",
+        "CanaryStateEnum": "market.models.policy_versions.CanaryState",
+        "CanaryOnExpiryEnum": "market.models.policy_versions.OnExpiry",
     },
 }
 
@@ -299,6 +305,12 @@ CELERY_BEAT_SCHEDULE["nodes-check"] = {
     "task": "nodeagent.nodes_check",
     "schedule": float(NODE_CHECK_SECONDS),
     "options": {"expires": float(NODE_CHECK_SECONDS)},
+}
+# A running canary's guardrails and expiry (market/services/canary.py, docs/policy.md §Canary).
+CELERY_BEAT_SCHEDULE["canary-check"] = {
+    "task": "market.canary_check",
+    "schedule": float(env_int("CANARY_CHECK_SECONDS", 60, minimum=5)),
+    "options": {"expires": 60.0},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from market.models import DONE_STATES, CanaryState, PolicyCanary
 from market.services import rounds
 
 
@@ -16,8 +17,14 @@ def round_tick() -> int | None:
 
 @shared_task(name="market.round_advance")
 def round_advance(round_id: int) -> str:
-    """Take one round through its remaining steps (safe to repeat and to run twice at once)."""
-    return str(rounds.round_advance(round_id=round_id).state)
+    """Take one round through its remaining steps (safe to repeat and to run twice at once). A finished round
+    has the canary's guardrails judged at once, not at the next beat (docs/policy.md §Canary)."""
+    state = rounds.round_advance(round_id=round_id).state
+    if state in DONE_STATES and PolicyCanary.objects.filter(state=CanaryState.RUNNING).exists():
+        from market.services.canary import canary_check as check
+
+        check()
+    return str(state)
 
 
 @shared_task(name="market.retention_prune")
@@ -40,3 +47,13 @@ def allowance_tick() -> int:
     from market.services.allowance import allowances_apply
 
     return len(allowances_apply())
+
+
+@shared_task(name="market.canary_check")
+def canary_check() -> int | None:
+    """Beat's entry (and each finished round's): judge the running canary's guardrails and expiry
+    (market.services.canary); the id of the canary it ended, if any."""
+    from market.services.canary import canary_check as check
+
+    ended = check()
+    return ended.pk if ended is not None else None

@@ -20,6 +20,7 @@ from market.api.ledger_serializers import CreditsField
 from market.models import GpuType
 from market.money import format_credits
 from market.services.gpu_types import gpu_type_save
+from market.services.policy_versions import REASON_MAX
 
 
 class GpuTypeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
@@ -56,6 +57,12 @@ class GpuTypeWriteSerializer(BodySerializer):
     memory_gb = serializers.IntegerField(min_value=1, max_value=100_000)
     reserve_price = CreditsField(allow_zero=True)
     max_price = CreditsField()
+    reason = TextField(
+        required=False,
+        allow_blank=True,
+        max_length=REASON_MAX,
+        help_text="Why: kept with the policy version.",
+    )
 
 
 def _save(request: Request, data: dict[str, Any]) -> GpuType:

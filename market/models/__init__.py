@@ -17,7 +17,17 @@ from market.models.ledger import (
 )
 from market.models.outbox import Command, CommandKind, CommandState
 from market.models.policy import MarketPolicy
+from market.models.policy_versions import (
+    CanaryState,
+    ImmutableVersionError,
+    OnExpiry,
+    PolicyCanary,
+    PolicyVersion,
+    VersionKind,
+    VersionStatus,
+)
 from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
+from market.models.shadow import ShadowRound, ShadowRun
 
 __all__ = [
     "DONE_STATES",
@@ -48,10 +58,19 @@ __all__ = [
     "LeaseGpu",
     "LeaseState",
     "MarketPolicy",
+    "CanaryState",
+    "ImmutableVersionError",
+    "OnExpiry",
+    "PolicyCanary",
+    "PolicyVersion",
+    "VersionKind",
+    "VersionStatus",
     "OnHoldEnd",
     "Posting",
     "PreemptReason",
     "Round",
     "RoundPrice",
     "RoundState",
+    "ShadowRound",
+    "ShadowRun",
 ]

@@ -9,9 +9,10 @@ from accounts.models import User
 from config.errors import PolicyError
 from market.models import GpuType
 from market.money import MAX_AMOUNT
+from market.services.policy_versions import policy_versioned
 
 
-def _check_prices(reserve_price: int, max_price: int) -> None:
+def prices_check(reserve_price: int, max_price: int) -> None:
     if reserve_price < 0:
         raise PolicyError("reserve_price", "must not be negative")
     if max_price > MAX_AMOUNT:
@@ -22,17 +23,29 @@ def _check_prices(reserve_price: int, max_price: int) -> None:
 
 @transaction.atomic
 def gpu_type_save(
-    *, name: str, memory_gb: int, reserve_price: int, max_price: int, actor: User | None = None
+    *,
+    name: str,
+    memory_gb: int,
+    reserve_price: int,
+    max_price: int,
+    actor: User | None = None,
+    reason: str = "",
 ) -> GpuType:
     """Create or update the GPU type called name (prices in micro-credits per GPU-hour).
 
     An update locks the row and is audited as {field: [old, new]} for the fields it changes, so the log shows
-    what a price bound was before; an update that changes nothing writes no audit row.
+    what a price bound was before; an update that changes nothing writes no audit row. A change of the price
+    bounds (or a new type) records a policy version with `reason`.
     """
     if memory_gb <= 0:
         raise PolicyError("memory_gb", "must be positive")
-    _check_prices(reserve_price, max_price)
+    prices_check(reserve_price, max_price)
     values = {"memory_gb": memory_gb, "reserve_price": reserve_price, "max_price": max_price}
+    with policy_versioned(actor=actor, reason=reason):
+        return _save(name, values, actor)
+
+
+def _save(name: str, values: dict[str, int], actor: User | None) -> GpuType:
     gpu_type, created = GpuType.objects.select_for_update().get_or_create(name=name, defaults=values)
     if created:
         audit(actor=actor, tenant=None, action="gpu_type.create", detail={"name": name, **values})
