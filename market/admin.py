@@ -9,21 +9,10 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from accounts.models import Guarantee
+from config.admin import ReadOnlyAdmin
 from config.errors import PolicyError
-from market.models import Account, GpuType, Hold, JournalEntry, Posting
-from market.services.gpu_types import gpu_type_save
+from market.models import Account, Hold, JournalEntry, Posting
 from market.services.guarantees import guarantee_check, guarantee_set
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
-    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
 
 
 class PostingInline(admin.TabularInline):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
@@ -64,32 +53,6 @@ class HoldAdmin(ReadOnlyAdmin):
 class PostingAdmin(ReadOnlyAdmin):
     list_display = ["id", "entry", "account", "amount"]
     list_select_related = ["entry", "account__tenant"]
-
-
-class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
-    class Meta:
-        model = GpuType
-        fields = ["name", "memory_gb", "reserve_price", "max_price"]
-
-
-@admin.register(GpuType)
-class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
-    """Prices are micro-credits per GPU-hour; saving goes through the service so it is checked and audited."""
-
-    form = GpuTypeForm
-    list_display = ["name", "memory_gb", "reserve_price", "max_price"]
-
-    def save_model(self, request: Any, obj: GpuType, form: Any, change: bool) -> None:
-        try:
-            gpu_type_save(
-                name=obj.name,
-                memory_gb=obj.memory_gb,
-                reserve_price=obj.reserve_price,
-                max_price=obj.max_price,
-                actor=request.user,
-            )
-        except PolicyError as exc:
-            self.message_user(request, f"{exc.field}: {exc.message}", level="error")
 
 
 # Guarantee is an accounts model, but its page is registered here: saving one goes through

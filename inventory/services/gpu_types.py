@@ -7,8 +7,8 @@ from django.db import transaction
 from accounts.audit import audit
 from accounts.models import User
 from config.errors import PolicyError
-from market.models import GpuType
-from market.money import MAX_AMOUNT
+from config.money import MAX_AMOUNT
+from inventory.models import GpuType
 
 
 def _check_prices(reserve_price: int, max_price: int) -> None:
