@@ -57,7 +57,7 @@ class Guarantee(models.Model):
     """GPUs of one type a tenant is always entitled to (ARCHITECTURE.md §Clearing, tier G)."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="guarantees")
-    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="guarantees")
+    gpu_type = models.ForeignKey("inventory.GpuType", on_delete=models.PROTECT, related_name="guarantees")
     gpus = models.PositiveIntegerField()
 
     class Meta:

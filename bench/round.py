@@ -44,8 +44,8 @@ def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
     from django.utils import timezone
 
     from accounts.models import Guarantee, Tenant, User
-    from market.models import Account, AccountKind, Bid, GpuType, Job
-    from nodeagent.models import Gpu, Node
+    from inventory.models import Gpu, GpuType, Node
+    from market.models import Account, AccountKind, Bid, Job
 
     rng = np.random.default_rng(seed)
     h100 = GpuType.objects.create(name="H100", memory_gb=80, reserve_price=1_000_000, max_price=50_000_000)

@@ -4,8 +4,8 @@ import pytest
 
 from accounts.models import AuditEvent, Guarantee
 from config.errors import PolicyError
+from inventory.models import Gpu, Node
 from market.services.guarantees import guarantee_set
-from nodeagent.models import Gpu, Node
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db

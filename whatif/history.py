@@ -24,19 +24,10 @@ from django.db.models import Min, Q, Sum
 from django.utils import timezone
 
 from accounts.models import Guarantee, Tenant
-from market.models import (
-    TERMINAL_STATES,
-    AccountKind,
-    EndReason,
-    EntryKind,
-    GpuType,
-    Job,
-    JobState,
-    Lease,
-    Posting,
-)
+from inventory.models import Gpu, GpuType, Node
+from market.models import TERMINAL_STATES, AccountKind, EndReason, EntryKind, Job, JobState, Lease, Posting
 from market.selectors.policy import market_policy
-from nodeagent.models import Gpu, LeaseUsage, Node
+from nodeagent.models import LeaseUsage
 from whatif.trace import Trace, TraceJob, TracePool, TraceTenant
 
 TRACE_NAME = "gpumarket-history"

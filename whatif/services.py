@@ -1,6 +1,6 @@
 """Writes for what-if replays: ask for one, run it (the Celery task's service), apply its proposal.
 
-Admins only. Applying goes through the policy services (market.services.policy, market.services.gpu_types),
+Admins only. Applying goes through the policy services (market.services.policy, inventory.services.gpu_types),
 so every change is audited exactly as the console's policy forms audit it, plus one `whatif.apply` row that
 ties them to the replay they came from.
 """
@@ -21,8 +21,8 @@ from django.utils import timezone
 from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType
-from market.services.gpu_types import gpu_type_save
+from inventory.models import GpuType
+from inventory.services.gpu_types import gpu_type_save
 from market.services.policy import policy_update, tenant_policy_update
 from whatif.history import HistoryError, Window, actual_figures, history_trace, jobs_in_window
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState

@@ -15,11 +15,11 @@ from accounts.access import require_admin
 from config.api import BodySerializer, Pagination
 from config.errors import PolicyError
 from config.fields import TextField
+from config.money import format_credits
+from inventory.models import GpuType
+from inventory.services.gpu_types import gpu_type_save
 from market.api.errors import api_exception
 from market.api.ledger_serializers import CreditsField
-from market.models import GpuType
-from market.money import format_credits
-from market.services.gpu_types import gpu_type_save
 
 
 class GpuTypeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised

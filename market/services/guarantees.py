@@ -12,8 +12,7 @@ from django.db.models import Sum
 from accounts.audit import audit
 from accounts.models import Guarantee, Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType
-from nodeagent.models import Gpu, Node
+from inventory.models import Gpu, GpuType, Node
 
 
 def cluster_gpus(gpu_type: GpuType) -> int | None:

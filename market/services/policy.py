@@ -16,8 +16,9 @@ from django.db import transaction
 from accounts.audit import audit
 from accounts.models import Guarantee, Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType, MarketPolicy
-from market.money import MAX_AMOUNT
+from config.money import MAX_AMOUNT
+from inventory.models import GpuType
+from market.models import MarketPolicy
 from market.selectors.policy import forget_cached_policy, market_policy
 from market.services.guarantees import guarantee_set
 
