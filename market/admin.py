@@ -8,10 +8,9 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from accounts.models import Guarantee
 from config.admin import ReadOnlyAdmin
 from config.errors import PolicyError
-from market.models import Account, Hold, JournalEntry, Posting
+from market.models import Account, Guarantee, Hold, JournalEntry, Posting
 from market.services.guarantees import guarantee_check, guarantee_set
 
 
@@ -55,9 +54,8 @@ class PostingAdmin(ReadOnlyAdmin):
     list_select_related = ["entry", "account__tenant"]
 
 
-# Guarantee is an accounts model, but its page is registered here: saving one goes through
-# market.services.guarantees, and accounts must not import market (docs/architecture.md). The admin URL
-# follows the model's app, so it is still /admin/accounts/guarantee/.
+# Saving a guarantee goes through market.services.guarantees, which keeps a type's guarantees within the
+# cluster's GPUs of it (/admin/market/guarantee/).
 class GuaranteeForm(forms.ModelForm):
     class Meta:
         model = Guarantee

@@ -1,12 +1,13 @@
 """The inventory carve-out's migrations (issue 26) on a PostgreSQL database that held data before them.
 
-GpuType left market, Node and Gpu left nodeagent, for the new inventory app; their tables stay where they
-were. A scratch database is built at the last pre-move migrations, filled with demo-like rows through the
+GpuType left market, Node and Gpu left nodeagent, for the new inventory app, and Guarantee left accounts for
+market; their tables stay where they were. A scratch database is built at the last pre-move migrations, filled with demo-like rows through the
 historical models (tenants, GPU types, nodes, GPUs, guarantees, jobs, rounds, leases with their GPUs, commands,
 usage, an admin log entry, permissions on the moved models), migrated forward, checked, and migrated back.
 """
 
-# inventory_rewrite: skip (the historical models below are the pre-move ones, market.GpuType and nodeagent.Node)
+# inventory_rewrite: skip (the historical models below are the pre-move ones: market.GpuType, nodeagent.Node,
+# accounts.Guarantee)
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -40,8 +41,18 @@ MOVE = [
     ("nodeagent", "0003_inventory_repoint"),
     ("market", "0016_inventory_delete_gputype"),
     ("inventory", "0002_content_types"),
+    ("market", "0017_guarantee_from_accounts"),
+    ("accounts", "0004_guarantee_to_market"),
+    ("market", "0018_guarantee_content_type"),
 ]
-MOVED = {"gputype": "market", "node": "nodeagent", "gpu": "nodeagent"}
+RELABEL = {"0002_content_types", "0018_guarantee_content_type"}
+# model: (app before, app after)
+MOVED = {
+    "gputype": ("market", "inventory"),
+    "node": ("nodeagent", "inventory"),
+    "gpu": ("nodeagent", "inventory"),
+    "guarantee": ("accounts", "market"),
+}
 
 
 @contextmanager
@@ -111,7 +122,7 @@ def _fill(apps: Apps) -> dict[str, Any]:
     a100 = model("market.GpuType").objects.create(
         name="A100", memory_gb=80, reserve_price=1_200_000, max_price=12_000_000
     )
-    model("accounts.Guarantee").objects.create(tenant=tenant, gpu_type=h100, gpus=2)
+    guarantee = model("accounts.Guarantee").objects.create(tenant=tenant, gpu_type=h100, gpus=2)
     node = model("nodeagent.Node").objects.create(
         name="h100-a", gpu_type=h100, topology_domain="d0", credential_digest="ab" * 32, boot_epoch=3
     )
@@ -176,16 +187,18 @@ def _fill(apps: Apps) -> dict[str, Any]:
         node=node, boot_epoch=3, seq=7, sent_at=now, received_at=now, samples=[{"uuid": "GPU-h100-a-0"}]
     )
     model("nodeagent.LeaseUsage").objects.create(lease=lease, node=node, gpu_seconds=600.0, energy_j=9e4)
-    return _grants(apps, owner=owner, viewer=viewer, gpu_type=h100, node=node)
+    return _grants(apps, owner=owner, viewer=viewer, gpu_type=h100, node=node, guarantee=guarantee)
 
 
-def _grants(apps: Apps, *, owner: Any, viewer: Any, gpu_type: Any, node: Any) -> dict[str, Any]:
+def _grants(
+    apps: Apps, *, owner: Any, viewer: Any, gpu_type: Any, node: Any, guarantee: Any
+) -> dict[str, Any]:
     """Content types and permissions as post_migrate makes them, granted to a user and a group, and the
     admin log entry an edit of a GPU type writes."""
     content_type = apps.get_model("contenttypes.ContentType")
     permission = apps.get_model("auth.Permission")
     ids = {}
-    for model, app in MOVED.items():
+    for model, (app, _) in MOVED.items():
         ct = content_type.objects.create(app_label=app, model=model)
         ids[model] = ct.pk
         for action in ("add", "change", "delete", "view"):
@@ -196,7 +209,7 @@ def _grants(apps: Apps, *, owner: Any, viewer: Any, gpu_type: Any, node: Any) ->
     owner.user_permissions.add(permission.objects.get(codename="change_gputype"))
     group = apps.get_model("auth.Group").objects.create(name="operators")
     group.permissions.add(
-        permission.objects.get(codename="view_node"), permission.objects.get(codename="view_gpu")
+        *permission.objects.filter(codename__in=["view_node", "view_gpu", "change_guarantee"]),
     )
     viewer.groups.add(group)
     apps.get_model("admin.LogEntry").objects.create(
@@ -214,6 +227,13 @@ def _grants(apps: Apps, *, owner: Any, viewer: Any, gpu_type: Any, node: Any) ->
         object_repr="h100-a",
         action_flag=2,
     )
+    apps.get_model("admin.LogEntry").objects.create(
+        user=owner,
+        content_type_id=ids["guarantee"],
+        object_id=str(guarantee.pk),
+        object_repr="alpha H100",
+        action_flag=1,
+    )
     return ids
 
 
@@ -221,14 +241,28 @@ def _check_after_move(ids: dict[str, Any]) -> None:
     """The current models (inventory's) read the same rows, every key resolves, permissions and log follow."""
     from django.contrib.admin.models import LogEntry
 
-    from accounts.models import Guarantee, User
+    from accounts.models import Tenant, User
     from inventory.models import Gpu, GpuType, Node
-    from market.models import BidOutcome, Command, FairShareRound, FairShareUsage, Lease, RoundPrice
+    from market.models import (
+        BidOutcome,
+        Command,
+        FairShareRound,
+        FairShareUsage,
+        Guarantee,
+        Lease,
+        RoundPrice,
+    )
     from nodeagent.models import BootstrapToken, LeaseUsage, UsageMark, UsageReport
 
     h100 = GpuType.objects.get(name="H100")
     assert h100.current_posted == 3_000_000
-    assert Guarantee.objects.get().gpu_type == h100
+    guarantee = Guarantee.objects.get()
+    assert (guarantee.tenant, guarantee.gpu_type, guarantee.gpus) == (
+        Tenant.objects.get(slug="alpha"),
+        h100,
+        2,
+    )
+    assert list(h100.guarantees.all()) == [guarantee] == list(guarantee.tenant.guarantees.all())
     node = Node.objects.get(name="h100-a")
     assert node.gpu_type == h100 and set(h100.nodes.values_list("name", flat=True)) == {"h100-a"}
     assert node.gpus.count() == 5 and Gpu.objects.filter(node=node, absent=False).count() == 4
@@ -243,20 +277,22 @@ def _check_after_move(ids: dict[str, Any]) -> None:
     assert UsageMark.objects.get().node == node and UsageReport.objects.get().node == node
     assert LeaseUsage.objects.get().node == node
 
-    for model in MOVED:
+    classes = {"gputype": GpuType, "node": Node, "gpu": Gpu, "guarantee": Guarantee}
+    for model, (_, app) in MOVED.items():
         ct = ContentType.objects.get(pk=ids[model])
-        assert (ct.app_label, ct.model_class()) == (
-            "inventory",
-            {"gputype": GpuType, "node": Node, "gpu": Gpu}[model],
-        )
+        assert (ct.app_label, ct.model_class()) == (app, classes[model])
     assert ContentType.objects.get(pk=ids["job"]).app_label == "market"
     owner, viewer = User.objects.get(username="olga"), User.objects.get(username="viktor")
     assert owner.has_perm("inventory.change_gputype") and not owner.has_perm("market.change_gputype")
     assert viewer.has_perm("inventory.view_node") and viewer.has_perm("inventory.view_gpu")
+    assert viewer.has_perm("market.change_guarantee") and not viewer.has_perm("accounts.change_guarantee")
     entry = LogEntry.objects.get(object_repr="H100")
     assert entry.get_edited_object() == h100
     assert entry.get_admin_url() == f"/admin/inventory/gputype/{h100.pk}/change/"
     assert LogEntry.objects.get(object_repr="h100-a").get_edited_object() == node
+    entry = LogEntry.objects.get(object_repr="alpha H100")
+    assert entry.get_edited_object() == guarantee
+    assert entry.get_admin_url() == f"/admin/market/guarantee/{guarantee.pk}/change/"
 
 
 def test_the_move_keeps_every_row_key_and_content_type_and_goes_back():
@@ -268,7 +304,7 @@ def test_the_move_keeps_every_row_key_and_content_type_and_goes_back():
         after = _tables(db)
         assert {t: after[t] for t in before} == before  # not one row of any table changed, added or lost
         assert not any(after[t] for t in set(after) - set(before))  # apps migrated along (ops, ...) are empty
-        moved = {ids[m]: ("inventory", m) for m in MOVED}
+        moved = {ids[m]: (app, m) for m, (_, app) in MOVED.items()}
         assert _content_types(db) == {**types_before, **moved}  # same ids: permissions and log entries follow
         _check_after_move(ids)
 
@@ -283,7 +319,7 @@ def test_a_content_type_made_under_inventory_before_the_rename_gives_way_to_the_
     the rename must not collide with them, and the old ones, holding the grants, win."""
     with scratch_postgres() as db:
         ids = _fill(_migrate(db, PRE_MOVE))
-        apps = _migrate(db, [m for m in MOVE if m[1] != "0002_content_types"])
+        apps = _migrate(db, [m for m in MOVE if m[1] not in RELABEL])
         fresh = apps.get_model("contenttypes.ContentType").objects.create(app_label="inventory", model="node")
         _migrate(db, MigrationExecutor(db).loader.graph.leaf_nodes())
         types = _content_types(db)
