@@ -13,11 +13,11 @@ from datetime import datetime
 from django.db.models import Count, Exists, F, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
 
-from accounts.models import Guarantee
 from inventory.models import Gpu, Node
 from market.models import (
     LIVE_LEASE_STATES,
     Account,
+    Guarantee,
     Job,
     JobState,
     Lease,

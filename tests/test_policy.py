@@ -2,9 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from accounts.models import AuditEvent, Guarantee
+from accounts.models import AuditEvent
 from config.errors import PolicyError
 from inventory.models import Gpu, Node
+from market.models import Guarantee
 from market.services.guarantees import guarantee_set
 from tests.conftest import World
 

@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from accounts.models import Guarantee, Tenant
+from accounts.models import Tenant
 from allocator.sim.policies.market import MarketOptions
 from config.errors import PolicyError
 from config.money import MAX_AMOUNT
 from inventory.models import GpuType
+from market.models import Guarantee
 from market.selectors.policy import market_policy
 from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from whatif.trace import Trace

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from django.db import connection
 
-from accounts.models import Guarantee, Tenant
+from accounts.models import Tenant
 from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Tenants
 from inventory.models import Gpu, GpuType, Node
 from market import bulk
@@ -26,6 +26,7 @@ from market.models import (
     Account,
     AccountKind,
     FairShareUsage,
+    Guarantee,
     Job,
     JobState,
     LeaseGpu,

@@ -10,9 +10,10 @@ from django.db import transaction
 from django.db.models import Sum
 
 from accounts.audit import audit
-from accounts.models import Guarantee, Tenant, User
+from accounts.models import Tenant, User
 from config.errors import PolicyError
 from inventory.models import Gpu, GpuType, Node
+from market.models import Guarantee
 
 
 def cluster_gpus(gpu_type: GpuType) -> int | None:

@@ -16,10 +16,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import services as accounts_services
-from accounts.models import ApiToken, Guarantee, Role, Tenant, User
+from accounts.models import ApiToken, Role, Tenant, User
 from accounts.tokens import TOKEN_PREFIX, token_create
 from config.money import MICRO
 from inventory.services import gpu_types
+from market.models import Guarantee
 from market.selectors.jobs import largest_gangs
 from market.services import ledger
 from market.services.allowance import allowance_set
