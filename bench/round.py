@@ -50,9 +50,9 @@ def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
     import numpy as np
     from django.utils import timezone
 
-    from accounts.models import Guarantee, Tenant, User
-    from market.models import Account, AccountKind, Bid, GpuType, Job
-    from nodeagent.models import Gpu, Node
+    from accounts.models import Tenant, User
+    from inventory.models import Gpu, GpuType, Node
+    from market.models import Account, AccountKind, Bid, Guarantee, Job
 
     rng = np.random.default_rng(seed)
     h100 = GpuType.objects.create(name="H100", memory_gb=80, reserve_price=1_000_000, max_price=50_000_000)

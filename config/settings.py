@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "accounts",
+    "inventory",
     "market",
     "allocator",
     "nodeagent",
@@ -213,7 +214,7 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "market.models.jobs.JobState",
         "LeaseStateEnum": "market.models.leases.LeaseState",
         "RoundStateEnum": "market.models.rounds.RoundState",
-        "NodeStateEnum": "nodeagent.models.Node.State",
+        "NodeStateEnum": "inventory.models.Node.State",
         # The ledger entry kind keeps the name it had before policy versions brought a second "kind".
         "KindEnum": "market.models.ledger.EntryKind",
         "PolicyVersionKindEnum": "market.models.policy_versions.VersionKind",

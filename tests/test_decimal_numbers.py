@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from rest_framework import serializers
 
 from config.fields import DecimalStringField
+from config.money import MICRO
 from config.parsers import JSONParser, canonical_json
 from market.api.jobs_serializers import HOURS_MIN, HoursField
 from market.api.ledger_serializers import CREDITS_MAX, CreditsField
 from market.models import Bid, Job
-from market.money import MICRO
 from tests.conftest import World
 
 URL = "/api/v1/tenants/alpha/jobs"

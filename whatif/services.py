@@ -1,6 +1,6 @@
 """Writes for what-if replays: ask for one, run it (the Celery task's service), apply its proposal.
 
-Admins only. Applying goes through the policy services (market.services.policy, market.services.gpu_types),
+Admins only. Applying goes through the policy services (market.services.policy, inventory.services.gpu_types),
 so every change is audited exactly as the console's policy forms audit it, plus one `whatif.apply` row that
 ties them to the replay they came from.
 """
@@ -21,8 +21,8 @@ from django.utils import timezone
 from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType
-from market.services.gpu_types import gpu_type_save
+from inventory.models import GpuType
+from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import policy_update, tenant_policy_update
 from market.services.policy_versions import policy_versioned
 from whatif.history import HistoryError, Window, actual_figures, history_trace, jobs_in_window
@@ -197,7 +197,7 @@ def _apply_types(admin: User, proposal: Policy, base: Policy) -> None:
     for t in GpuType.objects.filter(name__in=list(proposal["types"])).order_by("name"):
         new = proposal["types"][t.name]
         if new != base["types"][t.name]:
-            gpu_type_save(
+            gpu_type_policy_save(
                 name=t.name,
                 memory_gb=t.memory_gb,
                 reserve_price=new["reserve"],

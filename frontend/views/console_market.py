@@ -15,19 +15,19 @@ from django.utils.safestring import SafeString
 from accounts.models import Tenant
 from accounts.selectors import audit_events
 from config.errors import PolicyError
+from config.money import AmountError, format_credits, parse_credits
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
-from market.models import BidOutcome, GpuType, Lease
-from market.money import AmountError, format_credits, parse_credits
+from inventory.models import Gpu, GpuType
+from market.models import BidOutcome, Lease
 from market.selectors.fair_share import fair_share_report
 from market.selectors.fairness import fairness as fairness_report
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import round_preempted
 from market.selectors.rounds import round_get, rounds_list
-from market.services.gpu_types import gpu_type_save
+from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import POLICY_LIMITS, policy_update
-from nodeagent.models import Gpu
 
 POLICY_LABELS = {
     "round_seconds": "Round period (seconds)",
@@ -162,7 +162,7 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
         return {exc.field: exc.message}
     for t, (reserve, top) in prices.items():
         try:
-            gpu_type_save(
+            gpu_type_policy_save(
                 name=t.name, memory_gb=t.memory_gb, reserve_price=reserve, max_price=top, actor=request.user
             )  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
         except PolicyError as exc:

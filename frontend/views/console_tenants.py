@@ -15,11 +15,12 @@ from django.shortcuts import redirect
 from accounts.models import Membership, Role, Tenant, User
 from accounts.services import membership_remove, membership_set, tenant_create
 from config.errors import PolicyError
+from config.money import AmountError, format_credits, parse_credits
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
+from inventory.models import GpuType
 from market.api.errors import form_errors
-from market.models import Allowance, AllowancePeriod, GpuType
-from market.money import AmountError, format_credits, parse_credits
+from market.models import Allowance, AllowancePeriod
 from market.selectors.allowance import allowance_history
 from market.selectors.ledger import tenant_balance
 from market.selectors.policy import tenant_policy

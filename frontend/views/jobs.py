@@ -19,14 +19,15 @@ from rest_framework import serializers
 from accounts.access import owner_or_manager
 from config.errors import PolicyError
 from config.idempotency import form_digest_before_issue_26, request_digest
+from config.money import AmountError, parse_credits
 from frontend.access import Seat, page, seat
 from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
+from inventory.models import GpuType
 from market.api.errors import form_errors
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
-from market.models import TERMINAL_STATES, GpuType, Job, JobState, Lease
-from market.money import AmountError, parse_credits
+from market.models import TERMINAL_STATES, Job, JobState, Lease
 from market.selectors.explain import explain_outcomes, lease_end_sentence, queue_places
 from market.selectors.guidance import bid_guidance
 from market.selectors.holds import hold_notice

@@ -18,19 +18,10 @@ from rest_framework import serializers
 from config.api import BodySerializer, QuerySerializer
 from config.errors import PolicyError
 from config.fields import DecimalStringField, TextField
+from config.money import format_credits
+from inventory.models import GpuType
 from market.api.ledger_serializers import CreditsField
-from market.models import (
-    Bid,
-    BidOutcome,
-    GpuType,
-    Job,
-    JobState,
-    JournalEntry,
-    Lease,
-    LeaseGpu,
-    PreemptReason,
-)
-from market.money import format_credits
+from market.models import Bid, BidOutcome, Job, JobState, JournalEntry, Lease, LeaseGpu, PreemptReason
 from market.selectors.explain import preemption_sentence
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name

@@ -18,10 +18,10 @@ from accounts.models import User
 from config.api import BodySerializer, Pagination, QuerySerializer
 from config.errors import PolicyError
 from config.fields import TextField
+from config.money import MAX_AMOUNT
 from market.api.errors import api_exception
 from market.api.policy import _knob
 from market.models import AllowancePeriod, OnExpiry, PolicyCanary, PolicyVersion, VersionStatus
-from market.money import MAX_AMOUNT
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import current_version, snapshot_diff, version_by_number, versions
 from market.services import canary as canaries

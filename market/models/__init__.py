@@ -2,7 +2,7 @@
 
 from market.models.allowance import Allowance, AllowancePeriod
 from market.models.fair_share import FairShareRound, FairShareUsage
-from market.models.gpu_types import GpuType
+from market.models.guarantees import Guarantee
 from market.models.hold_policy import HoldPolicy, OnHoldEnd
 from market.models.jobs import LEASED_STATES, TERMINAL_STATES, Bid, Job, JobState
 from market.models.leases import LIVE_LEASE_STATES, EndReason, Lease, LeaseGpu, LeaseState, PreemptReason
@@ -47,7 +47,7 @@ __all__ = [
     "EntryKind",
     "FairShareRound",
     "FairShareUsage",
-    "GpuType",
+    "Guarantee",
     "Hold",
     "HoldPolicy",
     "HoldState",

@@ -9,8 +9,9 @@ from datetime import datetime
 from django.utils import timezone
 
 from accounts.models import Tenant
-from market.models import LIVE_LEASE_STATES, GpuType, Job, JobState, Lease
-from market.money import format_fixed
+from config.money import format_fixed
+from inventory.models import GpuType
+from market.models import LIVE_LEASE_STATES, Job, JobState, Lease
 from market.selectors.guidance import bid_guidance
 from market.selectors.predictions import JobRuntime, history_for, job_runtime, query_for, runtime_sentence
 from market.selectors.start_estimate import StartEstimate, start_estimates

@@ -13,8 +13,8 @@ from django.utils import timezone
 from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
+from config.money import MAX_AMOUNT
 from market.models import Account, AccountKind, Allowance, AllowancePeriod, JournalEntry
-from market.money import MAX_AMOUNT
 from market.services.ledger import ledger_grant
 from market.services.policy_versions import policy_versioned
 

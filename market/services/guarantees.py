@@ -10,11 +10,11 @@ from django.db import transaction
 from django.db.models import Sum
 
 from accounts.audit import audit
-from accounts.models import Guarantee, Tenant, User
+from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType
+from inventory.models import Gpu, GpuType, Node
+from market.models import Guarantee
 from market.services.policy_versions import policy_versioned
-from nodeagent.models import Gpu, Node
 
 
 def cluster_gpus(gpu_type: GpuType) -> int | None:

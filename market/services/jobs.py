@@ -18,19 +18,19 @@ from accounts.access import is_member, owner_or_manager
 from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
+from config.money import format_credits
+from inventory.models import GpuType
 from market.models import (
     LIVE_LEASE_STATES,
     TERMINAL_STATES,
     Bid,
     CommandKind,
     EndReason,
-    GpuType,
     Job,
     JobState,
     Lease,
 )
 from market.models.jobs import wait_mark_expression
-from market.money import format_credits
 from market.selectors.jobs import largest_gangs
 from market.selectors.policy import current_fence, market_policy_cached
 from market.selectors.waiting import rounds_waited_of

@@ -14,10 +14,11 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from accounts.audit import audit
-from accounts.models import Guarantee, Tenant, User
+from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType, MarketPolicy
-from market.money import MAX_AMOUNT
+from config.money import MAX_AMOUNT
+from inventory.models import GpuType
+from market.models import Guarantee, MarketPolicy
 from market.selectors.policy import forget_cached_policy, market_policy
 from market.services.guarantees import guarantee_set
 from market.services.policy_versions import policy_versioned

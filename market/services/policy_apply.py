@@ -17,12 +17,13 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from accounts.audit import audit
-from accounts.models import Guarantee, Tenant, User
+from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import Allowance, GpuType, PolicyVersion, VersionKind
+from inventory.models import GpuType
+from inventory.services.gpu_types import gpu_type_save
+from market.models import Allowance, Guarantee, PolicyVersion, VersionKind
 from market.selectors.policy_versions import current_version
 from market.services.allowance import allowance_set
-from market.services.gpu_types import gpu_type_save
 from market.services.policy import policy_update, tenant_policy_update
 from market.services.policy_versions import check_reason, lock_policy, policy_versioned
 

@@ -17,10 +17,11 @@ from django.db import transaction
 from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType, PolicyVersion, VersionKind, VersionStatus
-from market.money import MAX_AMOUNT
+from config.money import MAX_AMOUNT
+from inventory.models import GpuType
+from inventory.services.gpu_types import prices_check
+from market.models import PolicyVersion, VersionKind, VersionStatus
 from market.services.allowance import allowance_check
-from market.services.gpu_types import prices_check
 from market.services.guarantees import cluster_gpus
 from market.services.policy import GUARANTEE_MAX, WEIGHT_LIMITS, check_int, guardrail_check, policy_check
 from market.services.policy_versions import check_reason, ensure_current, version_create

@@ -25,7 +25,8 @@ from django.utils import timezone
 from accounts.audit import audit
 from allocator import BookError, Result, clear
 from config.logs import bind
-from market.models import DONE_STATES, GpuType, Round, RoundState
+from inventory.models import GpuType
+from market.models import DONE_STATES, Round, RoundState
 from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.policy import current_fence, market_policy
 from market.selectors.rounds import round_summary

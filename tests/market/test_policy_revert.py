@@ -11,7 +11,7 @@ from market.models import PolicyVersion, VersionKind, VersionStatus
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import current_version, snapshot_diff
 from market.services.allowance import allowance_set
-from market.services.gpu_types import gpu_type_save
+from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import policy_update, tenant_policy_update
 from market.services.policy_apply import policy_revert
 from market.services.policy_proposals import policy_version_propose
@@ -53,7 +53,7 @@ def test_revert_round_trip_restores_the_snapshot(world):
         actor=world.admin, tenant=world.beta, weight=9, guardrail=None, guarantees={"H100": 0, "A100": 3}
     )
     tenant_policy_update(actor=world.admin, tenant=world.alpha, guarantees={"H100": 1})
-    gpu_type_save(name="H100", memory_gb=80, reserve_price=1, max_price=2, actor=world.admin)
+    gpu_type_policy_save(name="H100", memory_gb=80, reserve_price=1, max_price=2, actor=world.admin)
     allowance_set(actor=world.admin, tenant=world.alpha, amount=50, period="day", cap=500)
 
     result = policy_revert(actor=world.admin, version=target, reason="back to a")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from accounts.models import Tenant
-from market.models import GpuType, ImmutableVersionError, PolicyVersion, VersionKind, VersionStatus
+from inventory.models import GpuType
+from market.models import ImmutableVersionError, PolicyVersion, VersionKind, VersionStatus
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import current_version
 from market.services.allowance import allowance_set
-from market.services.gpu_types import gpu_type_save
+from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.guarantees import guarantee_set
 from market.services.policy import policy_update, tenant_policy_update
 
@@ -35,7 +36,9 @@ def test_each_writer_records_one_version_and_a_no_op_none(world):
     start = len(_numbers())
     tenant_policy_update(actor=world.admin, tenant=world.beta, weight=5, guarantees={"H100": 2, "A100": 1})
     assert len(_numbers()) == start + 1  # the nested guarantee_set calls join the one version
-    gpu_type_save(name="H100", memory_gb=80, reserve_price=3_000_000, max_price=20_000_000, actor=world.admin)
+    gpu_type_policy_save(
+        name="H100", memory_gb=80, reserve_price=3_000_000, max_price=20_000_000, actor=world.admin
+    )
     allowance_set(actor=world.admin, tenant=world.beta, amount=10, period="week", cap=100, reason="top-up")
     guarantee_set(tenant=world.alpha, gpu_type=world.h100, gpus=1, actor=world.admin)
     assert len(_numbers()) == start + 4
@@ -43,7 +46,9 @@ def test_each_writer_records_one_version_and_a_no_op_none(world):
 
     policy_update(actor=world.admin, min_runtime_s=900)
     tenant_policy_update(actor=world.admin, tenant=world.beta, weight=5, guarantees={"H100": 2})
-    gpu_type_save(name="H100", memory_gb=80, reserve_price=3_000_000, max_price=20_000_000, actor=world.admin)
+    gpu_type_policy_save(
+        name="H100", memory_gb=80, reserve_price=3_000_000, max_price=20_000_000, actor=world.admin
+    )
     allowance_set(actor=world.admin, tenant=world.beta, amount=10, period="week", cap=100)
     assert len(_numbers()) == start + 4
 

@@ -15,10 +15,11 @@ import pytest
 from django.test import Client
 
 from accounts.tokens import token_create
+from inventory.models import Node
 from market.models import Hold, JournalEntry, Lease
 from market.services import rounds
 from market.services.leases import lease_running
-from nodeagent.models import BootstrapToken, LeaseUsage, Node
+from nodeagent.models import BootstrapToken, LeaseUsage
 from tests.conftest import World
 from tests.frontend.conftest import login
 from tests.market.round_helpers import make_job

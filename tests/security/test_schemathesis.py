@@ -17,9 +17,9 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 
 from config.inputs import parse_instant
+from config.money import MAX_AMOUNT
 from config.wsgi import application
-from market.models import GpuType
-from market.money import MAX_AMOUNT
+from inventory.models import GpuType
 from tests.conftest import World
 
 # slow: minutes of generated or hostile input; `make check` leaves it out, `make test` runs it.

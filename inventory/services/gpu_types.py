@@ -1,4 +1,6 @@
-"""Writes for GPU types and their price bounds (admin policy)."""
+"""Writes for GPU types and their price bounds. A price bound is market policy too: admins change it through
+market.services.gpu_type_prices.gpu_type_policy_save, which runs this write inside a policy version (the
+inventory, below the market, cannot record one itself)."""
 
 from __future__ import annotations
 
@@ -7,9 +9,8 @@ from django.db import transaction
 from accounts.audit import audit
 from accounts.models import User
 from config.errors import PolicyError
-from market.models import GpuType
-from market.money import MAX_AMOUNT
-from market.services.policy_versions import policy_versioned
+from config.money import MAX_AMOUNT
+from inventory.models import GpuType
 
 
 def prices_check(reserve_price: int, max_price: int) -> None:
@@ -23,29 +24,17 @@ def prices_check(reserve_price: int, max_price: int) -> None:
 
 @transaction.atomic
 def gpu_type_save(
-    *,
-    name: str,
-    memory_gb: int,
-    reserve_price: int,
-    max_price: int,
-    actor: User | None = None,
-    reason: str = "",
+    *, name: str, memory_gb: int, reserve_price: int, max_price: int, actor: User | None = None
 ) -> GpuType:
     """Create or update the GPU type called name (prices in micro-credits per GPU-hour).
 
     An update locks the row and is audited as {field: [old, new]} for the fields it changes, so the log shows
-    what a price bound was before; an update that changes nothing writes no audit row. A change of the price
-    bounds (or a new type) records a policy version with `reason`.
+    what a price bound was before; an update that changes nothing writes no audit row.
     """
     if memory_gb <= 0:
         raise PolicyError("memory_gb", "must be positive")
     prices_check(reserve_price, max_price)
     values = {"memory_gb": memory_gb, "reserve_price": reserve_price, "max_price": max_price}
-    with policy_versioned(actor=actor, reason=reason):
-        return _save(name, values, actor)
-
-
-def _save(name: str, values: dict[str, int], actor: User | None) -> GpuType:
     gpu_type, created = GpuType.objects.select_for_update().get_or_create(name=name, defaults=values)
     if created:
         audit(actor=actor, tenant=None, action="gpu_type.create", detail={"name": name, **values})
