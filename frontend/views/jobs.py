@@ -22,6 +22,7 @@ from config.idempotency import form_digest_before_issue_26, request_digest
 from frontend.access import Seat, page, seat
 from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
+from frontend.speed_cells import speed_cells
 from market.api.errors import form_errors
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
@@ -212,6 +213,7 @@ def _estimate_json(found: Estimate) -> dict[str, Any]:
             {"gpu_type": e.gpu_type, "at": e.at.isoformat() if e.at else None, "text": e.text}
             for e in found.starts
         ],
+        "speeds": None if found.speeds is None else speed_cells(found.speeds),
     }
 
 
@@ -333,6 +335,7 @@ def _job_page(
         tenant=s.tenant,
         manages=s.manages,
     )
+    estimated = None if found.state in TERMINAL_STATES else job_estimate(job=found)
     return page(
         request,
         "frontend/job.html",
@@ -341,7 +344,8 @@ def _job_page(
             "max_hours": hours_text(found.max_seconds),
             "explained": explain_outcomes(found, found.latest_outcomes, found.history),
             "queue": queue_places(found),
-            "estimate": None if found.state in TERMINAL_STATES else job_estimate(job=found),
+            "estimate": estimated,
+            "speed_table": speed_cells(estimated.speeds) if estimated and estimated.speeds else None,
             "hold_notice": hold_notice(found.lease_rows),
             "panels": _lease_panels(found.lease_rows, admin=user.is_staff),
             "log_tail": job_log_tail(found.lease_rows),

@@ -3,7 +3,7 @@ submit form as they type, the job page, the API's job detail). docs/predictions.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from django.utils import timezone
@@ -13,6 +13,7 @@ from market.models import LIVE_LEASE_STATES, GpuType, Job, JobState, Lease
 from market.money import format_fixed
 from market.selectors.guidance import bid_guidance
 from market.selectors.predictions import JobRuntime, history_for, job_runtime, query_for, runtime_sentence
+from market.selectors.speed import SpeedGuide, speed_guide
 from market.selectors.start_estimate import StartEstimate, start_estimates
 
 
@@ -24,6 +25,7 @@ class Estimate:
     cost_p90: int | None
     cost_text: str
     starts: list[StartEstimate]
+    speeds: SpeedGuide | None = None  # per GPU type, against the first choice; None without a limit
 
 
 _PAYS = {
@@ -85,7 +87,20 @@ def draft_estimate(
     got = history.predict(query_for(tenant=tenant, name=name, command=command, gpus=gpus))
     runtime = JobRuntime(got, 0.0, runtime_sentence(got))
     starts = start_estimates(tenant=tenant, limits=limits, gpus=gpus)
-    return _estimate(runtime, gpus, _priced(tenant, gpus, limits), starts)
+    found = _estimate(runtime, gpus, _priced(tenant, gpus, limits), starts)
+    return replace(found, speeds=_speeds(tenant, name, command, gpus, limits))
+
+
+def _speeds(
+    tenant: Tenant, name: str, command: str, gpus: int, limits: list[tuple[GpuType, int]]
+) -> SpeedGuide | None:
+    """Speeds against the first choice at its limit: the limit the member would convert to other types."""
+    if not limits:
+        return None
+    reference, limit = limits[0]
+    return speed_guide(
+        tenant=tenant, name=name, command=command, gpus=gpus, reference=reference, reference_limit=limit
+    )
 
 
 def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:
@@ -113,4 +128,5 @@ def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:
         if live
         else _priced(job.tenant, job.gpus, limits)
     )
-    return _estimate(runtime, job.gpus, priced, starts)
+    found = _estimate(runtime, job.gpus, priced, starts)
+    return replace(found, speeds=_speeds(job.tenant, job.name, job.command, job.gpus, limits))
