@@ -1,0 +1,122 @@
+"""How wrong the platform's speed estimates are on a trace whose per-type speeds are known
+(docs/simulator.md §Per-type speeds; the estimator is allocator/speed.py, the one the platform uses).
+
+The replay measures the estimator, not the market: every job starts at its submit on one of its acceptable
+types, drawn uniformly with a seeded generator (the mix of types a busy cluster hands out), and runs
+duration_s / speed there. At each submit, in time order, the job asks the estimator for every type's speed
+against the reference type, from the runs that had finished by then (no look-ahead), exactly as the submit
+form does; the answer is compared with the job's known ratio speed_t / speed_reference. Traces carry no job
+names or commands, so matches are by team and GPU count, then by GPU count across teams.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from allocator.predict import Finished, Query
+from allocator.sim.jobs import Jobs
+from allocator.sim.scenario import Scenario
+from allocator.speed import SpeedHistory
+
+
+@dataclass(frozen=True)
+class SpeedReplay:
+    """Per job and type: the estimated factor (NaN at cold start), the known one, and whether the known one
+    fell inside the estimate's 90% interval."""
+
+    types: list[str]
+    reference: str
+    estimate: npt.NDArray[np.float64]
+    truth: npt.NDArray[np.float64]
+    covered: npt.NDArray[np.bool_]
+    confidence: npt.NDArray[np.str_]  # the estimate's label: high, medium, low; "" at cold start
+    placed: npt.NDArray[np.int64]  # the type index each job ran on
+
+
+def _placements(jobs: Jobs, seed: int) -> npt.NDArray[np.int64]:
+    rng = np.random.default_rng(seed)
+    return np.array([p[int(rng.integers(len(p)))] for p in jobs.prefs], dtype=np.int64)
+
+
+def replay_speeds(scenario: Scenario, jobs: Jobs, reference: str, seed: int = 0) -> SpeedReplay:
+    """Every admitted job's speed estimates at its submit, against the known speeds of the trace."""
+    types = list(scenario.types)
+    ref = types.index(reference)
+    speed = jobs.speeds()
+    placed = _placements(jobs, seed)
+    names = [t.name for t in scenario.tenants]
+    shape = (len(jobs), len(types))
+    estimate, covered = np.full(shape, np.nan), np.zeros(shape, dtype=np.bool_)
+    confidence = np.full(shape, "", dtype="<U9")
+    history = SpeedHistory()
+    running: list[tuple[float, int]] = []  # a heap of (end, job)
+    for job in range(len(jobs)):
+        now = float(jobs.submit_s[job])
+        while running and running[0][0] <= now:
+            end, done = heapq.heappop(running)
+            history.add(_finished(jobs, names, types, placed, speed, done, end))
+        query = Query(names[int(jobs.tenant[job])], "", "", int(jobs.gpus[job]))
+        for k, name in enumerate(types):
+            got = history.factor(query, name, reference)
+            if got.factor is not None:
+                estimate[job, k], confidence[job, k] = got.factor, got.confidence
+                low, high = got.interval or (got.factor, got.factor)
+                covered[job, k] = low <= speed[job, k] / speed[job, ref] <= high
+        runtime = float(jobs.duration_s[job]) / float(speed[job, placed[job]])
+        heapq.heappush(running, (now + runtime, job))
+    truth = speed / speed[:, [ref]]
+    return SpeedReplay(types, reference, estimate, truth, covered, confidence, placed)
+
+
+def _finished(
+    jobs: Jobs,
+    names: list[str],
+    types: list[str],
+    placed: npt.NDArray[np.int64],
+    speed: npt.NDArray[np.float64],
+    job: int,
+    end: float,
+) -> Finished:
+    k = int(placed[job])
+    runtime = float(jobs.duration_s[job]) / float(speed[job, k])
+    return Finished(names[int(jobs.tenant[job])], "", "", int(jobs.gpus[job]), runtime, end, types[k])
+
+
+def speed_figures(replay: SpeedReplay) -> dict[str, Any]:
+    """Per type other than the reference: jobs asked, the cold-start share, the median and 90th percentile
+    of the absolute relative error |estimate - known| / known, and how often the 90% interval held the
+    known speed; and the same errors by the estimate's confidence label (is "high" better than "low"?)."""
+    out: dict[str, Any] = {}
+    for k, name in enumerate(replay.types):
+        if name == replay.reference:
+            continue
+        known = ~np.isnan(replay.estimate[:, k])
+        error = np.abs(replay.estimate[known, k] - replay.truth[known, k]) / replay.truth[known, k]
+        asked = len(replay.estimate)
+        out[name] = {
+            "jobs": asked,
+            "cold_start_share": round(1 - float(known.sum()) / max(asked, 1), 4),
+            "median_abs_rel_error": round(float(np.median(error)), 4) if known.any() else None,
+            "p90_abs_rel_error": round(float(np.quantile(error, 0.9)), 4) if known.any() else None,
+            "interval_coverage": round(float(replay.covered[known, k].mean()), 4) if known.any() else None,
+            "by_confidence": _by_confidence(replay, k),
+        }
+    return out
+
+
+def _by_confidence(replay: SpeedReplay, k: int) -> dict[str, dict[str, float]]:
+    out = {}
+    for label in ("high", "medium", "low"):
+        rows = replay.confidence[:, k] == label
+        if rows.any():
+            error = np.abs(replay.estimate[rows, k] - replay.truth[rows, k]) / replay.truth[rows, k]
+            out[label] = {
+                "share": round(float(rows.mean()), 4),
+                "median_abs_rel_error": round(float(np.median(error)), 4),
+            }
+    return out
