@@ -8,12 +8,14 @@ Pure and Django-free, so the platform (market.selectors.speed) and the simulator
 The estimate for type t against the reference type r walks the prediction's match levels (allocator.predict
 LEVELS), narrowest first. Within a level, runs are compared only inside a *stratum* (the narrowest key: same
 team, name family, command family and GPU count), so that a type that happened to run the long jobs of a
-family does not look slow: per stratum that ran on both types, the log of the ratio of the median runtimes;
-over strata, their median weighted by min(runs on r, runs on t). A level counts once those weights add up to
-MIN_PAIRED (a single run on each type is never enough). The factor is speed_t / speed_r = runtime_r /
-runtime_t: 2.0 means t finishes in half the time. No level with enough paired runs: cold start (None).
+family does not look slow: per stratum that ran on both types, the difference of the centres of the log
+runtimes (the interquartile mean from five runs on, the median below); over strata, their median weighted by
+min(runs on r, runs on t). A level counts once those weights add up to MIN_PAIRED (a single run on each type
+is never enough). The factor is speed_t / speed_r = runtime_r / runtime_t: 2.0 means t finishes in half the
+time. The first level whose standard error is at most MEDIUM_SE wins; when none is, the level with the
+smallest. No level with enough paired runs: cold start (None).
 
-Medians of log runtimes shrug off outliers and long tails. The standard error (of the log factor) combines
+Centres of log runtimes shrug off outliers and long tails. The standard error (of the log factor) combines
 each stratum's sampling error of a median (1.2533 sigma sqrt(1/n_r + 1/n_t), sigma from the median absolute
 deviation, at least SIGMA_FLOOR) and, when strata disagree, their spread; it gives a 90% interval and a label.
 """
@@ -124,9 +126,19 @@ class _Pair:
     se: float
 
 
+def _centre(values: Sequence[float]) -> float:
+    """The interquartile mean (the middle half's mean) from five values on, else the median: as robust to
+    outliers and long tails as the median, and less noisy on the spread-out runtimes of real workloads."""
+    if len(values) < 5:
+        return _median(values)
+    ordered, cut = sorted(values), len(values) // 4
+    middle = ordered[cut : len(ordered) - cut]
+    return sum(middle) / len(middle)
+
+
 def _pair(ref: Sequence[float], other: Sequence[float]) -> _Pair:
     """One stratum's comparison of log runtimes on the reference type and on the other type."""
-    m_ref, m_type = _median(ref), _median(other)
+    m_ref, m_type = _centre(ref), _centre(other)
     residuals = [v - m_ref for v in ref] + [v - m_type for v in other]
     sigma = max(_mad_sigma(residuals), SIGMA_FLOOR)
     se = _MEDIAN_SE * sigma * math.sqrt(1 / len(ref) + 1 / len(other))
@@ -174,28 +186,44 @@ class SpeedHistory:
                 yield i, found
 
     def factor(self, query: Query, gpu_type: str, reference: str) -> Factor:
-        """`gpu_type`'s speed relative to `reference` for jobs like `query`, at the narrowest level that has
-        MIN_PAIRED paired runs; Factor(None) at cold start."""
+        """`gpu_type`'s speed relative to `reference` for jobs like `query`: the narrowest level with
+        MIN_PAIRED paired runs whose standard error is at most MEDIUM_SE, else the level with the smallest
+        standard error; Factor(None) at cold start."""
         if gpu_type == reference:
             return Factor(gpu_type, 1.0, se=0.0)
+        best = Factor(gpu_type, None)
         for i, strata in self._strata(query):
-            pairs = [
-                _pair(by_type[reference], by_type[gpu_type])
-                for by_type in strata.values()
-                if reference in by_type and gpu_type in by_type
-            ]
-            if sum(p.weight for p in pairs) >= self.min_paired:
-                log_ratio, se = _combine(pairs)
-                return Factor(
-                    gpu_type,
-                    math.exp(log_ratio),
-                    runs=sum(p.n_type for p in pairs),
-                    reference_runs=sum(p.n_ref for p in pairs),
-                    strata=len(pairs),
-                    level=i,
-                    se=se,
-                )
-        return Factor(gpu_type, None)
+            found = self._at_level(i, strata, gpu_type, reference)
+            if found is None:
+                continue
+            # A narrow match with few runs of long-tailed jobs is mostly noise; a wider one that pools more
+            # similar jobs is the better guess then (its bias, different jobs, is smaller than that noise).
+            if found.se is not None and found.se <= MEDIUM_SE:
+                return found
+            if best.se is None or (found.se is not None and found.se < best.se):
+                best = found
+        return best
+
+    def _at_level(
+        self, i: int, strata: dict[Stratum, dict[str, deque[float]]], gpu_type: str, reference: str
+    ) -> Factor | None:
+        pairs = [
+            _pair(by_type[reference], by_type[gpu_type])
+            for by_type in strata.values()
+            if reference in by_type and gpu_type in by_type
+        ]
+        if sum(p.weight for p in pairs) < self.min_paired:
+            return None
+        log_ratio, se = _combine(pairs)
+        return Factor(
+            gpu_type,
+            math.exp(log_ratio),
+            runs=sum(p.n_type for p in pairs),
+            reference_runs=sum(p.n_ref for p in pairs),
+            strata=len(pairs),
+            level=i,
+            se=se,
+        )
 
     def _reference_median(self, query: Query, factors: dict[str, Factor]) -> tuple[float | None, int]:
         """Median runtime on the reference type of the similar runs (each converted by its type's factor) at

@@ -129,10 +129,12 @@ def speed_guide(
             "a type compared with it (cold start)."
         )
     else:
+        others = len(rows) - 1
         text = (
-            f"Jobs like this take about {hours(speeds.reference_median_s)} on {reference.name} (median of "
-            f"{speeds.median_basis} runs, each converted by its type's speed); {known} of the other "
-            f"{len(rows) - 1} types compared with it."
+            f"On {reference.name}, jobs like this take about {hours(speeds.reference_median_s)} (median of "
+            f"{speeds.median_basis} runs on any type, each counted at {reference.name}'s speed; the runtime "
+            f"above pools every type). Speed known for {known} of the {others} other "
+            f"type{'s' if others != 1 else ''}."
         )
     return SpeedGuide(
         reference.name, reference_limit, speeds.reference_median_s, speeds.median_basis, rows, text
