@@ -79,20 +79,31 @@ class Factor:
 
 @dataclass(frozen=True)
 class Speeds:
-    """Every asked type's factor against `reference`; `reference_median_s` is the median runtime of the similar
-    jobs on the reference type, each run converted by its own type's factor (None when too few)."""
+    """Every asked type's factor against `reference`; `reference_median_s` (and `reference_p90_s`) is the median
+    (90th percentile) runtime of the similar jobs on the reference type, each run converted by its own type's
+    factor (None when too few)."""
 
     reference: str
     factors: dict[str, Factor]
     reference_median_s: float | None
     median_basis: int = 0
+    reference_p90_s: float | None = None
 
     def runtime_s(self, gpu_type: str) -> float | None:
         """Estimated runtime on `gpu_type`: the reference median divided by the type's factor."""
+        return self._on(gpu_type, self.reference_median_s)
+
+    def runtime_p90_s(self, gpu_type: str) -> float | None:
+        """The 90th percentile runtime on `gpu_type`, likewise."""
+        return self._on(gpu_type, self.reference_p90_s)
+
+    def _on(self, gpu_type: str, reference_s: float | None) -> float | None:
         f = self.factors.get(gpu_type)
-        if f is None or f.factor is None or self.reference_median_s is None:
+        if f is None or f.factor is None or reference_s is None:
             return None
-        return self.reference_median_s / f.factor
+        # To the millisecond: the factor went through logarithms, and 7199.9999999 s would cost a micro-credit
+        # less than the 7200 s it is.
+        return round(reference_s / f.factor, 3)
 
 
 def weighted_median(values: Sequence[float], weights: Sequence[float]) -> float:
@@ -225,9 +236,12 @@ class SpeedHistory:
             se=se,
         )
 
-    def _reference_median(self, query: Query, factors: dict[str, Factor]) -> tuple[float | None, int]:
-        """Median runtime on the reference type of the similar runs (each converted by its type's factor) at
-        the narrowest level with MIN_BASIS of them; runs on types of unknown factor are left out."""
+    def _reference_runtime(
+        self, query: Query, factors: dict[str, Factor]
+    ) -> tuple[float | None, float | None, int]:
+        """Median and 90th percentile runtime on the reference type of the similar runs (each converted by its
+        type's factor) at the narrowest level with MIN_BASIS of them, and how many; runs on types of unknown
+        factor are left out."""
         known = {t: f.factor for t, f in factors.items() if f.factor is not None}
         for _, strata in self._strata(query):
             converted = [
@@ -238,14 +252,15 @@ class SpeedHistory:
                 for v in runs
             ]
             if len(converted) >= MIN_BASIS:
-                return _median(converted), len(converted)
-        return None, 0
+                converted.sort()
+                return quantile(converted, 0.5), quantile(converted, 0.9), len(converted)
+        return None, None, 0
 
     def speeds(self, query: Query, types: Sequence[str], reference: str) -> Speeds:
         """Every type's factor against `reference`, and the runtime of a job like `query` on the reference."""
         factors = {t: self.factor(query, t, reference) for t in dict.fromkeys([reference, *types])}
-        median, basis = self._reference_median(query, factors)
-        return Speeds(reference, factors, median, basis)
+        median, p90, basis = self._reference_runtime(query, factors)
+        return Speeds(reference, factors, median, basis, p90)
 
 
 def limit_for_same_work(

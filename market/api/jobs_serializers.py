@@ -580,6 +580,9 @@ class TypeSpeedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # 
     runtime_seconds = serializers.FloatField(
         source="runtime_s", allow_null=True, help_text="Estimated runtime on this type."
     )
+    runtime_p90_seconds = serializers.FloatField(
+        source="runtime_p90_s", allow_null=True, help_text="90% of similar jobs would finish within, here."
+    )
     posted_price = serializers.IntegerField(source="posted", help_text="Micro-credits per GPU-hour now.")
     cost = serializers.IntegerField(
         allow_null=True, help_text="Micro-credits: GPUs x the runtime x the posted price."

@@ -25,6 +25,7 @@ class TypeSpeed:
     gpu_type: str
     factor: Factor
     runtime_s: float | None
+    runtime_p90_s: float | None
     posted: int
     cost: int | None  # GPUs x the estimated runtime x the posted price
     suggested_limit: int | None
@@ -40,6 +41,9 @@ class SpeedGuide:
     median_basis: int
     rows: list[TypeSpeed]
     text: str
+
+    def on(self, gpu_type: str) -> TypeSpeed | None:
+        return next((r for r in self.rows if r.gpu_type == gpu_type), None)
 
 
 def speed_history_for(*, tenant: Tenant) -> SpeedHistory:
@@ -82,7 +86,7 @@ def _row(gpu_type: GpuType, speeds: Speeds, gpus: int, reference: str, reference
             f"Cold start: too few similar jobs have run on both {gpu_type.name} and {reference} to compare "
             "their speeds."
         )
-        return TypeSpeed(gpu_type.name, f, None, posted, None, None, None, text)
+        return TypeSpeed(gpu_type.name, f, None, None, posted, None, None, None, text)
     runtime = speeds.runtime_s(gpu_type.name)
     # Rounded, not floored: the runtime went through logarithms and may sit a hair below a whole second.
     cost = None if runtime is None else round(gpus * posted * runtime / 3600)
@@ -99,7 +103,8 @@ def _row(gpu_type: GpuType, speeds: Speeds, gpus: int, reference: str, reference
         )
     if gpu_type.name != reference:
         parts.append(_limit_text(gpu_type, limit, clipped, reference, reference_limit))
-    return TypeSpeed(gpu_type.name, f, runtime, posted, cost, limit, clipped, " ".join(parts))
+    p90 = speeds.runtime_p90_s(gpu_type.name)
+    return TypeSpeed(gpu_type.name, f, runtime, p90, posted, cost, limit, clipped, " ".join(parts))
 
 
 def speed_guide(

@@ -26,7 +26,8 @@ def test_member_sees_speeds_per_gpu_type(world: World, live_server: Any, page: A
     world.fund(world.alpha, 500)
     # The team's fine-tuning job ran about 4 h on A100s and about 1.6 h on H100s (2.5x as fast).
     for i in range(12):
-        node, runtime = (a100, 14400 + 300 * (i % 5)) if i % 2 else (h100, 5760 + 120 * (i % 5))
+        a100_s = 14400 + 300 * (i // 2 % 5)
+        node, runtime = (a100, a100_s) if i % 2 else (h100, a100_s / 2.5)
         finished_job(
             world.alpha, world.amy, node, runtime_s=runtime, name=f"finetune-llama-{i}",
             command="python finetune.py --lr 3e-5", gpus=2, ended_ago_s=3600 * (i + 1),

@@ -60,6 +60,10 @@ def test_speeds_runtimes_costs_and_same_work_limits(world, nodes):
     assert (h.suggested_limit, h.limit_clipped) == (4_800_000, None)
     assert "2.00x the speed of A100 (from 4 runs on H100 and 4 on A100" in h.text
     assert "bid 4.80" in h.text
+    # The cost line prices the A100 the bid would win at A100's own pace, not the pooled runtime of every type
+    # (about 1.5 h, half of it H100 runs): 2 GPUs x 2 h x the posted 1.20.
+    assert est.runtime.prediction is not None and est.runtime.prediction.median_s < 7000
+    assert est.cost == 4_800_000 and "at A100's speed it runs about 2.0 h" in est.cost_text
 
 
 def test_same_work_limit_clipped_to_the_reserve(world, nodes):
@@ -117,6 +121,7 @@ def test_api_job_estimate_has_speeds(world, nodes):
     assert (h["basis_runs"], h["reference_runs"]) == (3, 3)
     assert h["match"] == "same team, same job name, same GPU count"
     assert h["runtime_seconds"] == pytest.approx(2400) and h["posted_price"] == 2_000_000
+    assert h["runtime_p90_seconds"] == pytest.approx(2400)
     assert h["cost"] == 2_666_667 and h["suggested_limit"] == 6_000_000 and h["limit_clipped"] is None
 
 
