@@ -81,7 +81,10 @@ def _runtimes(runtime: JobRuntime, speeds: SpeedGuide | None, gpu_type: str) -> 
     row = speeds.on(gpu_type) if speeds is not None and runtime.done_s == 0 else None
     if row is None or row.runtime_s is None or row.runtime_p90_s is None:
         return got.remaining_median_s, got.remaining_p90_s, ""
-    return row.runtime_s, row.runtime_p90_s, f"; at {gpu_type}'s speed it runs about {hours(row.runtime_s)}"
+    # Said only where it changes the figure: history on this type alone gives the pooled runtime back.
+    differs = abs(row.runtime_s - got.median_s) > 0.01 * got.median_s
+    note = f"; at {gpu_type}'s speed it runs about {hours(row.runtime_s)}" if differs else ""
+    return row.runtime_s, row.runtime_p90_s, note
 
 
 def _estimate(

@@ -140,3 +140,16 @@ def test_portal_estimate_shows_the_table(world, nodes):
     assert rows["A100"]["speed"] == "0.50x" and rows["A100"]["runtime"] == "2.0 h"
     assert rows["A100"]["limit"] == "1.50" and rows["H100"]["basis"] == "reference"
     assert rows["A100"]["basis"].startswith("3 runs here, 3 on H100;")
+
+
+def test_job_page_shows_the_table(world, nodes):
+    h100, a100 = nodes
+    _runs(world, a100, [7200] * 3)
+    _runs(world, h100, [3600] * 3)
+    job = make_job(world.alpha, world.alice, gpus=2, limits={world.h100: 3}, name="train-12")
+    page = _portal(world.amy).get(f"/t/alpha/jobs/{job.pk}/").content.decode()
+    assert 'data-field="speeds"' in page and "Per GPU type (speeds against H100)" in page
+    assert '<tr data-type="A100"' in page and ">0.50x<" in page and ">1.50<" in page
+    # An ended job has no estimate, so no table.
+    done = finished_job(world.alpha, world.alice, h100, runtime_s=10)
+    assert 'data-field="speeds"' not in _portal(world.amy).get(f"/t/alpha/jobs/{done.pk}/").content.decode()
