@@ -13,7 +13,8 @@ runtimes (the interquartile mean from five runs on, the median below); over stra
 min(runs on r, runs on t). A level counts once those weights add up to MIN_PAIRED (a single run on each type
 is never enough). The factor is speed_t / speed_r = runtime_r / runtime_t: 2.0 means t finishes in half the
 time. The first level whose standard error is at most MEDIUM_SE wins; when none is, the level with the
-smallest. No level with enough paired runs: cold start (None).
+smallest. No level with enough paired runs: through a third type compared with both (`speeds` only), else
+cold start (None).
 
 Centres of log runtimes shrug off outliers and long tails. The standard error (of the log factor) combines
 each stratum's sampling error of a median (1.2533 sigma sqrt(1/n_r + 1/n_t), sigma from the median absolute
@@ -55,6 +56,7 @@ class Factor:
     strata: int = 0
     level: int | None = None
     se: float | None = None  # standard error of log(factor)
+    via: str | None = None  # compared through this third type (no direct pairs with the reference)
 
     @property
     def level_name(self) -> str:
@@ -259,8 +261,35 @@ class SpeedHistory:
     def speeds(self, query: Query, types: Sequence[str], reference: str) -> Speeds:
         """Every type's factor against `reference`, and the runtime of a job like `query` on the reference."""
         factors = {t: self.factor(query, t, reference) for t in dict.fromkeys([reference, *types])}
+        for t, f in list(factors.items()):
+            if f.factor is None:
+                factors[t] = self._chained(query, t, reference, factors)
         median, p90, basis = self._reference_runtime(query, factors)
         return Speeds(reference, factors, median, basis, p90)
+
+    def _chained(self, query: Query, gpu_type: str, reference: str, direct: dict[str, Factor]) -> Factor:
+        """No direct pairs with the reference: through a third type m compared with both, factor_t/m x
+        factor_m/r, their log errors added in quadrature; the least noisy such m, else still a cold start."""
+        best = Factor(gpu_type, None)
+        for m, to_ref in direct.items():
+            if m in (gpu_type, reference) or to_ref.factor is None or to_ref.via is not None:
+                continue
+            to_m = self.factor(query, gpu_type, m)
+            if to_m.factor is None or to_m.se is None or to_ref.se is None or to_m.level is None:
+                continue
+            se = math.hypot(to_m.se, to_ref.se)
+            if best.se is None or se < best.se:
+                best = Factor(
+                    gpu_type,
+                    to_m.factor * to_ref.factor,
+                    runs=to_m.runs,
+                    reference_runs=to_ref.reference_runs,
+                    strata=to_m.strata + to_ref.strata,
+                    level=max(to_m.level, to_ref.level or 0),
+                    se=se,
+                    via=m,
+                )
+        return best
 
 
 def limit_for_same_work(

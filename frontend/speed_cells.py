@@ -18,7 +18,8 @@ def _basis(row: TypeSpeed, reference: str) -> str:
         return "cold start"
     if row.gpu_type == reference:
         return "reference"
-    return f"{f.runs} runs here, {f.reference_runs} on {reference}; {f.confidence} confidence"
+    via = f" (through {f.via})" if f.via else ""
+    return f"{f.runs} runs here, {f.reference_runs} on {reference}{via}; {f.confidence} confidence"
 
 
 def speed_cells(guide: SpeedGuide) -> dict[str, Any]:

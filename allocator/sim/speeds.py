@@ -61,8 +61,9 @@ def replay_speeds(scenario: Scenario, jobs: Jobs, reference: str, seed: int = 0)
             end, done = heapq.heappop(running)
             history.add(_finished(jobs, names, types, placed, speed, done, end))
         query = Query(names[int(jobs.tenant[job])], "", "", int(jobs.gpus[job]))
+        found = history.speeds(query, types, reference).factors  # what the submit form asks
         for k, name in enumerate(types):
-            got = history.factor(query, name, reference)
+            got = found[name]
             if got.factor is not None:
                 estimate[job, k], confidence[job, k] = got.factor, got.confidence
                 low, high = got.interval or (got.factor, got.factor)

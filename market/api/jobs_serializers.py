@@ -577,6 +577,11 @@ class TypeSpeedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # 
         source="factor.level_name",
         help_text='How similar, e.g. "same team, same job name"; empty at cold start.',
     )
+    via = serializers.CharField(
+        source="factor.via",
+        allow_null=True,
+        help_text="The third type the speed was compared through, when no run pairs this type with the reference.",
+    )
     runtime_seconds = serializers.FloatField(
         source="runtime_s", allow_null=True, help_text="Estimated runtime on this type."
     )

@@ -58,6 +58,12 @@ def speed_history_for(*, tenant: Tenant) -> SpeedHistory:
 
 def _basis(f: Factor, reference: str) -> str:
     low, high = f.interval or (0.0, 0.0)
+    if f.via is not None:
+        return (
+            f"through {f.via}, which ran beside both: {f.runs} runs on {f.gpu_type} compared with {f.via}, and "
+            f"{f.via} with {f.reference_runs} on {reference}; {f.confidence} confidence, 90% between "
+            f"{low:.2f}x and {high:.2f}x"
+        )
     return (
         f"from {f.runs} runs on {f.gpu_type} and {f.reference_runs} on {reference} in {f.strata} "
         f"group{'s' if f.strata != 1 else ''} of similar jobs ({f.level_name}); {f.confidence} confidence, "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 from hypothesis import given, settings
@@ -171,3 +171,19 @@ def test_exact_speeds_are_recovered(speed: float, runtimes: list[float]) -> None
         h.add(job)
     got = h.factor(Q, "H100", "A100").factor
     assert got is not None and math.isclose(got, speed, rel_tol=1e-6)
+
+
+def test_chained_through_a_third_type() -> None:
+    """V100 never ran beside H100, but both ran beside A100: V100 against H100 goes through A100."""
+    h = SpeedHistory()
+    for job in same([100, 200, 300], 2.0, name="a"):  # H100 twice A100's pace
+        h.add(job)
+    for job in same([100, 200, 300], 0.5, name="b"):  # V100 half A100's pace, in another family
+        h.add(replace(job, gpu_type="V100") if job.gpu_type == "H100" else job)
+    got = h.speeds(Q, ["A100", "V100"], "H100").factors
+    assert got["A100"].factor == pytest.approx(0.5) and got["A100"].via is None
+    v = got["V100"]
+    assert v.factor == pytest.approx(0.25) and v.via == "A100"
+    assert v.se is not None and v.se > (got["A100"].se or 0)  # less sure than either step
+    # A type compared with nothing stays a cold start.
+    assert h.speeds(Q, ["B200"], "H100").factors["B200"].factor is None

@@ -119,7 +119,7 @@ def test_api_job_estimate_has_speeds(world, nodes):
     assert h["speed_factor"] == pytest.approx(3.0) and h["confidence"] in {"high", "medium", "low"}
     assert h["speed_low"] <= 3.0 <= h["speed_high"]
     assert (h["basis_runs"], h["reference_runs"]) == (3, 3)
-    assert h["match"] == "same team, same job name, same GPU count"
+    assert h["match"] == "same team, same job name, same GPU count" and h["via"] is None
     assert h["runtime_seconds"] == pytest.approx(2400) and h["posted_price"] == 2_000_000
     assert h["runtime_p90_seconds"] == pytest.approx(2400)
     assert h["cost"] == 2_666_667 and h["suggested_limit"] == 6_000_000 and h["limit_clipped"] is None
