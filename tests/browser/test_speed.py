@@ -45,6 +45,8 @@ def test_member_sees_speeds_per_gpu_type(world: World, live_server: Any, page: A
     )
     box = page.locator("#prediction")
     assert "Per GPU type (speeds against A100)" in box.inner_text()
+    # The cost line prices the A100 at its own pace, not at the runtime pooled over both types (2.9 h).
+    assert "at A100's speed it runs about 4.1 h) that is about 9.90 credits for 2 GPUs" in box.inner_text()
     h = page.locator("#prediction tr[data-type=H100]")
     assert h.locator("td[data-field=speed]").inner_text() == "2.50x"
     assert h.locator("td[data-field=runtime]").inner_text() == "1.6 h"
