@@ -3,15 +3,19 @@ estimator against them (allocator/sim/speeds.py; docs/simulator.md §Per-type sp
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from allocator.sim.engine import simulate
 from allocator.sim.errors import InputError
 from allocator.sim.jobs import read_jobs
+from allocator.sim.policies import POLICIES
 from allocator.sim.scenario import read_scenario
 from allocator.sim.speeds import replay_speeds, speed_figures
+from allocator.sim.state import DONE, SimState, Start
 
 from .conftest import Write, one_node_toml
 from .test_reader import TENANT, TRACES
@@ -75,3 +79,54 @@ def test_the_shipped_speed_scenario_has_known_speeds() -> None:
     assert (jobs.speeds()[:, a100] == 1).all()
     figures = speed_figures(replay_speeds(scenario, jobs, "A100"))
     assert set(figures) == {"H100", "V100"} and figures["H100"]["cold_start_share"] < 0.5
+
+
+def _speed_state(write: Write, cell: str, checkpoint_min: int = 0) -> SimState:
+    """One job of 10 hours' work at speed 1, running on pool `gpu` from 0 (the `speed` cell given)."""
+    scenario = read_scenario(write(TWO_TYPES, f"{HEADER},gpu_type,speed\nj,0,a,1,36000,gpu,{cell}"))
+    state = SimState(replace(scenario, checkpoint_min=checkpoint_min), read_jobs(scenario), 60)
+    state.arrive(0, 0, None)
+    one = np.zeros(1, dtype=np.int64)
+    state.start(Start(job=0, pool=0, nodes=one, slots=one, price_micro=0), 0)
+    return state
+
+
+def test_a_job_runs_its_work_at_its_pools_speed(write: Write) -> None:
+    state = _speed_state(write, "gpu=2")
+    assert state.end_at[0] == 18000  # 10 h of work at twice the pace
+    assert state.hold_end_at(0) is None  # the hold covers the faster run exactly
+    learned: list[tuple[int, int, int, int]] = []
+    state.predictor.finished = lambda *args: learned.append(args)  # type: ignore[method-assign]  # a spy
+    state.complete(0)
+    assert learned == [(0, 1, 18000, 18000)]  # the predictor learns what it took there, not its work
+
+
+def test_a_preempted_job_keeps_the_work_its_pace_did(write: Write) -> None:
+    state = _speed_state(write, "gpu=2", checkpoint_min=10)
+    # 25 min on a pool twice as fast is 50 min of work; checkpoints every 10 min of work: 50 kept, none lost.
+    assert state.last_checkpoint_at(0, 25 * 60) == 25 * 60
+    state.preempt(0, 25 * 60)
+    assert state.remaining_s[0] == 36000 - 50 * 60 and state.history.run_lost_gpu_s == [0]
+    slow = _speed_state(write, "gpu=0.5", checkpoint_min=10)
+    # 25 min at half the pace is 12.5 min of work: the checkpoint at 10 min of work is 20 min in; 5 min lost.
+    assert slow.last_checkpoint_at(0, 25 * 60) == 20 * 60
+    slow.preempt(0, 25 * 60)
+    assert slow.remaining_s[0] == 36000 - 10 * 60 and slow.history.run_lost_gpu_s == [5 * 60]
+
+
+def test_the_book_holds_for_the_slowest_acceptable_type(write: Write) -> None:
+    scenario = read_scenario(write(TWO_TYPES, f"{HEADER},speed\nj,0,a,1,3600,gpu=2|v=0.5"))
+    state = SimState(scenario, read_jobs(scenario), 60)
+    assert state.hold_need_s_many(np.array([0])).tolist() == [7200]  # v, at half the pace
+    assert state.run_need_s(0, 0) == 1800
+
+
+def test_a_replay_with_speeds_runs_and_old_traces_replay_as_before(write: Write) -> None:
+    csv = f"{HEADER},speed\nj1,0,a,1,3600,gpu=2\nj2,0,a,1,3600,gpu=0.5"
+    scenario = read_scenario(write(one_node_toml(TENANT), csv))
+    state = simulate(scenario, read_jobs(scenario), POLICIES["market"], 60)
+    assert state.status.tolist() == [DONE, DONE]
+    assert (state.finish - state.first_start).tolist() == [1800, 7200]
+    plain = read_scenario(write(one_node_toml(TENANT), f"{HEADER}\nj1,0,a,1,3600\nj2,0,a,1,3600"))
+    state = simulate(plain, read_jobs(plain), POLICIES["market"], 60)
+    assert (state.finish - state.first_start).tolist() == [3600, 3600]
