@@ -14,7 +14,7 @@ from allocator.sim.errors import InputError
 from allocator.sim.jobs import read_jobs
 from allocator.sim.policies import POLICIES
 from allocator.sim.scenario import read_scenario
-from allocator.sim.speeds import replay_speeds, speed_figures
+from allocator.sim.speeds import replay_speeds, simulated_runs, speed_figures, uniform_runs
 from allocator.sim.state import DONE, SimState, Start
 
 from .conftest import Write, one_node_toml
@@ -62,7 +62,8 @@ def test_replay_recovers_exact_speeds(write: Write) -> None:
         r.replace(",,", f",{'gpu' if i % 2 else 'v'},") for i, r in enumerate(rows)
     )
     scenario = read_scenario(write(TWO_TYPES, csv))
-    replay = replay_speeds(scenario, read_jobs(scenario), "gpu")
+    jobs = read_jobs(scenario)
+    replay = replay_speeds(scenario, jobs, "gpu", uniform_runs(jobs))
     v = replay.estimate[:, 1]
     assert np.isnan(v[:6]).all()  # no look-ahead: a job finishes 600-1200 s after its submit
     assert np.allclose(v[7:], 0.5) and (replay.truth[:, 1] == 0.5).all()
@@ -77,7 +78,7 @@ def test_the_shipped_speed_scenario_has_known_speeds() -> None:
     assert jobs.speed is not None and len(jobs) == 4039
     a100 = scenario.types.index("A100")
     assert (jobs.speeds()[:, a100] == 1).all()
-    figures = speed_figures(replay_speeds(scenario, jobs, "A100"))
+    figures = speed_figures(replay_speeds(scenario, jobs, "A100", uniform_runs(jobs)))
     assert set(figures) == {"H100", "V100"} and figures["H100"]["cold_start_share"] < 0.5
 
 
@@ -130,3 +131,20 @@ def test_a_replay_with_speeds_runs_and_old_traces_replay_as_before(write: Write)
     plain = read_scenario(write(one_node_toml(TENANT), f"{HEADER}\nj1,0,a,1,3600\nj2,0,a,1,3600"))
     state = simulate(plain, read_jobs(plain), POLICIES["market"], 60)
     assert (state.finish - state.first_start).tolist() == [3600, 3600]
+
+
+def test_the_estimator_learns_from_what_the_policy_ran(write: Write) -> None:
+    """Jobs the market ran on one pool are learned at their finish, with what they took there; a job that
+    moved between pools would be left out."""
+    toml = one_node_toml(TENANT) + '\n[[pools]]\ngpu_type = "v"\nnodes = 1\ngpus_per_node = 8\n'
+    rows = [f"j{i},{i * 4000},a,8,3600,{'gpu' if i % 2 else 'v'},v=0.5" for i in range(12)]
+    scenario = read_scenario(write(toml, f"{HEADER},gpu_type,speed\n" + "\n".join(rows)))
+    jobs = read_jobs(scenario)
+    state = simulate(scenario, jobs, POLICIES["market"], 60)
+    runs = simulated_runs(state)
+    assert sorted(r.job for r in runs) == list(range(12))
+    assert {(r.pool, r.runtime_s) for r in runs} == {(0, 3600.0), (1, 7200.0)}
+    assert all(r.end == state.finish[r.job] for r in runs)
+    replay = replay_speeds(scenario, jobs, "gpu", runs)
+    known = ~np.isnan(replay.estimate[:, 1])
+    assert known.any() and np.allclose(replay.estimate[known, 1], 0.5)
