@@ -583,7 +583,9 @@ class TypeSpeedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # 
         help_text="The third type the speed was compared through, when no run pairs this type with the reference.",
     )
     runtime_seconds = serializers.FloatField(
-        source="runtime_s", allow_null=True, help_text="Estimated runtime on this type."
+        source="runtime_s",
+        allow_null=True,
+        help_text="Estimated runtime of the whole job on this type (not what is left of a running one).",
     )
     runtime_p90_seconds = serializers.FloatField(
         source="runtime_p90_s", allow_null=True, help_text="90% of similar jobs would finish within, here."
