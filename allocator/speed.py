@@ -132,7 +132,7 @@ def _mad_sigma(values: Sequence[float]) -> float:
 
 @dataclass(frozen=True)
 class _Pair:
-    log_ratio: float  # log(median on reference / median on the type)
+    log_ratio: float  # centre of the log runtimes on the reference minus on the type
     weight: int
     n_ref: int
     n_type: int
