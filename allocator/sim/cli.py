@@ -157,13 +157,6 @@ def run(args: argparse.Namespace, stdout: TextIO) -> list[dict[str, Any]]:
     if args.max_hours <= 0:
         raise InputError("--max-hours", None, "must be positive")
     holds = HoldRule(args.holds, args.max_hours)
-    if jobs.speed is not None:
-        # Said, not silent: the event loop still runs every job for duration_s wherever it lands.
-        print(
-            "simulate: note: the 'speed' column is read but the policy replay runs every job at speed 1; "
-            "bench/speed_estimates.py replays the speeds (docs/simulator.md)",
-            file=sys.stderr,
-        )
     half_life_h = getattr(args, "fair_share_half_life", None)
     if half_life_h is not None and not 0 <= half_life_h < 10**6:
         raise InputError(
