@@ -76,6 +76,7 @@ bench: install
 	$(PY) bench/usage.py
 	$(PY) bench/retention.py
 	$(PY) bench/agent.py
+	$(PY) bench/speed_estimates.py
 
 clean:
 	rm -rf $(VENV) var

@@ -23,6 +23,7 @@ from config.money import AmountError, parse_credits
 from frontend.access import Seat, page, seat
 from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
+from frontend.speed_cells import speed_cells
 from inventory.models import GpuType
 from market.api.errors import form_errors
 from market.api.jobs import submit_args
@@ -213,6 +214,7 @@ def _estimate_json(found: Estimate) -> dict[str, Any]:
             {"gpu_type": e.gpu_type, "at": e.at.isoformat() if e.at else None, "text": e.text}
             for e in found.starts
         ],
+        "speeds": None if found.speeds is None else speed_cells(found.speeds),
     }
 
 
@@ -334,6 +336,7 @@ def _job_page(
         tenant=s.tenant,
         manages=s.manages,
     )
+    estimated = None if found.state in TERMINAL_STATES else job_estimate(job=found)
     return page(
         request,
         "frontend/job.html",
@@ -342,7 +345,8 @@ def _job_page(
             "max_hours": hours_text(found.max_seconds),
             "explained": explain_outcomes(found, found.latest_outcomes, found.history),
             "queue": queue_places(found),
-            "estimate": None if found.state in TERMINAL_STATES else job_estimate(job=found),
+            "estimate": estimated,
+            "speed_table": speed_cells(estimated.speeds) if estimated and estimated.speeds else None,
             "hold_notice": hold_notice(found.lease_rows),
             "panels": _lease_panels(found.lease_rows, admin=user.is_staff),
             "log_tail": job_log_tail(found.lease_rows),
