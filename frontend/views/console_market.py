@@ -28,6 +28,7 @@ from market.selectors.preemptions import round_preempted
 from market.selectors.rounds import round_get, rounds_list
 from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import POLICY_LIMITS, policy_update
+from market.services.policy_versions import policy_versioned
 
 POLICY_LABELS = {
     "round_seconds": "Round period (seconds)",
@@ -154,20 +155,40 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     if errors:
         return errors
     try:
+        # One policy version for the form, knobs and prices together; a refused part undoes the rest.
+        with policy_versioned(actor=request.user, reason=request.POST.get("reason", "")):  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+            _policy_write(request, changes, prices)
+    except _Refused as refused:
+        return refused.errors
+    except PolicyError as exc:
+        return {exc.field: exc.message}
+    return {}
+
+
+class _Refused(Exception):
+    """A refusal already turned into the form's errors, raised to roll the form's writes back."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__(errors)
+        self.errors = errors
+
+
+def _policy_write(request: HttpRequest, changes: dict[str, int], prices: dict[GpuType, list[int]]) -> None:
+    try:
         policy_update(actor=request.user, **changes)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
     except PolicyError as exc:
         if exc.field in MONEY_KNOBS:  # the service speaks micro-credits, the form credits
             low, high = (format_credits(v) for v in POLICY_LIMITS[exc.field])
-            return {exc.field: f"must be between {low} and {high} credits"}
-        return {exc.field: exc.message}
+            raise _Refused({exc.field: f"must be between {low} and {high} credits"}) from exc
+        raise _Refused({exc.field: exc.message}) from exc
     for t, (reserve, top) in prices.items():
         try:
             gpu_type_policy_save(
                 name=t.name, memory_gb=t.memory_gb, reserve_price=reserve, max_price=top, actor=request.user
             )  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
         except PolicyError as exc:
-            return {f"{'reserve' if exc.field == 'reserve_price' else 'max'}-{t.name}": exc.message}
-    return {}
+            field = f"{'reserve' if exc.field == 'reserve_price' else 'max'}-{t.name}"
+            raise _Refused({field: exc.message}) from exc
 
 
 def _market_charts(since: datetime) -> list[SafeString]:

@@ -95,6 +95,7 @@ def _policy_post(request: HttpRequest, tenant: Tenant, types: list[GpuType]) -> 
                 weight=weight,
                 guardrail=guardrail,
                 guarantees=guarantees,
+                reason=request.POST.get("reason", ""),
             )
         except PolicyError as exc:
             errors |= form_errors(exc)
@@ -150,6 +151,7 @@ def _allowance_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
             period=request.POST.get("allowance_period", ""),
             cap=cap,
             active=request.POST.get("allowance_active") == "on",
+            reason=request.POST.get("reason", ""),
         )
     except PolicyError as exc:
         errors[f"allowance_{exc.field}"] = exc.message

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from market.models import EndReason, Lease, PolicyCanary, Round, RoundState
-from market.selectors.fairness import fairness
+from market.selectors.fair_share import round_compliance_by_tenant
 
 
 @dataclass(frozen=True)
@@ -30,19 +30,17 @@ def canary_running() -> PolicyCanary | None:
 
 
 def canary_figures(canary: PolicyCanary, now: datetime) -> CanaryFigures:
-    """Over the last `window_s` of the canary's life: every tenant's fair-share compliance (share of rounds
-    with demand in which it held min(demand, guarantee) of each type: market.selectors.fairness), rounds that
+    """Over the last `window_s` of the canary's life: every tenant's fair-share round compliance (the
+    platform's yardstick, allocator.fairshare, from the rounds' stored FairShareRound rows), rounds that
     failed, and leases preempted."""
     since = max(canary.started_at, now - timedelta(seconds=canary.window_s))
-    tenants = [t for t in fairness(since=since, until=now).tenants if t.compliance is not None]
-    worst = min(tenants, key=lambda t: (t.compliance, t.tenant), default=None)
+    compliance = round_compliance_by_tenant(since=since, until=now)
+    worst = min(compliance, key=lambda slug: (compliance[slug], slug), default=None)
     preempted = Lease.objects.filter(end_reason=EndReason.PREEMPTED, stop_requested_at__gte=since).count()
     return CanaryFigures(
         since=since,
-        worst_tenant=worst.tenant if worst else None,
-        worst_compliance_pct=round(worst.compliance * 100, 2)
-        if worst and worst.compliance is not None
-        else None,
+        worst_tenant=worst,
+        worst_compliance_pct=round(compliance[worst] * 100, 2) if worst is not None else None,
         failed_rounds=Round.objects.filter(state=RoundState.FAILED, created_at__gte=since).count(),
         preemptions=preempted,
         preemptions_per_hour=preempted * 3600 / canary.window_s,

@@ -37,6 +37,8 @@ def _console_pages(m: Market) -> list[str]:
         f"/console/rounds/{m.round.pk}/",
         "/console/audit/",
         "/console/audit.csv",
+        "/console/versions/",
+        "/console/canaries/new/",
     ]
 
 

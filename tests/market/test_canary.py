@@ -175,3 +175,14 @@ def test_expiry_promotes_or_reverts_as_chosen(world, on_expiry, state, weight):
     assert policy_snapshot()["tenants"]["beta"]["weight"] == weight
     assert AuditEvent.objects.filter(action="canary.expire").count() == 1
     assert canary_check(now=timezone.now() + timedelta(seconds=900)) is None
+
+
+def test_a_finished_round_judges_the_canary_at_once(world):
+    from market.tasks import round_advance
+
+    draft = _proposal(world, beta={"weight": 8})
+    canary = canary_start(actor=world.admin, version=draft, tenants=["beta"], max_failed_rounds=0)
+    failed = Round.objects.create(slot=timezone.now(), period_s=300, state=RoundState.FAILED, error="boom")
+    assert round_advance(failed.pk) == RoundState.FAILED
+    canary.refresh_from_db()
+    assert canary.state == CanaryState.REVERTED
