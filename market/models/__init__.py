@@ -18,6 +18,13 @@ from market.models.ledger import (
 from market.models.outbox import Command, CommandKind, CommandState
 from market.models.policy import MarketPolicy
 from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
+from market.models.spend_alerts import (
+    AlertAction,
+    AlertKind,
+    SpendAlertFiring,
+    SpendAlertRule,
+    WebhookDelivery,
+)
 
 __all__ = [
     "DONE_STATES",
@@ -26,6 +33,8 @@ __all__ = [
     "TERMINAL_STATES",
     "Account",
     "AccountKind",
+    "AlertAction",
+    "AlertKind",
     "Allowance",
     "AllowancePeriod",
     "Bid",
@@ -54,4 +63,7 @@ __all__ = [
     "Round",
     "RoundPrice",
     "RoundState",
+    "SpendAlertFiring",
+    "SpendAlertRule",
+    "WebhookDelivery",
 ]
