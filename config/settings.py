@@ -214,6 +214,9 @@ SPECTACULAR_SETTINGS = {
         "LeaseStateEnum": "market.models.leases.LeaseState",
         "RoundStateEnum": "market.models.rounds.RoundState",
         "NodeStateEnum": "nodeagent.models.Node.State",
+        "SpendAlertKindEnum": "market.models.spend_alerts.AlertKind",
+        "EntryKindEnum": "market.models.ledger.EntryKind",
+        "SpendAlertActionEnum": "market.models.spend_alerts.AlertAction",
     },
 }
 
