@@ -69,7 +69,7 @@ def alerts(request: HttpRequest, slug: str) -> HttpResponse:
         request,
         "frontend/alerts.html",
         {
-            "rules": list(tenant_rules(tenant=s.tenant)),
+            "rules": [(r, describe(r)) for r in tenant_rules(tenant=s.tenant)],
             "notices": alert_notices(tenant=s.tenant),
             "deliveries": list(
                 WebhookDelivery.objects.filter(firing__rule__tenant=s.tenant).select_related("firing")[:20]

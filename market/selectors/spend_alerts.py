@@ -118,7 +118,7 @@ def bid_block(*, tenant: Tenant, cost: int, now: datetime | None = None) -> Bloc
     if not blocking:
         return None
     now = now or timezone.now()
-    lift = "a manager of the team (or a platform admin) can lift it on the Alerts page"
+    lift = "an owner of the team (the manager role) or a platform admin can lift it on the Alerts page or through the API"
     for rule in blocking:
         if rule.action == AlertAction.PAUSE:
             return Block(
@@ -164,10 +164,10 @@ def alert_notices(*, tenant: Tenant, now: datetime | None = None) -> list[Notice
             )
         if rule.blocked_since is not None:
             parts.append(
-                "new bids are paused until a manager lifts it"
+                "new bids are paused until an owner of the team lifts it"
                 if rule.action == AlertAction.PAUSE
-                else f"new bids are capped at {format_credits(rule.cap or 0)} credits this period until a "
-                "manager lifts it"
+                else f"new bids are capped at {format_credits(rule.cap or 0)} credits this period until an "
+                "owner of the team lifts it"
             )
         notices.append(Notice(rule, firing, "; ".join(parts) + "."))
     return notices
