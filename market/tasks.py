@@ -44,11 +44,12 @@ def allowance_tick() -> int:
 
 @shared_task(name="market.spend_alerts_tick")
 def spend_alerts_tick() -> int:
-    """Beat's entry for spend alerts: evaluate every rule, then notify each new firing (docs/alerts.md)."""
-    from market.services.spend_alerts import spend_alerts_evaluate
+    """Beat's entry for spend alerts: evaluate every rule, then notify each new firing, and again each one whose
+    notification a stopped worker never queued (docs/alerts.md)."""
+    from market.services.spend_alerts import firings_unnotified, spend_alerts_evaluate
 
     fired = spend_alerts_evaluate()
-    for firing_id in fired:
+    for firing_id in [*fired, *firings_unnotified()]:
         spend_alert_email.delay(firing_id)
         spend_alert_webhook.delay(firing_id)
     return len(fired)

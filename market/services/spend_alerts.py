@@ -7,12 +7,13 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.access import can_manage
@@ -265,9 +266,26 @@ def _evaluate_one(rule_id: int, now: datetime) -> int | None:
 
 # Notification: each safe to repeat.
 
+SWEEP_AFTER = timedelta(minutes=2)
+SWEEP_WITHIN = timedelta(days=1)
 
-def _firing(firing_id: int) -> SpendAlertFiring:
-    return SpendAlertFiring.objects.select_related("rule", "rule__tenant").get(pk=firing_id)
+
+def firings_unnotified(*, now: datetime | None = None) -> list[int]:
+    """Firings of the last day, older than two minutes, whose mail or first webhook attempt never happened:
+    the worker that fired them stopped before it queued their notification (the firing commits first). The
+    tick queues them again; both notifications are safe to repeat."""
+    now = now or timezone.now()
+    recent = SpendAlertFiring.objects.filter(
+        fired_at__gte=now - SWEEP_WITHIN, fired_at__lt=now - SWEEP_AFTER, rule__active=True
+    )
+    no_mail = Q(rule__email=True, emailed_at__isnull=True)
+    no_webhook = Q(delivered_at__isnull=True, deliveries__isnull=True) & ~Q(rule__webhook_url="")
+    return list(recent.filter(no_mail | no_webhook).order_by("pk").values_list("pk", flat=True).distinct())
+
+
+def _firing(firing_id: int) -> SpendAlertFiring | None:
+    """None when the rule was deleted since (its firings go with it): nothing is left to notify."""
+    return SpendAlertFiring.objects.select_related("rule", "rule__tenant").filter(pk=firing_id).first()
 
 
 def firing_text(firing: SpendAlertFiring) -> str:
@@ -299,18 +317,17 @@ def manager_emails(tenant: Tenant) -> list[str]:
 
 def firing_email(*, firing_id: int) -> bool:
     """Mail the tenant's managers about a firing, once: `emailed_at` is claimed in the transaction that
-    sends, so a failed send rolls the claim back (the task retries) and a repeated task finds it taken."""
+    sends, so a failed send rolls the claim back (the task retries) and a repeated task finds it taken. A
+    firing with nobody to mail is marked done too, so the sweep does not come back for it."""
     firing = _firing(firing_id)
-    if not firing.rule.email:
+    if firing is None or not firing.rule.email:
         return False
     recipients = manager_emails(firing.rule.tenant)
-    if not recipients:
-        return False
     with transaction.atomic():
         claimed = SpendAlertFiring.objects.filter(pk=firing.pk, emailed_at__isnull=True).update(
             emailed_at=timezone.now()
         )
-        if not claimed:
+        if not claimed or not recipients:
             return False
         send_mail(
             subject=f"[gpumarket] {firing.rule.tenant.name}: {describe(firing.rule)}",
@@ -354,6 +371,8 @@ def webhook_deliver(*, firing_id: int) -> Delivery:
     (no webhook, already delivered, out of attempts) is attempt 0. The POST is made outside any transaction,
     so a slow receiver holds no lock. At least once: a receiver dedupes on the X-Gpumarket-Alert header."""
     firing = _firing(firing_id)
+    if firing is None:
+        return Delivery(0, False)
     rule = firing.rule
     if not rule.webhook_url or firing.delivered_at is not None:
         return Delivery(0, False)

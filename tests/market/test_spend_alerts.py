@@ -327,3 +327,37 @@ def test_two_workers_evaluating_at_once_fire_once(market: World) -> None:
     assert not any(isinstance(r, Exception) for r in results), results
     assert sum(len(r) for r in results) == 1
     assert SpendAlertFiring.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_tick_queues_new_firings_and_sweeps_lost_ones(market: World, monkeypatch: Any) -> None:
+    from market import tasks
+
+    queued: list[tuple[str, int]] = []
+    monkeypatch.setattr(tasks.spend_alert_email, "delay", lambda i: queued.append(("email", i)))
+    monkeypatch.setattr(tasks.spend_alert_webhook, "delay", lambda i: queued.append(("webhook", i)))
+    rule(market, webhook_url="https://example.org/h")
+    spend(market.alpha, 60)
+    assert tasks.spend_alerts_tick() == 1
+    (firing,) = SpendAlertFiring.objects.all()
+    assert queued == [("email", firing.pk), ("webhook", firing.pk)]
+    # Its worker stopped before it queued anything: a later tick finds it (not before two minutes).
+    assert alerts.firings_unnotified() == []
+    later = firing.fired_at + timedelta(minutes=5)
+    assert alerts.firings_unnotified(now=later) == [firing.pk]
+    alerts.firing_email(firing_id=firing.pk)
+    assert alerts.firings_unnotified(now=later) == [firing.pk]  # the webhook is still owed
+    WebhookDelivery.objects.create(firing=firing, attempt=1, url="https://example.org/h", status_code=502)
+    assert alerts.firings_unnotified(now=later) == []  # in the hands of its retries
+    assert alerts.firings_unnotified(now=firing.fired_at + timedelta(days=2)) == []
+
+
+@pytest.mark.django_db
+def test_notifying_a_deleted_rule_does_nothing(market: World) -> None:
+    r = rule(market, webhook_url="https://example.org/h")
+    spend(market.alpha, 60)
+    (firing_id,) = alerts.spend_alerts_evaluate()
+    alerts.spend_alert_delete(actor=market.alice, rule=r)
+    assert not alerts.firing_email(firing_id=firing_id)
+    assert alerts.webhook_deliver(firing_id=firing_id).attempt == 0
+    assert mail.outbox == []
