@@ -42,12 +42,13 @@ def _create(
         form.is_valid(raise_exception=True)
         args = dict(form.validated_data)
         args["threshold"] = threshold_value(args["kind"], args["threshold"])
-        args.pop("active", None)
         return services.spend_alert_create(actor=_actor(request, s), tenant=s.tenant, **args), {}
     except serializers.ValidationError as exc:
         return None, flatten(exc.detail)
     except PolicyError as exc:
         return None, {exc.field if exc.field in FIELDS else "form": exc.message}
+    except services.TooManyRules as exc:
+        return None, {"form": str(exc)}
 
 
 @login_required

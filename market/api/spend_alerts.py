@@ -59,9 +59,15 @@ class RuleWriteSerializer(BodySerializer):
     cap = CreditsField(required=False, allow_null=True, help_text="Credits; the cap action only.")
     email = serializers.BooleanField(required=False, help_text="Mail the team's managers (default true).")
     webhook_url = TextField(
-        required=False, allow_blank=True, max_length=500, help_text="http(s) URL receiving a signed POST."
+        required=False,
+        allow_blank=True,
+        max_length=500,
+        # What a schema can say of the URL rule (market.services.webhooks.check_webhook_url says the rest: a
+        # valid port, and no private address unless the platform allows it).
+        pattern=r"(?:https?://[^\s@/?#]+(?:[/?#]\S*)?)?",
+        pattern_message="must be an http:// or https:// URL without a user name or password",
+        help_text="http(s) URL receiving a signed POST; empty for none.",
     )
-    active = serializers.BooleanField(required=False)
 
 
 class RuleUpdateSerializer(RuleWriteSerializer):
@@ -69,6 +75,7 @@ class RuleUpdateSerializer(RuleWriteSerializer):
     threshold = DecimalStringField(
         places=6, low=Decimal(1) / MICRO, high=Decimal(10**9), required=False, help_text=THRESHOLD_HELP
     )
+    active = serializers.BooleanField(required=False, help_text="An inactive rule is not evaluated.")
 
 
 class RuleSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
@@ -135,12 +142,20 @@ def _user(request: Request) -> User:
     return request.user  # type: ignore[return-value]  # IsAuthenticated (the default) refused anonymous callers
 
 
+class TooManyRules(exceptions.APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "too_many_spend_alerts"
+
+
 def _write(call: Any, **kwargs: Any) -> Any:
-    """A service call with its refusals as API answers: a field's as 400, a non-manager's as 403."""
+    """A service call with its refusals as API answers: a field's as 400, a non-manager's as 403, one rule too
+    many as 409."""
     try:
         return call(**kwargs)
     except services.NotPermitted as exc:
         raise exceptions.PermissionDenied(str(exc)) from exc
+    except services.TooManyRules as exc:
+        raise TooManyRules(str(exc)) from exc
     except PolicyError as exc:
         raise api_exception(exc) from exc
 
@@ -166,6 +181,7 @@ class RuleListView(APIView):
             201: CreatedSerializer,
             200: OpenApiResponse(CreatedSerializer, description="A retry with the same Idempotency-Key."),
             403: OpenApiResponse(description="Neither a manager of the team nor a platform admin."),
+            409: OpenApiResponse(description="too_many_spend_alerts: the team has 20 already."),
         },
         summary="Create a spend alert (managers); the webhook secret is in this answer only",
     )
@@ -174,7 +190,6 @@ class RuleListView(APIView):
         body = RuleWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         args = _rule_args(None, body.validated_data)
-        args.pop("active", None)
         key = _write(check_idempotency_key, key=request.headers.get("Idempotency-Key", ""))
         created = _write(
             services.spend_alert_create,
@@ -191,8 +206,12 @@ class RuleListView(APIView):
 def _rule(
     request: Request, slug: str, rule_id: int, *, manage: bool = False
 ) -> tuple[Tenant, SpendAlertRule]:
-    tenant = access_tenant(_user(request), slug, auth=request.auth, manage=manage)
-    return tenant, tenant_rule(tenant=tenant, rule_id=rule_id)
+    """The team's rule (another team's id is a 404 whoever asks), then, to change it, the manager check."""
+    tenant = access_tenant(_user(request), slug, auth=request.auth)
+    rule = tenant_rule(tenant=tenant, rule_id=rule_id)
+    if manage and not can_manage(_user(request), tenant):
+        raise exceptions.PermissionDenied("Only the team's managers or platform admins may do this.")
+    return tenant, rule
 
 
 class RuleDetailView(APIView):

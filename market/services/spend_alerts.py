@@ -35,6 +35,10 @@ class NotPermitted(Exception):
     """Only the tenant's managers and platform admins write rules and lift pauses."""
 
 
+class TooManyRules(Exception):
+    """A team already has MAX_RULES_PER_TENANT rules: each is evaluated every tick (a 409, like tokens')."""
+
+
 def _check_manager(actor: User, tenant: Tenant) -> None:
     if not can_manage(actor, tenant):
         raise NotPermitted("Only the team's managers or platform admins may change spend alerts.")
@@ -133,7 +137,10 @@ def spend_alert_create(
             # Serialises creates of one tenant, so the count below cannot be raced past.
             Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
             if SpendAlertRule.objects.filter(tenant=tenant).count() >= MAX_RULES_PER_TENANT:
-                raise PolicyError("kind", f"a team may have at most {MAX_RULES_PER_TENANT} spend alerts")
+                raise TooManyRules(
+                    f"{tenant.slug} already has {MAX_RULES_PER_TENANT} spend alerts, the most a team may have; "
+                    "delete one first."
+                )
             secret = secrets.token_urlsafe(32) if values["webhook_url"] else ""
             rule = SpendAlertRule.objects.create(
                 tenant=tenant,

@@ -202,7 +202,7 @@ def test_private_webhook_addresses_are_refused_unless_allowed(market: World, set
 def test_too_many_rules(market: World) -> None:
     for _ in range(alerts.MAX_RULES_PER_TENANT):
         rule(market)
-    with pytest.raises(PolicyError):
+    with pytest.raises(alerts.TooManyRules):
         rule(market)
 
 

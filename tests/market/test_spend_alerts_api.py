@@ -64,6 +64,14 @@ def test_manager_creates_member_reads_outsider_sees_nothing(market: World) -> No
     assert owner.get(f"{URL}/{beta['id']}").status_code == 404
 
 
+def test_one_rule_too_many_is_a_409(market: World) -> None:
+    owner = market.client(market.alice)
+    for _ in range(20):
+        assert post(owner, URL, {"kind": "spend_day", "threshold": "1"}).status_code == 201
+    refused = post(owner, URL, {"kind": "spend_day", "threshold": "1"})
+    assert refused.status_code == 409 and refused.json()["error"] == "too_many_spend_alerts"
+
+
 def test_runway_threshold_is_whole_hours(market: World) -> None:
     owner = market.client(market.alice)
     made = post(owner, URL, {"kind": "runway_hours", "threshold": 48})
