@@ -106,3 +106,19 @@ def test_member_reads_but_cannot_write_and_sees_the_pause(team: World) -> None:
     assert "New bids are paused" not in member.get("/t/alpha/jobs/new/").content.decode()
     assert owner.post(f"{PAGE}{rule.pk}/delete/").status_code == 302
     assert not SpendAlertRule.objects.exists()
+
+
+def test_a_paused_amend_says_why_on_the_job_page(team: World) -> None:
+    from tests.market.round_helpers import make_job
+
+    job = make_job(team.alpha, team.amy, gpus=1, limits={team.h100: 3})
+    spend_alert_create(actor=team.alice, tenant=team.alpha, kind="spend_week", threshold=1, action="pause")
+    spend(team.alpha, 1)
+    spend_alerts_evaluate()
+    got = client_for(team.amy).post(
+        f"/t/alpha/jobs/{job.pk}/amend/", {"bids-0-gpu_type": "H100", "bids-0-limit": "4"}
+    )
+    assert got.status_code == 400
+    assert "New bids are paused by spend alert" in got.content.decode()
+    job.refresh_from_db()
+    assert job.bid_version == 1
