@@ -54,7 +54,7 @@ class RuleWriteSerializer(BodySerializer):
         choices=AlertAction.choices,
         required=False,
         help_text="notify; pause (refuse every new bid); cap (refuse a bid whose worst-case cost would take "
-        "the period's spend and open holds past `cap`). Both last until a manager lifts them.",
+        "the period's spend, open holds and pending bids past `cap`). Both last until a manager lifts them.",
     )
     cap = CreditsField(required=False, allow_null=True, help_text="Credits; the cap action only.")
     email = serializers.BooleanField(required=False, help_text="Mail the team's managers (default true).")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from django.db.models import QuerySet, Sum
 from django.db.models.functions import Coalesce
@@ -17,6 +18,8 @@ from market.models import (
     AlertAction,
     AlertKind,
     AllowancePeriod,
+    Job,
+    JobState,
     Posting,
     SpendAlertFiring,
     SpendAlertRule,
@@ -101,6 +104,20 @@ def rule_deliveries(*, rule: SpendAlertRule) -> QuerySet[WebhookDelivery]:
     return WebhookDelivery.objects.filter(firing__rule=rule).select_related("firing").order_by("-pk")
 
 
+def worst_cost(gpus: int, limits: list[dict[str, Any]], max_seconds: int) -> int:
+    """What a bid's hold could ever become: every GPU for max hours at its highest limit (micro-credits)."""
+    return gpus * max(int(bid["limit"]) for bid in limits) * max_seconds // 3600
+
+
+def pending_worst_cost(*, tenant: Tenant, besides: int | None = None) -> int:
+    """The worst cost of the tenant's pending jobs: bids already in the book that a cap must count, or
+    splitting one large bid into small ones would pass it. `besides`: a job whose bid is being replaced.
+    Read only while a cap blocks (rare)."""
+    pending = Job.objects.filter(tenant=tenant, state=JobState.PENDING).exclude(pk=besides)
+    rows = pending.values_list("gpus", "limits", "max_seconds")
+    return sum(worst_cost(gpus, limits, seconds) for gpus, limits, seconds in rows if limits)
+
+
 @dataclass(frozen=True)
 class Block:
     """Why a new bid is refused: the rule and a sentence that says what, why and who can lift it."""
@@ -110,10 +127,13 @@ class Block:
     message: str
 
 
-def bid_block(*, tenant: Tenant, cost: int, now: datetime | None = None) -> Block | None:
+def bid_block(
+    *, tenant: Tenant, cost: int, now: datetime | None = None, replacing: int | None = None
+) -> Block | None:
     """The first blocking rule that refuses a new bid whose worst-case cost is `cost` micro-credits: a
     pausing rule refuses every bid; a capping rule refuses one that would take the period's spend plus the
-    open holds plus `cost` past its cap. One indexed query when nothing is blocked (the common case)."""
+    open holds plus the pending jobs' worst cost plus `cost` past its cap. `replacing`: the pending job an
+    amend changes, whose old bid no longer counts. One indexed query when nothing is blocked (the common case)."""
     blocking = list(SpendAlertRule.objects.filter(tenant=tenant, blocked_since__isnull=False).order_by("pk"))
     if not blocking:
         return None
@@ -129,14 +149,16 @@ def bid_block(*, tenant: Tenant, cost: int, now: datetime | None = None) -> Bloc
             )
         if rule.action == AlertAction.CAP and rule.cap is not None:
             committed = spend_since(tenant=tenant, since=rule_period(rule.kind, now))
-            committed += tenant_balance(tenant=tenant).held
+            committed += tenant_balance(tenant=tenant).held + pending_worst_cost(
+                tenant=tenant, besides=replacing
+            )
             if committed + cost > rule.cap:
                 return Block(
                     rule,
                     False,
                     f"New bids are capped by spend alert {rule.pk} ({describe(rule)}): this bid could cost "
-                    f"{format_credits(cost)} credits, and with {format_credits(committed)} credits spent or "
-                    f"held this period that passes the cap of {format_credits(rule.cap)} credits; {lift}.",
+                    f"{format_credits(cost)} credits, and with {format_credits(committed)} credits spent, "
+                    f"held or bid this period that passes the cap of {format_credits(rule.cap)} credits; {lift}.",
                 )
     return None
 

@@ -33,7 +33,7 @@ from market.models.jobs import wait_mark_expression
 from market.money import format_credits
 from market.selectors.jobs import largest_gangs
 from market.selectors.policy import current_fence, market_policy_cached
-from market.selectors.spend_alerts import bid_block
+from market.selectors.spend_alerts import bid_block, worst_cost
 from market.selectors.waiting import rounds_waited_of
 from market.services.leases import lease_request_stop
 
@@ -193,11 +193,12 @@ def _check_pending_limit(tenant: Tenant) -> None:
         )
 
 
-def _check_spend_alerts(tenant: Tenant, gpus: int, limits: list[dict[str, Any]], max_seconds: int) -> None:
+def _check_spend_alerts(
+    tenant: Tenant, gpus: int, limits: list[dict[str, Any]], max_seconds: int, job_id: int | None = None
+) -> None:
     """A new bid (a submit or an amend) against the tenant's blocking spend alerts. Its worst case is what
     its hold could ever become: every GPU for max hours at its highest limit."""
-    cost = gpus * max(bid["limit"] for bid in limits) * max_seconds // 3600
-    block = bid_block(tenant=tenant, cost=cost)
+    block = bid_block(tenant=tenant, cost=worst_cost(gpus, limits, max_seconds), replacing=job_id)
     if block is not None:
         raise (BidsPaused if block.paused else BidsCapped)(block.message)
 
@@ -360,7 +361,7 @@ def bid_amend(*, job: Job, actor: User, bids: Sequence[tuple[GpuType, int]]) -> 
         raise JobNotPending(f"Job {job.pk} is {job.state}; only a pending job's bid can change.")
     limits = _check_bids(bids)
     _check_gpus(job.gpus, [t for t, _ in bids], field="bids")
-    _check_spend_alerts(job.tenant, job.gpus, limits, job.max_seconds)
+    _check_spend_alerts(job.tenant, job.gpus, limits, job.max_seconds, job.pk)
     job.limits, job.bid_version = limits, job.bid_version + 1
     job.save(update_fields=["limits", "bid_version", "updated_at"])
     Bid.objects.create(job=job, version=job.bid_version, limits=limits, actor=actor)

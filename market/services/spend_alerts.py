@@ -301,7 +301,7 @@ def firing_text(firing: SpendAlertFiring) -> str:
         AlertAction.NOTIFY: "Nothing was paused; this is a notice.",
         AlertAction.PAUSE: "New bids of the team are paused until a manager lifts the pause on the Alerts page "
         "(or through the API). Running jobs continue.",
-        AlertAction.CAP: f"New bids are capped: one that could take this period's spend and holds past "
+        AlertAction.CAP: f"New bids are capped: one that could take this period's spend, holds and pending bids past "
         f"{format_credits(rule.cap or 0)} credits is refused until a manager lifts the cap. Running jobs "
         "continue.",
     }[AlertAction(firing.action)]

@@ -122,3 +122,24 @@ def test_a_paused_amend_says_why_on_the_job_page(team: World) -> None:
     assert "New bids are paused by spend alert" in got.content.decode()
     job.refresh_from_db()
     assert job.bid_version == 1
+
+
+def test_a_cap_is_said_on_the_submit_it_refuses(team: World) -> None:
+    spend_alert_create(
+        actor=team.alice,
+        tenant=team.alpha,
+        kind="spend_day",
+        threshold=5_000_000,
+        action="cap",
+        cap=10_000_000,
+    )
+    spend(team.alpha, 6)
+    spend_alerts_evaluate()
+    member = client_for(team.amy)
+    assert "New bids are" not in member.get("/t/alpha/jobs/new/").content.decode()  # it depends on the bid
+    form = {"name": "t", "command": "run", "gpus": "1", "bids-0-gpu_type": "H100", "bids-0-limit": "3"}
+    small = member.post("/t/alpha/jobs/new/", {**form, "max_hours": "1", "nonce": "a"})
+    assert small.status_code == 302  # 3 more: 9, within 10
+    big = member.post("/t/alpha/jobs/new/", {**form, "max_hours": "2", "nonce": "b"})
+    assert "New bids are capped by spend alert" in big.content.decode()
+    assert "cap of 10 credits" in big.content.decode()

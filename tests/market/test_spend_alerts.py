@@ -135,6 +135,21 @@ def test_a_cap_refuses_only_a_bid_that_could_pass_it(market: World) -> None:
 
 
 @pytest.mark.django_db
+def test_a_cap_counts_pending_bids_so_splitting_does_not_pass_it(market: World) -> None:
+    rule(market, action=AlertAction.CAP, threshold=50 * C, cap=80 * C)
+    spend(market.alpha, 60)
+    alerts.spend_alerts_evaluate()
+    first = submit(market, gpus=1, bids=[(market.h100, 10 * C)])  # 10: 70
+    second = submit(market, gpus=1, bids=[(market.h100, 10 * C)])  # 10: 80, at the cap
+    with pytest.raises(BidsCapped):
+        submit(market, gpus=1, bids=[(market.h100, 5 * C)])  # 5 more: 85
+    # An amend replaces its job's bid: only the difference counts.
+    bid_amend(job=first, actor=market.amy, bids=[(market.h100, 9 * C)])  # 79
+    with pytest.raises(BidsCapped):
+        bid_amend(job=second, actor=market.amy, bids=[(market.h100, 12 * C)])  # 81
+
+
+@pytest.mark.django_db
 def test_only_managers_write_rules(market: World) -> None:
     for outsider in (market.amy, market.bob):
         with pytest.raises(alerts.NotPermitted):
