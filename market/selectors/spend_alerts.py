@@ -113,7 +113,9 @@ def pending_worst_cost(*, tenant: Tenant, besides: int | None = None) -> int:
     """The worst cost of the tenant's pending jobs: bids already in the book that a cap must count, or
     splitting one large bid into small ones would pass it. `besides`: a job whose bid is being replaced.
     Read only while a cap blocks (rare)."""
-    pending = Job.objects.filter(tenant=tenant, state=JobState.PENDING).exclude(pk=besides)
+    pending = Job.objects.filter(tenant=tenant, state=JobState.PENDING)
+    if besides is not None:
+        pending = pending.exclude(pk=besides)
     rows = pending.values_list("gpus", "limits", "max_seconds")
     return sum(worst_cost(gpus, limits, seconds) for gpus, limits, seconds in rows if limits)
 
