@@ -46,7 +46,8 @@ def allowance_tick() -> int:
 def spend_alerts_tick() -> int:
     """Beat's entry for spend alerts: evaluate every rule, then notify each new firing, and again each one whose
     notification a stopped worker never queued (docs/alerts.md)."""
-    from market.services.spend_alerts import firings_unnotified, spend_alerts_evaluate
+    from market.services.spend_alert_notify import firings_unnotified
+    from market.services.spend_alerts import spend_alerts_evaluate
 
     fired = spend_alerts_evaluate()
     for firing_id in [*fired, *firings_unnotified()]:
@@ -58,7 +59,7 @@ def spend_alerts_tick() -> int:
 @shared_task(name="market.spend_alert_email", bind=True, max_retries=5)
 def spend_alert_email(self: Task, firing_id: int) -> bool:  # type: ignore[type-arg]  # celery-types' Task is generic
     """Mail a firing to the tenant's managers; a failed send (the SMTP server away) is retried."""
-    from market.services.spend_alerts import firing_email
+    from market.services.spend_alert_notify import firing_email
 
     try:
         return firing_email(firing_id=firing_id)
@@ -70,7 +71,7 @@ def spend_alert_email(self: Task, firing_id: int) -> bool:  # type: ignore[type-
 def spend_alert_webhook(self: Task, firing_id: int) -> int:  # type: ignore[type-arg]  # celery-types' Task is generic
     """One webhook attempt per run; the service counts attempts in the delivery log (at most 5), so the
     retries stop there however often the task is delivered."""
-    from market.services.spend_alerts import webhook_backoff, webhook_deliver
+    from market.services.spend_alert_notify import webhook_backoff, webhook_deliver
 
     done = webhook_deliver(firing_id=firing_id)
     if done.retry:

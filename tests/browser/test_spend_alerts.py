@@ -23,7 +23,8 @@ def test_owner_pauses_bids_on_spend_member_is_told_owner_lifts(
 
     from accounts.models import AuditEvent
     from market.models import Job, SpendAlertRule
-    from market.services.spend_alerts import firing_email, spend_alerts_evaluate
+    from market.services.spend_alert_notify import firing_email
+    from market.services.spend_alerts import spend_alerts_evaluate
     from market.tasks import spend_alert_webhook
 
     settings.SPEND_ALERT_WEBHOOK_ALLOW_PRIVATE = True  # the receiver listens on 127.0.0.1

@@ -13,6 +13,7 @@ from django.core import mail
 from accounts.models import AuditEvent
 from config.errors import PolicyError
 from market.models import AlertAction, AlertKind, JobState, SpendAlertFiring, SpendAlertRule, WebhookDelivery
+from market.services import spend_alert_notify as notify
 from market.services import spend_alerts as alerts
 from market.services.jobs import BidsCapped, BidsPaused, bid_amend, job_submit
 from market.tasks import spend_alert_webhook
@@ -66,8 +67,8 @@ def test_a_crossing_fires_once_per_period_and_mails_the_managers(market: World) 
     firing = SpendAlertFiring.objects.get(pk=fired[0])
     assert (firing.rule_id, firing.value, firing.threshold) == (r.pk, 60 * C, 50 * C)
 
-    assert alerts.firing_email(firing_id=firing.pk)
-    assert not alerts.firing_email(firing_id=firing.pk)  # a repeated task mails nothing
+    assert notify.firing_email(firing_id=firing.pk)
+    assert not notify.firing_email(firing_id=firing.pk)  # a repeated task mails nothing
     assert len(mail.outbox) == 1
     sent = mail.outbox[0]
     assert sent.to == ["alice@ex.org"]  # the managers, not the members
@@ -207,7 +208,7 @@ def test_private_webhook_addresses_are_refused_unless_allowed(market: World, set
     r = rule(market, webhook_url="http://localhost:1/x")
     spend(market.alpha, 60)
     (firing_id,) = alerts.spend_alerts_evaluate()
-    done = alerts.webhook_deliver(firing_id=firing_id)
+    done = notify.webhook_deliver(firing_id=firing_id)
     assert (done.attempt, done.retry) == (1, False)
     (delivery,) = WebhookDelivery.objects.filter(firing__rule=r)
     assert "non-public address" in delivery.error and delivery.status_code is None
@@ -314,11 +315,11 @@ def test_webhook_gives_up_after_five_attempts(market: World) -> None:
         rule(market, webhook_url=server.url)
         spend(market.alpha, 60)
         (firing_id,) = alerts.spend_alerts_evaluate()
-        assert spend_alert_webhook.apply(args=(firing_id,)).get() == alerts.WEBHOOK_ATTEMPTS
+        assert spend_alert_webhook.apply(args=(firing_id,)).get() == notify.WEBHOOK_ATTEMPTS
         assert spend_alert_webhook.apply(args=(firing_id,)).get() == 0
-    assert len(server.received) == alerts.WEBHOOK_ATTEMPTS
-    assert WebhookDelivery.objects.filter(firing_id=firing_id, ok=False).count() == alerts.WEBHOOK_ATTEMPTS
-    assert [alerts.webhook_backoff(n) for n in (1, 2, 3, 4)] == [30, 120, 480, 1920]
+    assert len(server.received) == notify.WEBHOOK_ATTEMPTS
+    assert WebhookDelivery.objects.filter(firing_id=firing_id, ok=False).count() == notify.WEBHOOK_ATTEMPTS
+    assert [notify.webhook_backoff(n) for n in (1, 2, 3, 4)] == [30, 120, 480, 1920]
 
 
 @pytest.mark.django_db
@@ -326,7 +327,7 @@ def test_an_unreachable_webhook_is_logged_with_its_error(market: World) -> None:
     rule(market, webhook_url="http://127.0.0.1:9/nothing-listens")
     spend(market.alpha, 60)
     (firing_id,) = alerts.spend_alerts_evaluate()
-    done = alerts.webhook_deliver(firing_id=firing_id)
+    done = notify.webhook_deliver(firing_id=firing_id)
     assert done.retry
     delivery = WebhookDelivery.objects.get(firing_id=firing_id)
     assert delivery.status_code is None and delivery.error
@@ -357,14 +358,14 @@ def test_the_tick_queues_new_firings_and_sweeps_lost_ones(market: World, monkeyp
     (firing,) = SpendAlertFiring.objects.all()
     assert queued == [("email", firing.pk), ("webhook", firing.pk)]
     # Its worker stopped before it queued anything: a later tick finds it (not before two minutes).
-    assert alerts.firings_unnotified() == []
+    assert notify.firings_unnotified() == []
     later = firing.fired_at + timedelta(minutes=5)
-    assert alerts.firings_unnotified(now=later) == [firing.pk]
-    alerts.firing_email(firing_id=firing.pk)
-    assert alerts.firings_unnotified(now=later) == [firing.pk]  # the webhook is still owed
+    assert notify.firings_unnotified(now=later) == [firing.pk]
+    notify.firing_email(firing_id=firing.pk)
+    assert notify.firings_unnotified(now=later) == [firing.pk]  # the webhook is still owed
     WebhookDelivery.objects.create(firing=firing, attempt=1, url="https://example.org/h", status_code=502)
-    assert alerts.firings_unnotified(now=later) == []  # in the hands of its retries
-    assert alerts.firings_unnotified(now=firing.fired_at + timedelta(days=2)) == []
+    assert notify.firings_unnotified(now=later) == []  # in the hands of its retries
+    assert notify.firings_unnotified(now=firing.fired_at + timedelta(days=2)) == []
 
 
 @pytest.mark.django_db
@@ -373,6 +374,6 @@ def test_notifying_a_deleted_rule_does_nothing(market: World) -> None:
     spend(market.alpha, 60)
     (firing_id,) = alerts.spend_alerts_evaluate()
     alerts.spend_alert_delete(actor=market.alice, rule=r)
-    assert not alerts.firing_email(firing_id=firing_id)
-    assert alerts.webhook_deliver(firing_id=firing_id).attempt == 0
+    assert not notify.firing_email(firing_id=firing_id)
+    assert notify.webhook_deliver(firing_id=firing_id).attempt == 0
     assert mail.outbox == []

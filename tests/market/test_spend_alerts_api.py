@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from market.models import SpendAlertRule, WebhookDelivery
-from market.services.spend_alerts import spend_alerts_evaluate, webhook_deliver
+from market.services.spend_alert_notify import webhook_deliver
+from market.services.spend_alerts import spend_alerts_evaluate
 from tests.conftest import World
 from tests.market.alert_helpers import spend, webhook_receiver
 
