@@ -2,6 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
 from frontend.views import (
+    alerts,
     auth,
     console_audit,
     console_market,
@@ -47,6 +48,9 @@ urlpatterns = [
     path("t/<slug:slug>/spend.csv", spend.spend_csv, name="spend_csv"),
     path("t/<slug:slug>/tokens/", tokens.tokens, name="tokens"),
     path("t/<slug:slug>/holds/", holds.holds, name="holds"),
+    path("t/<slug:slug>/alerts/", alerts.alerts, name="alerts"),
+    path("t/<slug:slug>/alerts/<int:rule_id>/lift/", alerts.alert_lift, name="alert_lift"),
+    path("t/<slug:slug>/alerts/<int:rule_id>/delete/", alerts.alert_delete, name="alert_delete"),
     path("t/<slug:slug>/tokens/<int:token_id>/revoke/", tokens.token_revoke_view, name="token_revoke"),
     path("console/", console_market.console, name="console"),
     path("console/tenants/", console_tenants.tenants, name="console_tenants"),

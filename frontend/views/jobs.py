@@ -36,6 +36,7 @@ from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
 from market.selectors.predictions import hours as duration_text
 from market.selectors.prices import price_board
+from market.selectors.spend_alerts import Block, bid_block
 from market.services import jobs as services
 from nodeagent.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
 
@@ -137,9 +138,16 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
             "errors": errors,
             "board": price_board(),
             "guidance": _guidance(s, types, rows, values["gpus"]),
+            # A paused team sees why before it fills the form in (a cap depends on the bid: said on submit).
+            "paused": _paused(s),
         },
         s,
     )
+
+
+def _paused(s: Seat) -> Block | None:
+    block = bid_block(tenant=s.tenant, cost=0)
+    return block if block is not None and block.paused else None
 
 
 def _guidance(s: Any, types: list[GpuType], rows: list[BidRow], gpus: str) -> list[Any]:

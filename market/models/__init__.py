@@ -28,6 +28,13 @@ from market.models.policy_versions import (
 )
 from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
 from market.models.shadow import ShadowRound, ShadowRun
+from market.models.spend_alerts import (
+    AlertAction,
+    AlertKind,
+    SpendAlertFiring,
+    SpendAlertRule,
+    WebhookDelivery,
+)
 
 __all__ = [
     "DONE_STATES",
@@ -36,6 +43,8 @@ __all__ = [
     "TERMINAL_STATES",
     "Account",
     "AccountKind",
+    "AlertAction",
+    "AlertKind",
     "Allowance",
     "AllowancePeriod",
     "Bid",
@@ -73,4 +82,7 @@ __all__ = [
     "RoundState",
     "ShadowRound",
     "ShadowRun",
+    "SpendAlertFiring",
+    "SpendAlertRule",
+    "WebhookDelivery",
 ]

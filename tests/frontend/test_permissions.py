@@ -23,6 +23,7 @@ def _team_pages(m: Market) -> list[str]:
         f"/t/{slug}/spend.csv",
         f"/t/{slug}/tokens/",
         f"/t/{slug}/holds/",
+        f"/t/{slug}/alerts/",
     ]
 
 

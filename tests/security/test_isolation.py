@@ -19,6 +19,7 @@ from inventory.models import Node
 from market.models import Hold, JournalEntry, Lease
 from market.services import rounds
 from market.services.leases import lease_running
+from market.services.spend_alerts import spend_alert_create
 from nodeagent.models import BootstrapToken, LeaseUsage
 from tests.conftest import World
 from tests.frontend.conftest import login
@@ -49,6 +50,9 @@ def alpha_objects(world: World) -> dict[str, Any]:
         "token": token_create(user=world.amy, tenant=world.alpha, name="amy").token.pk,
         "hold": Hold.objects.get(key=lease.hold_key).key,
         "entry": JournalEntry.objects.filter(tenant=world.alpha).first().pk,
+        "alert": spend_alert_create(
+            actor=world.alice, tenant=world.alpha, kind="spend_day", threshold=1, action="pause"
+        ).rule.pk,
     }
 
 
@@ -62,6 +66,11 @@ REQUESTS = [
     ("post", "/api/v1/tenants/{slug}/jobs/{job}/cancel", None),
     ("post", "/api/v1/tenants/{slug}/jobs/{pending}/cancel", None),
     ("delete", "/api/v1/tenants/{slug}/tokens/{token}", None),
+    ("get", "/api/v1/tenants/{slug}/spend-alerts/{alert}", None),
+    ("patch", "/api/v1/tenants/{slug}/spend-alerts/{alert}", {"threshold": "9"}),
+    ("delete", "/api/v1/tenants/{slug}/spend-alerts/{alert}", None),
+    ("post", "/api/v1/tenants/{slug}/spend-alerts/{alert}/lift", None),
+    ("get", "/api/v1/tenants/{slug}/spend-alerts/{alert}/deliveries", None),
 ]
 TENANT_ONLY = [
     ("get", "/api/v1/tenants/{slug}/jobs", None),
@@ -70,6 +79,7 @@ TENANT_ONLY = [
     ("get", "/api/v1/tenants/{slug}/tokens", None),
     ("get", "/api/v1/tenants/{slug}/policy", None),
     ("get", "/api/v1/tenants/{slug}/hold-policy", None),
+    ("get", "/api/v1/tenants/{slug}/spend-alerts", None),
     (
         "post",
         "/api/v1/tenants/{slug}/jobs",
@@ -85,6 +95,7 @@ TENANT_ONLY = [
     ("post", "/api/v1/tenants/{slug}/topups", {"amount": "1", "key": "x"}),
     ("patch", "/api/v1/tenants/{slug}/policy", {"weight": 5}),
     ("patch", "/api/v1/tenants/{slug}/hold-policy", {"sized_by_prediction": True}),
+    ("post", "/api/v1/tenants/{slug}/spend-alerts", {"kind": "spend_day", "threshold": "5"}),
 ]
 
 

@@ -116,6 +116,8 @@ def _fit_to_the_data(case: Any) -> None:
         if Decimal(body["reserve_price"]) > Decimal(body["max_price"]):
             body["reserve_price"], body["max_price"] = body["max_price"], body["reserve_price"]
     _fit_policy_versions(case, body)
+    if case.method == "POST" and case.path.endswith("/spend-alerts"):
+        _fit_spend_alert(body)
     if case.path.endswith(("/topups", "/refunds")):
         # The key comes in the body or the header, the same one if both.
         header = (case.headers or {}).get("Idempotency-Key")
@@ -149,6 +151,22 @@ def _fit_policy_versions(case: Any, body: dict[str, Any]) -> None:
         body["tenants"] = [NAMES["tenant"]] if body.get("tenants") else []
         if not body["tenants"]:
             body["market"] = True
+
+
+def _fit_spend_alert(body: dict[str, Any]) -> None:
+    """A new spend alert's rules across fields (docs/alerts.md): a runway threshold is whole hours, a cap is
+    for a spend kind and at least the threshold, and only with the cap action; a webhook's address is public
+    (the schema's pattern cannot say that, nor that a port is valid)."""
+    if body.get("kind") == "runway_hours":
+        body["threshold"] = "24"
+    if body.get("action") == "cap":
+        body["kind"] = "spend_day" if body.get("kind") == "runway_hours" else body.get("kind")
+        body["threshold"] = "1"
+        body["cap"] = "2"
+    else:
+        body.pop("cap", None)
+    if body.get("webhook_url"):
+        body["webhook_url"] = "https://example.org/hook"
 
 
 def _without_nul(value: Any) -> Any:

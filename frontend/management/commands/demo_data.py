@@ -25,6 +25,7 @@ from market.selectors.jobs import largest_gangs
 from market.services import ledger
 from market.services.allowance import allowance_set
 from market.services.guarantees import guarantee_set
+from market.services.spend_alerts import spend_alert_create
 
 DEMO_PASSWORD = "demo-password-123"
 GPU_TYPES = [("H100", 80, 2.0, 20.0), ("A100", 80, 1.2, 12.0)]
@@ -98,6 +99,15 @@ class Command(BaseCommand):
                     amount=budget * MICRO // 10,
                     period="week",
                     cap=budget * MICRO * 3 // 2,
+                )
+                # A spend alert that only notifies: under `make run` its mail shows in the worker's log.
+                spend_alert_create(
+                    actor=admin,
+                    tenant=tenant,
+                    kind="spend_day",
+                    threshold=budget * MICRO // 20,
+                    client_key="demo-daily-spend",
+                    request_digest="demo-daily-spend",
                 )
             self._jobs(types)
             secret = self._demo_token()
