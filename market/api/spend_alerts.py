@@ -76,6 +76,10 @@ class RuleUpdateSerializer(RuleWriteSerializer):
         places=6, low=Decimal(1) / MICRO, high=Decimal(10**9), required=False, help_text=THRESHOLD_HELP
     )
     active = serializers.BooleanField(required=False, help_text="An inactive rule is not evaluated.")
+    rotate_secret = serializers.BooleanField(
+        required=False,
+        help_text="true: a new webhook secret, in this answer only (the old one stops working).",
+    )
 
 
 class RuleSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
@@ -223,14 +227,22 @@ class RuleDetailView(APIView):
     @extend_schema(
         request=RuleUpdateSerializer,
         responses={200: CreatedSerializer, 403: OpenApiResponse(description="Not a manager.")},
-        summary="Change a spend alert (managers); a new webhook URL gets a new secret, in this answer only",
+        summary="Change a spend alert (managers); a first webhook URL or rotate_secret gives a new secret, "
+        "in this answer only",
     )
     def patch(self, request: Request, slug: str, rule_id: int) -> Response:
         _, rule = _rule(request, slug, rule_id, manage=True)
         body = RuleUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         changes = _rule_args(rule.kind, body.validated_data)
-        changed = _write(services.spend_alert_update, actor=_user(request), rule=rule, changes=changes)
+        rotate = bool(changes.pop("rotate_secret", False))
+        changed = _write(
+            services.spend_alert_update,
+            actor=_user(request),
+            rule=rule,
+            changes=changes,
+            rotate_secret=rotate,
+        )
         return Response(render(changed.rule, manages=True, secret=changed.secret))
 
     @extend_schema(
