@@ -144,5 +144,5 @@ def test_owner_edits_a_rule_rotates_its_secret_and_reads_its_delivery_log(
     login(member, live_server.url, "amy")
     member.goto(f"{live_server.url}/t/alpha/alerts/{rule.pk}/")
     body = member.locator("main").inner_text()
-    assert "spend per day above 40 credits" in body
+    assert "Spend per day above 40 credits" in body
     assert "127.0.0.1" not in body and "Webhook deliveries" not in body and "Save" not in body
