@@ -85,10 +85,10 @@ class Resolved:
 
 
 def resolve(host: str, port: int, *, allow_private: bool) -> Resolved:
-    """The host's addresses, resolved once -- or none and why not: unless private ones are
-    allowed, every address must be global. The POST then connects to these very addresses (`_Pinned`), so a
-    resolver cannot answer a public address to this check and a private one to the connection (DNS
-    rebinding)."""
+    """The host's addresses, resolved once -- or none and why not: unless private ones are allowed, every
+    address must be global (one private answer among public ones refuses them all: the connection could use
+    any). The POST then connects to these very addresses (`_PinnedHTTP`, `_PinnedHTTPS`), so a resolver cannot
+    answer a public address to this check and a private one to the connection (DNS rebinding)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
@@ -147,10 +147,9 @@ class _PinnedHTTPS(http.client.HTTPSConnection):
         if context is None:
             context = ssl.create_default_context()
             context.set_alpn_protocols(["http/1.1"])  # as http.client's own default context does
-        tls = context
-        super().__init__(host, port, timeout=timeout, context=tls)
+        super().__init__(host, port, timeout=timeout, context=context)
         self.addresses = addresses
-        self.tls_context = tls
+        self.tls_context = context
 
     def connect(self) -> None:
         sock = _connect_pinned(self.addresses, self.port, self.timeout)
