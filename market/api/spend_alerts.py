@@ -172,6 +172,13 @@ def _rule_args(tenant_kind: str | None, data: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
+def _secret_answer(response: Response) -> Response:
+    """An answer carrying a webhook secret is kept by no cache: it is shown this once."""
+    if response.data.get("secret"):
+        response["Cache-Control"] = "no-store"
+    return response
+
+
 class RuleListView(APIView):
     @extend_schema(responses=RuleSerializer(many=True), summary="The team's spend alerts (any member)")
     def get(self, request: Request, slug: str) -> Response:
@@ -204,7 +211,9 @@ class RuleListView(APIView):
             **args,
         )
         code = status.HTTP_201_CREATED if created.created else status.HTTP_200_OK
-        return Response(render(created.rule, manages=True, secret=created.secret), status=code)
+        return _secret_answer(
+            Response(render(created.rule, manages=True, secret=created.secret), status=code)
+        )
 
 
 def _rule(
@@ -243,7 +252,7 @@ class RuleDetailView(APIView):
             changes=changes,
             rotate_secret=rotate,
         )
-        return Response(render(changed.rule, manages=True, secret=changed.secret))
+        return _secret_answer(Response(render(changed.rule, manages=True, secret=changed.secret)))
 
     @extend_schema(
         request=None,

@@ -172,7 +172,9 @@ def test_a_new_secret_only_on_rotate_or_a_first_url(market: World) -> None:
     moved = owner.patch(rule_url, {"webhook_url": "https://example.org/b"}, format="json").json()
     assert moved["secret"] == ""  # another URL keeps the secret the receiver checks with
     assert SpendAlertRule.objects.get().webhook_secret == first["secret"]
-    rotated = owner.patch(rule_url, {"rotate_secret": True}, format="json").json()
+    answer = owner.patch(rule_url, {"rotate_secret": True}, format="json")
+    assert answer["Cache-Control"] == "no-store"
+    rotated = answer.json()
     assert len(rotated["secret"]) >= 40 and rotated["secret"] != first["secret"]
     assert SpendAlertRule.objects.get().webhook_secret == rotated["secret"]
     assert owner.patch(rule_url, {"rotate_secret": "yes"}, format="json").status_code == 400
