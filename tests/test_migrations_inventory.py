@@ -252,9 +252,11 @@ def _check_after_move(ids: dict[str, Any]) -> None:
         FairShareUsage,
         Guarantee,
         Lease,
+        LeaseUsage,
         RoundPrice,
+        UsageReport,
     )
-    from nodeagent.models import BootstrapToken, LeaseUsage, UsageMark, UsageReport
+    from nodeagent.models import BootstrapToken, UsageMark
 
     h100 = GpuType.objects.get(name="H100")
     assert h100.current_posted == 3_000_000
