@@ -29,14 +29,14 @@ from tests.test_migrations_inventory import _content_types, _migrate, _tables, s
 pytestmark = pytest.mark.django_db(transaction=True)
 
 # Every app at its last migration before the move.
-PRE_MOVE = [
+PRE_MOVE: list[tuple[str, str | None]] = [
     ("accounts", "0004_guarantee_to_market"),
     ("inventory", "0002_content_types"),
     ("market", "0021_spend_alerts"),
     ("nodeagent", "0003_inventory_repoint"),
     ("admin", "0003_logentry_add_action_flag_choices"),
 ]
-MOVE = [
+MOVE: list[tuple[str, str | None]] = [
     ("market", "0022_usage_from_nodeagent"),
     ("nodeagent", "0004_usage_to_market"),
     ("market", "0023_usage_content_types"),
@@ -101,6 +101,7 @@ def _fill(apps: Apps) -> dict[str, Any]:
         node=nodes[0],
         gpu_type=h100,
         tier="M",
+        preemptible=True,
         price=3_000_000,
         gpus=4,
         max_seconds=3600,
@@ -199,6 +200,7 @@ def test_the_move_keeps_every_row_key_and_content_type_and_goes_back():
     with scratch_postgres() as db:
         ids = _fill(_migrate(db, PRE_MOVE))
         before, types_before, constraints_before = _tables(db), _content_types(db), _constraints(db)
+        assert all(len(c) >= 3 for c in constraints_before.values())  # key, unique, foreign key(s) at least
 
         _migrate(db, MigrationExecutor(db).loader.graph.leaf_nodes())
         after = _tables(db)
@@ -222,7 +224,9 @@ def test_a_content_type_made_under_market_before_the_rename_gives_way_to_the_mov
     with scratch_postgres() as db:
         ids = _fill(_migrate(db, PRE_MOVE))
         apps = _migrate(db, [m for m in MOVE if m[1] != RELABEL])
-        fresh = apps.get_model("contenttypes.ContentType").objects.create(app_label="market", model="leaseusage")
+        fresh = apps.get_model("contenttypes.ContentType").objects.create(
+            app_label="market", model="leaseusage"
+        )
         _migrate(db, MigrationExecutor(db).loader.graph.leaf_nodes())
         types = _content_types(db)
         assert fresh.pk not in types and types[ids["leaseusage"]] == ("market", "leaseusage")

@@ -74,7 +74,7 @@ def usage_combined(parts: list[LeaseUsage]) -> UsageSummary:
     def weighted(attr: str) -> float:
         if not samples:
             return 0.0
-        return round(sum(getattr(p, attr) * p.samples for p in parts) / samples, 2)
+        return round(sum(float(getattr(p, attr)) * p.samples for p in parts) / samples, 2)
 
     return UsageSummary(
         lease=parts[0].lease_id,
