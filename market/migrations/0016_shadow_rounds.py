@@ -38,7 +38,7 @@ class Migration(migrations.Migration):
                 ('prices_differ', models.PositiveIntegerField(default=0)),
                 ('prices', models.JSONField(default=dict)),
                 ('tenants', models.JSONField(default=dict)),
-                ('round', models.ForeignKey(db_constraint=False, on_delete=django.db.models.deletion.DO_NOTHING, related_name='+', to='market.round')),
+                ('round', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='market.round')),
                 ('version', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='shadow_rounds', to='market.policyversion')),
             ],
             options={

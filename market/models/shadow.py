@@ -46,8 +46,10 @@ class ShadowRound(models.Model):
     version = models.ForeignKey(
         "market.PolicyVersion", on_delete=models.CASCADE, related_name="shadow_rounds"
     )
-    # Round rows are never deleted (retention keeps them); no database constraint, like the round's other refs.
-    round = models.ForeignKey(Round, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+")
+    # A real constraint: unlike a round's outcomes and leases (bulk-written in the commit, checked by
+    # ops.integrity's orphan check instead), a shadow round is one row per round and version, so it costs nothing.
+    # Round rows are never deleted (retention keeps them), hence PROTECT.
+    round = models.ForeignKey(Round, on_delete=models.PROTECT, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
     clear_ms = models.PositiveIntegerField(default=0, help_text="The shadow's own clearing time.")
     bids = models.PositiveIntegerField(default=0)
