@@ -36,7 +36,11 @@ def _nodes(rng: np.random.Generator, n_nodes: int, n_types: int) -> tuple[Nodes,
     for node, k in zip(busy_nodes.tolist(), busy_count.tolist(), strict=True):
         free[node, :k] = False
     nodes = Nodes(
-        tuple(f"n{i}" for i in range(n_nodes)), gtype, np.arange(n_nodes) // 32, np.full(n_nodes, 8), free
+        tuple(f"n{i}" for i in range(n_nodes)),
+        gtype,
+        (np.arange(n_nodes) // 32).astype(np.int32),
+        np.full(n_nodes, 8),
+        free,
     )
     return nodes, np.repeat(busy_nodes, busy_count)
 
@@ -49,14 +53,14 @@ def _leases(rng: np.random.Generator, nodes: Nodes, busy: np.ndarray, n_tenants:
     slot_idx = np.concatenate([np.arange(c) for c in k]) if n else np.zeros(0, dtype=np.int64)
     return Leases(
         lease=np.arange(n) + 1,
-        tenant=rng.integers(0, n_tenants, n),
+        tenant=rng.integers(0, n_tenants, n).astype(np.int32),
         gpu_type=nodes.gpu_type[node_of],
         tier=rng.choice([1, 2], n),
         start=now - rng.integers(0, 7200, n),
         preemptible=np.ones(n, dtype=bool),
         slot_ptr=np.concatenate([[0], np.cumsum(k)]),
         slot_node=np.repeat(node_of, k),
-        slot_idx=slot_idx,
+        slot_idx=slot_idx.astype(np.int32),
     )
 
 
@@ -68,7 +72,7 @@ def build_book(n_bids: int, n_types: int, n_tenants: int, seed: int = 1) -> Book
     n_nodes = max(1, int(gpus.sum()) // 2 // 8)
     nodes, busy = _nodes(rng, n_nodes, n_types)
     leases = _leases(rng, nodes, busy, n_tenants, now)
-    held = np.zeros((n_tenants, 3, n_types), dtype=np.int64)
+    held = np.zeros((n_tenants, 3, n_types), dtype=np.int32)
     np.add.at(
         held,
         (
@@ -97,7 +101,7 @@ def build_book(n_bids: int, n_types: int, n_tenants: int, seed: int = 1) -> Book
         limit = np.where(accept, limit, -1)
     bids = Bids(
         job=np.arange(n_bids) + 1,
-        tenant=rng.integers(0, n_tenants, n_bids),
+        tenant=rng.integers(0, n_tenants, n_bids).astype(np.int32),
         gpus=gpus,
         limit=limit,
         max_s=rng.integers(1, 25, n_bids) * 3600,

@@ -19,7 +19,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from config.fields import SPACE, TEXT
+from config.fields import SPACE, TEXT, AnyField
 
 
 class Pagination(PageNumberPagination):
@@ -70,7 +70,7 @@ class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF'
     def to_internal_value(self, data: Any) -> Any:
         blank = {
             name: ["must not be empty; leave the parameter out instead"]
-            for name in self.fields
+            for name, _ in self.fields.items()  # the stubs type iterating a BindingDict as its fields, not its names
             if hasattr(data, "getlist")
             and name in data
             and any(not v.strip(SPACE) for v in data.getlist(name))
@@ -94,21 +94,21 @@ class BodySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping) and not self.context.get("form"):
-            writable = list(self._writable_fields)
-            errors = {
-                field.field_name: problem
-                for field in writable
+            # By name: a bound field's own field_name is typed optional.
+            writable = {name: field for name, field in self.fields.items() if not field.read_only}
+            errors: dict[str, Any] = {
+                name: problem
+                for name, field in writable.items()
                 if (problem := json_type_problem(field, field.get_value(data))) is not None
             }
             if self.refuse_unknown:
-                known = {field.field_name for field in writable}
-                errors |= {name: [self.unknown_message] for name in sorted(set(data) - known)}
+                errors |= {name: [self.unknown_message] for name in sorted(set(data) - set(writable))}
             if errors:
                 raise exceptions.ValidationError(errors)
         return super().to_internal_value(data)
 
 
-def json_type_problem(field: serializers.Field, value: Any) -> Any:  # type: ignore[type-arg]  # any DRF field, whatever its value types
+def json_type_problem(field: AnyField, value: Any) -> Any:
     """Why `value` is not of the JSON type `field` documents, as DRF error detail (a list of messages, or
     per key or index for objects and lists), or None. Absent and null are the field's to judge; fields of the
     API's own types (config/fields.py, lists of objects) check their input themselves."""

@@ -12,7 +12,7 @@ import re
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from functools import cache
-from typing import Any
+from typing import Any, TypeAlias
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -21,6 +21,10 @@ from rest_framework.fields import empty
 
 from config.inputs import DECIMAL_MAX_CHARS, INSTANT_PATTERN, InputError, decimal_pattern, parse_instant
 from config.parsers import JsonNumber
+
+# Any DRF field, whatever its value types (the stubs make Field generic in four; DRF's class takes no
+# subscript at runtime, hence the string).
+AnyField: TypeAlias = "serializers.Field[Any, Any, Any, Any]"
 
 # What a text field trims and what counts as blank: ASCII whitespace only, because Python's `str.strip` and
 # ECMA's `\s` disagree about the rest (U+001C to U+001F, U+0085, U+FEFF).

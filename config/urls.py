@@ -29,7 +29,7 @@ urlpatterns = [
 def handler404(request: Any, exception: Exception | None = None) -> HttpResponse:
     if request.path.startswith("/api/"):
         return api.json_404(request, exception)
-    return page_not_found(request, exception)  # type: ignore[arg-type]  # Django's handler stubs want an Exception, not None
+    return page_not_found(request, exception)
 
 
 def handler400(request: Any, exception: Exception | None = None) -> HttpResponse:

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from accounts.access import caller
 from accounts.models import Guarantee
 from config.errors import PolicyError
 from market.models import Account, GpuType, Hold, JournalEntry, Posting
@@ -28,8 +29,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs
 
 class PostingInline(admin.TabularInline):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
     model = Posting
-    fields = ["account", "amount"]
-    readonly_fields = fields
+    readonly_fields = fields = ("account", "amount")
     extra = 0
     can_delete = False
 
@@ -95,7 +95,7 @@ class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs 
 # Guarantee is an accounts model, but its page is registered here: saving one goes through
 # market.services.guarantees, and accounts must not import market (docs/architecture.md). The admin URL
 # follows the model's app, so it is still /admin/accounts/guarantee/.
-class GuaranteeForm(forms.ModelForm):
+class GuaranteeForm(forms.ModelForm):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     class Meta:
         model = Guarantee
         fields = ["tenant", "gpu_type", "gpus"]
@@ -111,10 +111,10 @@ class GuaranteeForm(forms.ModelForm):
 
 
 @admin.register(Guarantee)
-class GuaranteeAdmin(admin.ModelAdmin):
+class GuaranteeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     form = GuaranteeForm
     list_display = ["tenant", "gpu_type", "gpus"]
     list_filter = ["gpu_type"]
 
     def save_model(self, request: HttpRequest, obj: Guarantee, form: Any, change: bool) -> None:
-        guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin site admits staff Users only
+        guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=caller(request))

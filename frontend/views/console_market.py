@@ -7,11 +7,13 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db.models import Field, Model
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from accounts.access import caller
 from accounts.models import Tenant
 from accounts.selectors import audit_events
 from config.errors import PolicyError
@@ -122,6 +124,11 @@ def fairness(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _help(obj: Model, name: str) -> str:
+    field = obj._meta.get_field(name)
+    return str(field.help_text) if isinstance(field, Field) else ""  # the knobs are all plain fields
+
+
 def _shown(field: str, value: int) -> str:
     """A knob's value as the form shows it: credits for a money knob, else the number."""
     return format_credits(value).replace(",", "") if field in MONEY_KNOBS else str(value)
@@ -154,7 +161,7 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     if errors:
         return errors
     try:
-        policy_update(actor=request.user, **changes)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+        policy_update(actor=caller(request), **changes)
     except PolicyError as exc:
         if exc.field in MONEY_KNOBS:  # the service speaks micro-credits, the form credits
             low, high = (format_credits(v) for v in POLICY_LIMITS[exc.field])
@@ -163,8 +170,12 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     for t, (reserve, top) in prices.items():
         try:
             gpu_type_save(
-                name=t.name, memory_gb=t.memory_gb, reserve_price=reserve, max_price=top, actor=request.user
-            )  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+                name=t.name,
+                memory_gb=t.memory_gb,
+                reserve_price=reserve,
+                max_price=top,
+                actor=caller(request),
+            )
         except PolicyError as exc:
             return {f"{'reserve' if exc.field == 'reserve_price' else 'max'}-{t.name}": exc.message}
     return {}
@@ -232,7 +243,7 @@ def market(request: HttpRequest) -> HttpResponse:
             "low": _shown(f, lo),
             "high": _shown(f, hi),
             "money": f in MONEY_KNOBS,
-            "help": policy._meta.get_field(f).help_text,
+            "help": _help(policy, f),
             "error": errors.get(f, ""),
             "label": POLICY_LABELS[f],
         }

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
 from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
@@ -17,7 +17,7 @@ from rest_framework import serializers
 
 from config.api import BodySerializer, QuerySerializer
 from config.errors import PolicyError
-from config.fields import DecimalStringField, TextField
+from config.fields import AnyField, DecimalStringField, TextField
 from market.api.ledger_serializers import CreditsField
 from market.models import (
     Bid,
@@ -45,6 +45,12 @@ from market.services.jobs import (
     check_command,
 )
 from nodeagent.selectors.usage import job_log_tail, usage_combined
+
+if TYPE_CHECKING:
+    from django.db.models import Model
+
+    from accounts.models import Tenant, User
+    from market.models import Hold
 
 HOURS_DECIMALS = 4
 T = TypeVar("T")
@@ -104,6 +110,8 @@ class BidsField(serializers.ListSerializer):  # type: ignore[type-arg]  # DRF's 
     are keyed by index, which would read `bids.1.limit`. Duplicates and price bounds are the service's to
     check (it checks them for every caller).
     """
+
+    child: BidEntrySerializer  # always one (the base types it optional)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(child=BidEntrySerializer(), allow_empty=False, **kwargs)
@@ -223,8 +231,12 @@ class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # D
 
     # The views pass the GPU types as context["gpu_types"] ({name: GpuType}): one query for a whole page.
 
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    submitter: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     max_hours = serializers.SerializerMethodField()
     bids = LimitSerializer(many=True, source="limits", read_only=True)
     warnings = serializers.SerializerMethodField()
@@ -256,14 +268,18 @@ class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # D
         ]
         read_only_fields = fields
 
-    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]  # any DRF field, whatever its value types
+    # Each class's own built fields (see get_fields), set on first use: declared, not assigned, so that a
+    # subclass does not find its parent's in its __dict__.
+    _built_fields: ClassVar[dict[str, AnyField]]
+
+    def get_fields(self) -> dict[str, AnyField]:
         # ModelSerializer builds every field from the model again on each use, a fifth of a submit's own work
         # (bench/api.py). The fields depend only on the class, so each class builds them once and each use
         # gets a copy, as DRF copies declared fields.
         cls = type(self)
         if "_built_fields" not in cls.__dict__:
-            cls._built_fields = super().get_fields()  # type: ignore[attr-defined]  # a class-level cache of the built fields, set here
-        return copy.deepcopy(cls._built_fields)  # type: ignore[attr-defined,no-any-return]  # a class-level cache of the built fields, set here
+            cls._built_fields = super().get_fields()
+        return copy.deepcopy(cls._built_fields)
 
     def get_max_hours(self, job: Job) -> str:
         return hours_text(job.max_seconds)
@@ -291,7 +307,9 @@ def bid_warnings(limits: list[dict[str, Any]], types: dict[str, GpuType]) -> lis
 
 
 class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     bids = LimitSerializer(many=True, source="limits", read_only=True)
 
     class Meta:
@@ -302,7 +320,9 @@ class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
 
 class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     round = serializers.IntegerField(source="round_id", read_only=True)
-    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
     price_credits = serializers.SerializerMethodField()
     would_have_won = serializers.SerializerMethodField(
         help_text="For reason outbid: the price that would have won (micro-credits per GPU-hour)."
@@ -369,7 +389,7 @@ class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
         help_text="The allocator's rule: reclaim_guarantee (another tenant's guarantee) or fair_share "
         "(another tenant's entitlement, fair reclaim).",
     )
-    label = serializers.CharField(help_text='The rule in words, e.g. "Guarantee reclaim".')
+    label = serializers.CharField(help_text='The rule in words, e.g. "Guarantee reclaim".')  # type: ignore[assignment]  # the stubs see Field.label; DRF's metaclass takes declared fields off the class
     round = serializers.IntegerField(help_text="The round that preempted it.")
     for_own_tenant = serializers.BooleanField(help_text="Whether the job it made room for is this tenant's.")
     for_job = serializers.IntegerField(
@@ -392,8 +412,12 @@ class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
 
 
 class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    node: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     bound_gpus = LeaseGpuSerializer(many=True, source="gpus_bound", read_only=True)
     price_credits = serializers.SerializerMethodField()
     hold_amount = serializers.SerializerMethodField(help_text="Micro-credits held for this lease.")
@@ -489,7 +513,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  
     charged; `released`: what went back to available (the rest of the hold at settle, all of it at release)."""
 
     lease = serializers.SerializerMethodField()
-    hold = serializers.SlugRelatedField(slug_field="key", read_only=True)
+    hold: serializers.SlugRelatedField[Hold] = serializers.SlugRelatedField(slug_field="key", read_only=True)
     amount = serializers.SerializerMethodField()
     amount_credits = serializers.SerializerMethodField()
     released = serializers.SerializerMethodField()
@@ -515,7 +539,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  
         return int(entry.lease_id)  # type: ignore[attr-defined]  # lease_id is set on each entry by market.selectors.jobs.hold_entries
 
     def get_amount(self, entry: JournalEntry) -> int:
-        held = entry.hold.amount if entry.hold_id else entry.amount
+        held = entry.hold.amount if entry.hold is not None else entry.amount
         # A hold entry shows what it moved: the first one the whole hold, an extension what it added.
         return {"hold": entry.amount, "settle": min(entry.amount, held), "release": 0}.get(
             entry.kind, entry.amount
@@ -525,7 +549,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  
         return format_credits(self.get_amount(entry))
 
     def get_released(self, entry: JournalEntry) -> int:
-        if entry.kind not in ("settle", "release") or not entry.hold_id:
+        if entry.kind not in ("settle", "release") or entry.hold is None:
             return 0
         return entry.hold.amount - self.get_amount(entry)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rest_framework import serializers
 
@@ -12,6 +12,10 @@ from config.fields import SPACE, DecimalStringField, InstantField, TextField
 from market.models import EntryKind, JournalEntry, Posting
 from market.money import MAX_AMOUNT, MICRO, format_credits
 from market.services.ledger import KEY_MAX_LENGTH, key_as_given
+
+if TYPE_CHECKING:
+    from accounts.models import Tenant, User
+    from market.models import Hold
 
 # The most one amount may be: MAX_AMOUNT, a billion credits.
 CREDITS_MAX = Decimal(MAX_AMOUNT) / MICRO
@@ -107,9 +111,15 @@ class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg] 
 class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
     amount_credits = serializers.SerializerMethodField()
     key = serializers.SerializerMethodField(help_text="The key as its caller gave it.")
-    hold = serializers.SlugRelatedField(slug_field="key", read_only=True, allow_null=True)
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    hold: serializers.SlugRelatedField[Hold] = serializers.SlugRelatedField(
+        slug_field="key", read_only=True, allow_null=True
+    )
+    actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     postings = PostingSerializer(many=True, read_only=True)
 
     class Meta:

@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import access_tenant, require_admin
+from accounts.access import access_tenant, caller, require_admin
 from accounts.models import Tenant
 from config.api import BodySerializer
 from config.errors import PolicyError
@@ -85,11 +85,11 @@ class MarketPolicyView(APIView):
         summary="Change market policy knobs (platform admins; audited)",
     )
     def patch(self, request: Request) -> Response:
-        require_admin(request.user)
+        require_admin(caller(request))
         body = MarketPolicyPatchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            policy = policy_update(actor=request.user, **body.validated_data)
+            policy = policy_update(actor=caller(request), **body.validated_data)
         except PolicyError as exc:
             raise api_exception(exc) from exc
         return Response(MarketPolicySerializer(policy).data)
@@ -161,7 +161,7 @@ class TenantPolicyView(APIView):
         responses=TenantPolicySerializer, summary="The tenant's weight, guardrail, guarantees and GPUs held"
     )
     def get(self, request: Request, slug: str) -> Response:
-        return _tenant_policy_response(access_tenant(request.user, slug, auth=request.auth))
+        return _tenant_policy_response(access_tenant(caller(request), slug, auth=request.auth))
 
     @extend_schema(
         request=TenantPolicyPatchSerializer,
@@ -169,12 +169,12 @@ class TenantPolicyView(APIView):
         summary="Change the tenant's weight, guardrail or guarantees (platform admins; all or nothing)",
     )
     def patch(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
-        require_admin(request.user)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
+        require_admin(caller(request))
         body = TenantPolicyPatchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            tenant = tenant_policy_update(actor=request.user, tenant=tenant, **body.validated_data)
+            tenant = tenant_policy_update(actor=caller(request), tenant=tenant, **body.validated_data)
         except PolicyError as exc:
             raise api_exception(exc) from exc
         return _tenant_policy_response(tenant)

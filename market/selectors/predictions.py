@@ -68,7 +68,7 @@ def _sample(tenant_id: int | None) -> list[Finished]:
     return [
         Finished(slug, name_family(name), command_family(command), gpus, seconds[pk], ended.timestamp())
         for pk, slug, name, command, gpus, ended in reversed(rows)
-        if seconds.get(pk, 0) > 0
+        if seconds.get(pk, 0) > 0 and ended is not None  # never None: filtered above, typed nullable
     ]
 
 

@@ -282,7 +282,7 @@ def _job_create(
     )
     # Its value stays in the database: left unloaded, it is read back only if something asks for it.
     del job.__dict__["wait_round"]
-    job.rounds_waited = 0  # a new wait
+    job.rounds_waited = 0  # type: ignore[attr-defined]  # the annotation with_rounds_waited gives listed jobs; a new one has waited none
     Bid.objects.create(job=job, version=1, limits=job.limits, actor=submitter, created_at=job.submitted_at)
     if idempotency_key and first_response is not None:
         job.first_response = first_response(job)

@@ -195,7 +195,7 @@ class BootstrapCreateSerializer(BodySerializer):
         allow_blank=True,
         default="",
     )
-    gpu_type = serializers.SlugRelatedField(
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
         slug_field="name", queryset=GpuType.objects.all(), required=False, allow_null=True, default=None
     )
     topology_domain = TextField(max_length=64, required=False, allow_blank=True, default="")
@@ -203,7 +203,9 @@ class BootstrapCreateSerializer(BodySerializer):
 
 
 class BootstrapTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
     token = serializers.SerializerMethodField(help_text="The secret, shown this once.")
 
     class Meta:
@@ -223,7 +225,9 @@ class GpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # D
 
 
 class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     gpus = GpuSerializer(many=True, source="gpu_rows", read_only=True)
 
     class Meta:

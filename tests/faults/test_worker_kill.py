@@ -59,7 +59,7 @@ def _finished(rnd_id: int) -> Round | None:
 
 def _assert_written_once(rnd: Round) -> None:
     assert rnd.state == RoundState.DISPATCHED, rnd.error
-    result = clear(Snapshot.load(bytes(rnd.book)).book)
+    result = clear(Snapshot.load(rnd.book).book)
     assert result.digest == rnd.digest
     decided = {hold_key(rnd.pk, w.job): w.hold for w in result.winner_records()}
     assert decided and dict(Hold.objects.values_list("key", "amount")) == decided

@@ -116,7 +116,7 @@ def test_interrupted_round_completes_with_same_hash(market, stop_after):
     from allocator import clear
     from market.selectors.book import Snapshot
 
-    assert clear(Snapshot.load(bytes(done.book)).book).digest == done.digest
+    assert clear(Snapshot.load(done.book).book).digest == done.digest
     ledger_ok()
 
 
