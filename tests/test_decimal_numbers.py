@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import pytest
 from hypothesis import given, settings
@@ -138,7 +138,11 @@ def market(world: World) -> World:
     return world
 
 
-def _submit(world: World, raw: str, **headers: str) -> Any:
+class _Headers(TypedDict, total=False):
+    HTTP_IDEMPOTENCY_KEY: str
+
+
+def _submit(world: World, raw: str, **headers: Unpack[_Headers]) -> Any:
     return world.client(world.alice).post(URL, raw, content_type="application/json", **headers)
 
 

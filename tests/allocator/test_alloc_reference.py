@@ -86,7 +86,13 @@ def test_best_fit_in_one_pass_is_one_search_per_gang(free: list[int], k: int, ga
     free GPUs that holds the gang, ties by node index."""
     n = len(free)
     slots = np.arange(8)[None, :] < np.array(free)[:, None]
-    nodes = Nodes(tuple(f"n{i}" for i in range(n)), np.zeros(n), np.zeros(n), np.full(n, 8), slots)
+    nodes = Nodes(
+        tuple(f"n{i}" for i in range(n)),
+        np.zeros(n, dtype=np.int32),
+        np.zeros(n, dtype=np.int32),
+        np.full(n, 8, dtype=np.int32),
+        slots,
+    )
     floor = Floor.of(nodes, 1)
     placed = best_fit(floor, 0, k, np.arange(gangs, dtype=np.int64), 0)
     left, want = list(free), []

@@ -127,9 +127,10 @@ def test_random_call_sequences_keep_the_ledger_consistent(world: World, steps: l
             assert model.apply(call) == "ok"
             first_entry[scoped(call)] = _call(world, call)[1]  # type: ignore[assignment]  # _call's entry id is an int wherever a call makes one
         for step in steps:
-            call = step if step[0] != "repeat" else (history[step[1] % len(history)] if history else None)
-            if call is None:
+            picked = step if step[0] != "repeat" else (history[step[1] % len(history)] if history else None)
+            if picked is None:
                 continue
+            call = picked
             history.append(call)
             before = [tenant_balance(tenant=t) for t in (world.alpha, world.beta)]
             want = model.apply(call)

@@ -57,7 +57,8 @@ def test_a_round_commit_writes_the_history_and_the_rounds_figures(market: World)
     make_job(w.alpha, w.alice, gpus=8, limits={w.h100: 5})
     make_job(w.beta, w.bob, gpus=8, limits={w.h100: 5})
     rnd = rounds.round_tick()
-    assert rnd is not None and rnd.state == RoundState.DISPATCHED, rnd.error
+    assert rnd is not None
+    assert rnd.state == RoundState.DISPATCHED, rnd.error
     # A row per tenant and type, for this round: no earlier history, so what the round leaves counts for one
     # round period: the tenant left waiting for 8 is owed its target, the one holding 8 is above its own.
     assert FairShareUsage.objects.filter(round=rnd).count() == 3 * 2
@@ -144,8 +145,7 @@ def test_a_failed_commit_writes_no_history_and_its_retry_writes_it_once(
     make_job(w.alpha, w.alice, gpus=8, limits={w.h100: 5})
     rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
     import market.services.rounds as rs
-
-    real = rs.fair_share_record
+    from market.services.fair_share import fair_share_record as real  # what rounds calls, patched there below
 
     def boom(**kwargs: Any) -> None:
         real(**kwargs)
