@@ -42,7 +42,7 @@ class CSVRenderer(BaseRenderer):
         return json.dumps(data).encode()
 
 
-class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
     actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True
     )

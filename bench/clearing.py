@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -119,21 +120,23 @@ def build_book(n_bids: int, n_types: int, n_tenants: int, seed: int = 1) -> Book
     )
 
 
-def best_of_pair(fn: object, base: object, budget_s: float = 0.5) -> tuple[float, float]:
+def best_of_pair(
+    fn: Callable[[], object], base: Callable[[], object], budget_s: float = 0.5
+) -> tuple[float, float]:
     """Best wall times of calls of ``fn`` and of ``base``, alternating, after one untimed call of each
     (first-use costs: fresh memory pages, compiled kernels loaded). Alternating lets a noisy machine slow both
     alike, so their ratio is steadier than that of two separate series. As many pairs as fit ``budget_s`` of
     ``fn`` (5 to 200): seven, as before, left a 1 ms round 10 to 20% above its best here, where 200 settle
     it; both get the same number of tries."""
     t0 = time.perf_counter()
-    fn()  # type: ignore[operator]  # fn and base are callables, typed object
+    fn()
     repeats = min(200, max(5, int(budget_s / (time.perf_counter() - t0))))
-    base()  # type: ignore[operator]  # fn and base are callables, typed object
+    base()
     best = [float("inf"), float("inf")]
     for _ in range(repeats):
         for i, f in enumerate((fn, base)):
             t0 = time.perf_counter()
-            f()  # type: ignore[operator]  # fn and base are callables, typed object
+            f()
             best[i] = min(best[i], time.perf_counter() - t0)
     return best[0], best[1]
 

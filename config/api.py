@@ -63,7 +63,7 @@ def _positive_param(params: Any, name: str, top: int) -> None:
         raise exceptions.ValidationError({name: [f"must be at most {top:,}"]})
 
 
-class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class QuerySerializer(serializers.Serializer[object]):
     """Base of every list filter: a parameter given empty (`?gpu_type=`) is a 400 naming it, not silently
     dropped as DRF does for optional fields read from a query string."""
 
@@ -88,7 +88,7 @@ class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF'
 # (config/schema.py). The portal checks its forms with the same serializers: with context {"form": True} the
 # values are form text, so their JSON types are not checked (DRF's fields parse "2" as a number, as a form
 # needs).
-class BodySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class BodySerializer(serializers.Serializer[object]):
     refuse_unknown = False
     unknown_message = "is not a field of this request"
 

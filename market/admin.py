@@ -16,7 +16,7 @@ from market.services.gpu_types import gpu_type_save
 from market.services.guarantees import guarantee_check, guarantee_set
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
+class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     def has_add_permission(self, request: Any, obj: Any = None) -> bool:
         return False
 
@@ -27,7 +27,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs
         return False
 
 
-class PostingInline(admin.TabularInline):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
+class PostingInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     model = Posting
     readonly_fields = fields = ("account", "amount")
     extra = 0
@@ -66,14 +66,14 @@ class PostingAdmin(ReadOnlyAdmin):
     list_select_related = ["entry", "account__tenant"]
 
 
-class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
+class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     class Meta:
         model = GpuType
         fields = ["name", "memory_gb", "reserve_price", "max_price"]
 
 
 @admin.register(GpuType)
-class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
+class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     """Prices are micro-credits per GPU-hour; saving goes through the service so it is checked and audited."""
 
     form = GpuTypeForm

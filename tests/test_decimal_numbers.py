@@ -38,12 +38,12 @@ def _spellings(number: Decimal) -> list[str]:
     return sorted(texts)
 
 
-def _field_cases() -> list[tuple[DecimalStringField, int]]:
+def _field_cases() -> list[tuple[DecimalStringField[int], int]]:
     return [(HoursField(), 4), (CreditsField(), 6), (CreditsField(allow_zero=True), 6)]
 
 
 @st.composite
-def _in_bounds(draw: st.DrawFn, field_places: tuple[DecimalStringField, int]) -> Decimal:
+def _in_bounds(draw: st.DrawFn, field_places: tuple[DecimalStringField[int], int]) -> Decimal:
     field, places = field_places
     low, high = field.bounds()
     step = Decimal(1).scaleb(-places)

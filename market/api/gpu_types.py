@@ -22,7 +22,7 @@ from market.money import format_credits
 from market.services.gpu_types import gpu_type_save
 
 
-class GpuTypeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class GpuTypeSerializer(serializers.ModelSerializer[GpuType]):
     reserve_price_credits = serializers.SerializerMethodField()
     max_price_credits = serializers.SerializerMethodField()
 

@@ -63,7 +63,7 @@ T = TypeVar("T")
 HOURS_MIN = (Decimal(MIN_SECONDS) / 3600).quantize(Decimal(1).scaleb(-HOURS_DECIMALS), rounding=ROUND_UP)
 
 
-class HoursField(DecimalStringField):
+class HoursField(DecimalStringField[int]):
     """Hours as a decimal string ("1.5") or a JSON number (1.5), at most 4 decimals, from HOURS_MIN (a minute)
     to JOB_MAX_HOURS (config/fields.DecimalStringField); becomes whole seconds, rounded half up."""
 
@@ -103,7 +103,7 @@ class BidEntrySerializer(BodySerializer):
     )
 
 
-class BidsField(serializers.ListSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class BidsField(serializers.ListSerializer[object]):
     """The preference-ordered bid entries, with each type name resolved to its GpuType (one query).
 
     Gives [(GpuType, micro-credits), ...]. Errors name the entry (`bids[1].limit`): DRF's own list errors
@@ -216,7 +216,7 @@ class JobFilterSerializer(QuerySerializer):
 # Responses
 
 
-class LimitSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class LimitSerializer(serializers.Serializer[object]):
     gpu_type = serializers.CharField()
     limit = serializers.IntegerField(help_text="Micro-credits per GPU-hour.")
     limit_credits = serializers.SerializerMethodField()
@@ -225,7 +225,7 @@ class LimitSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF'
         return format_credits(entry["limit"])
 
 
-class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class JobSerializer(serializers.ModelSerializer[Job]):
     """A job with its current bid. `warnings` names bid entries that cannot win as they stand (a limit below
     the type's reserve price)."""
 
@@ -306,7 +306,7 @@ def bid_warnings(limits: list[dict[str, Any]], types: dict[str, GpuType]) -> lis
     return out
 
 
-class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class BidVersionSerializer(serializers.ModelSerializer[Bid]):
     actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
         slug_field="username", read_only=True
     )
@@ -318,7 +318,7 @@ class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         read_only_fields = fields
 
 
-class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
     round = serializers.IntegerField(source="round_id", read_only=True)
     gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
         slug_field="name", read_only=True, allow_null=True
@@ -357,7 +357,7 @@ class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg] 
         return None if figure is None else format_credits(figure)
 
 
-class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class LeaseGpuSerializer(serializers.ModelSerializer[LeaseGpu]):
     index = serializers.IntegerField(source="gpu.index", read_only=True)
     uuid = serializers.CharField(source="gpu.uuid", read_only=True)
 
@@ -367,7 +367,7 @@ class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         read_only_fields = fields
 
 
-class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class LeaseUsageSerializer(serializers.Serializer[object]):
     """What the node agents measured, cumulative from the job's start, summed over the gang's nodes."""
 
     gpu_seconds = serializers.FloatField(help_text="GPUs held x seconds: what the lease is charged for.")
@@ -379,7 +379,7 @@ class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
     samples = serializers.IntegerField()
 
 
-class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class PreemptionSerializer(serializers.Serializer[object]):
     """Why a round preempted the lease (market.selectors.preemptions.Preemption). The job it made room for is
     behind the tenant wall: its id only when it is this tenant's own job, or for a platform admin, who also
     sees its tenant."""
@@ -411,7 +411,7 @@ class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
     )
 
 
-class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class LeaseSerializer(serializers.ModelSerializer[Lease]):
     node: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
@@ -508,7 +508,7 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  #
         return None if lease.charged is None else format_credits(lease.charged)
 
 
-class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class ChargeSerializer(serializers.ModelSerializer[JournalEntry]):
     """A ledger entry of one of the job's holds. `amount`: for a hold what it held, for a settle what it
     charged; `released`: what went back to available (the rest of the hold at settle, all of it at release)."""
 
@@ -557,7 +557,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  
         return format_credits(self.get_released(entry))
 
 
-class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class RuntimePredictionSerializer(serializers.Serializer[object]):
     """allocator.predict.Prediction: runtimes of the similar finished jobs that ran at least `done_seconds`."""
 
     median_seconds = serializers.FloatField(source="median_s")
@@ -570,13 +570,13 @@ class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-
     )
 
 
-class StartEstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class StartEstimateSerializer(serializers.Serializer[object]):
     gpu_type = serializers.CharField()
     at = serializers.DateTimeField(allow_null=True, help_text="Estimated start; null when none can be given.")
     text = serializers.CharField(help_text="The estimate and what it is based on.")
 
 
-class EstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class EstimateSerializer(serializers.Serializer[object]):
     """market.selectors.job_estimate.Estimate: what the job will likely take and cost, and when it may start."""
 
     prediction = RuntimePredictionSerializer(

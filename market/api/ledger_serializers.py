@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 CREDITS_MAX = Decimal(MAX_AMOUNT) / MICRO
 
 
-class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class BalanceSerializer(serializers.Serializer[object]):
     available = serializers.IntegerField(help_text="Micro-credits free to hold.")
     held = serializers.IntegerField(help_text="Micro-credits held for running leases.")
     spent = serializers.IntegerField(help_text="Net micro-credits charged (settlements minus refunds).")
@@ -35,7 +35,7 @@ class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DR
         return figures | {f"{name}_credits": format_credits(value) for name, value in figures.items()}
 
 
-class CreditsField(DecimalStringField):
+class CreditsField(DecimalStringField[int]):
     """Credits as a decimal string ("12.5") or a JSON number (12.5), at most 6 decimals, positive, at most
     CREDITS_MAX (config/fields.DecimalStringField); becomes micro-credits. With allow_zero, "0" is
     taken too (a GPU type's reserve price may be free). Read-only, it renders micro-credits as credits."""
@@ -100,7 +100,7 @@ class LedgerFilterSerializer(QuerySerializer):
         return attrs
 
 
-class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class PostingSerializer(serializers.ModelSerializer[Posting]):
     account = serializers.CharField(source="account.label")
 
     class Meta:
@@ -108,7 +108,7 @@ class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg] 
         fields = ["account", "amount"]
 
 
-class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class EntrySerializer(serializers.ModelSerializer[JournalEntry]):
     amount_credits = serializers.SerializerMethodField()
     key = serializers.SerializerMethodField(help_text="The key as its caller gave it.")
     hold: serializers.SlugRelatedField[Hold] = serializers.SlugRelatedField(

@@ -34,7 +34,7 @@ from market.services.policy import (
 # Market policy
 
 
-class MarketPolicySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class MarketPolicySerializer(serializers.ModelSerializer[MarketPolicy]):
     class Meta:
         model = MarketPolicy
         fields = [*POLICY_LIMITS, "updated_at"]
@@ -98,13 +98,13 @@ class MarketPolicyView(APIView):
 # Tenant policy
 
 
-class HeldGpusSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class HeldGpusSerializer(serializers.Serializer[object]):
     gpu_type = serializers.CharField()
     tier = serializers.CharField(help_text="G (guaranteed), B (borrowed) or S (spot).")
     gpus = serializers.IntegerField()
 
 
-class TenantPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class TenantPolicySerializer(serializers.Serializer[object]):
     tenant = serializers.CharField()
     weight = serializers.IntegerField(help_text="Share of the excess GPUs relative to other tenants.")
     guardrail = serializers.IntegerField(
