@@ -16,10 +16,11 @@ from rest_framework import serializers
 
 from config.fields import DecimalStringField
 from config.parsers import JSONParser, canonical_json
-from market.api.jobs_serializers import HOURS_MIN, HoursField
+from market.api.jobs_serializers import HoursField
 from market.api.ledger_serializers import CREDITS_MAX, CreditsField
 from market.models import Bid, Job
 from market.money import MICRO
+from market.services.jobs import HOURS_MIN
 from tests.conftest import World
 
 URL = "/api/v1/tenants/alpha/jobs"

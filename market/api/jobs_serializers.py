@@ -7,7 +7,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
-from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.conf import settings
@@ -39,10 +39,18 @@ from market.selectors.preemptions import preemption_of
 from market.selectors.waiting import rounds_waited
 from market.services.jobs import (
     GRACE_MAX_SECONDS,
-    MIN_SECONDS,
+    GRACE_OUT_OF_RANGE,
+    HOURS_DECIMALS,
+    HOURS_MIN,
     NAME_MAX_CHARS,
+    NAME_TOO_LONG,
+    NOT_BLANK,
+    NOT_WHOLE,
+    TOO_FEW_GPUS,
+    TOO_FEW_HOURS,
     check_bid_count,
     check_command,
+    too_many_hours,
 )
 from nodeagent.selectors.usage import job_log_tail, usage_combined
 
@@ -52,15 +60,10 @@ if TYPE_CHECKING:
     from accounts.models import Tenant, User
     from market.models import Hold
 
-HOURS_DECIMALS = 4
 T = TypeVar("T")
 
 
 # Requests
-
-
-# The fewest hours with HOURS_DECIMALS decimals that make at least MIN_SECONDS: 0.0167.
-HOURS_MIN = (Decimal(MIN_SECONDS) / 3600).quantize(Decimal(1).scaleb(-HOURS_DECIMALS), rounding=ROUND_UP)
 
 
 class HoursField(DecimalStringField[int]):
@@ -80,10 +83,10 @@ class HoursField(DecimalStringField[int]):
         return int((hours * 3600).to_integral_value(rounding=ROUND_HALF_UP))
 
     def too_low(self, low: Decimal) -> str:
-        return f"must be at least 1 minute ({HOURS_MIN} hours)"
+        return TOO_FEW_HOURS
 
     def too_high(self, high: Decimal) -> str:
-        return f"must be at most {high} hours"
+        return too_many_hours()
 
     def to_representation(self, value: int) -> str:
         return hours_text(value)
@@ -162,19 +165,30 @@ def _unknown_type(name: str, types: dict[str, GpuType]) -> str:
 class JobSubmitSerializer(BodySerializer):
     """Body of a submit. Fields not listed here are ignored."""
 
-    name = TextField(max_length=NAME_MAX_CHARS)
+    # The fields' own checks (blank, bounds, kind) read as the service's (market.services.jobs).
+    name = TextField(
+        max_length=NAME_MAX_CHARS, error_messages={"blank": NOT_BLANK, "max_length": NAME_TOO_LONG}
+    )
     command = TextField(
         trim_whitespace=False,
+        error_messages={"blank": NOT_BLANK},
         help_text="What the agent runs; at most JOB_COMMAND_MAX_CHARS characters (8192 by default).",
     )
     gpus = serializers.IntegerField(
-        min_value=1, help_text="GPUs wanted as one gang; at most the largest node group of an accepted type."
+        min_value=1,
+        error_messages={"min_value": TOO_FEW_GPUS, "invalid": NOT_WHOLE},
+        help_text="GPUs wanted as one gang; at most the largest node group of an accepted type.",
     )
     bids = BidsField(help_text="Acceptable GPU types with a limit price each, most preferred first.")
     max_hours = HoursField(help_text="Longest the job may run, hours (> 0, at least 1 minute, 4 decimals).")
     grace_seconds = serializers.IntegerField(
         min_value=0,
         max_value=GRACE_MAX_SECONDS,
+        error_messages={
+            "min_value": GRACE_OUT_OF_RANGE,
+            "max_value": GRACE_OUT_OF_RANGE,
+            "invalid": NOT_WHOLE,
+        },
         required=False,
         allow_null=True,
         help_text="SIGTERM to SIGKILL on preemption or cancel; the market's default when left out.",

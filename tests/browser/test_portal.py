@@ -322,7 +322,7 @@ def test_a_bad_form_shows_the_error_beside_the_field(
     page.fill("#bids-0-limit", "lots")
     page.click("form button:has-text('Submit job')")
     # The API's own messages (market/api/jobs_serializers.py), each beside its field.
-    assert "greater than or equal to 1" in page.locator("#id_gpus-error").inner_text()
+    assert "must be at least 1" in page.locator("#id_gpus-error").inner_text()
     assert page.locator("#bids-0-limit-error").inner_text()
     assert page.locator("#id_gpus").get_attribute("aria-invalid") == "true"
     shot(page, tmp_path, "form-errors")
