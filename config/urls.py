@@ -32,16 +32,16 @@ def handler404(request: Any, exception: Exception | None = None) -> HttpResponse
     return page_not_found(request, exception)
 
 
-def handler400(request: Any, exception: Exception | None = None) -> HttpResponse:
+def handler400(request: Any, exception: Exception) -> HttpResponse:  # Django always passes the exception
     if request.path.startswith("/api/"):
         return api.json_400(request, exception)
-    return bad_request(request, exception)  # type: ignore[arg-type]  # Django's handler stubs want an Exception, not None
+    return bad_request(request, exception)
 
 
-def handler403(request: Any, exception: Exception | None = None) -> HttpResponse:
+def handler403(request: Any, exception: Exception) -> HttpResponse:  # Django always passes the exception
     if request.path.startswith("/api/"):
         return api.json_403(request, exception)
-    return permission_denied(request, exception)  # type: ignore[arg-type]  # Django's handler stubs want an Exception, not None
+    return permission_denied(request, exception)
 
 
 def handler500(request: Any) -> HttpResponse:
