@@ -13,6 +13,7 @@ order, as Django's own bulk_create gives them.
 from __future__ import annotations
 
 import json
+import typing
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -243,7 +244,7 @@ def _literal(values: Sequence[Any], cast: str) -> str:
         return "{" + ",".join("NULL" if v is None else ("t" if v else "f") for v in values) + "}"
     texts = _texts(values, cast)
     if None not in texts:
-        plain: list[str] = texts  # type: ignore[assignment]  # no None left in texts (checked just above)
+        plain = typing.cast(list[str], texts)  # no None in texts: checked just above
         joined = "".join(plain)
         if '"' not in joined and "\\" not in joined:  # nothing to escape: quote them all in one join
             return '{"' + '","'.join(plain) + '"}'
