@@ -23,6 +23,7 @@ run: export TLS = 0
 run: export DATABASE_URL =
 run: export REDIS_URL =
 run: export ROUND_SECONDS ?= 30
+run: export EMAIL_BACKEND ?= django.core.mail.backends.console.EmailBackend
 run: export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 run: install .env
 	$(PY) manage.py migrate --noinput
@@ -32,7 +33,8 @@ run: install .env
 .env:
 	printf '%s\n' '# Written by `make run`: the local settings for manage.py in this checkout. Variables set in the' \
 		'# environment win over these (config/env.py); edit freely, `make run` never overwrites this file.' \
-		'DEBUG=1' 'TLS=0' 'DATABASE_URL=' 'REDIS_URL=' > $@
+		'DEBUG=1' 'TLS=0' 'DATABASE_URL=' 'REDIS_URL=' \
+		'EMAIL_BACKEND=django.core.mail.backends.console.EmailBackend' > $@
 
 # pytest-xdist workers (each with its own test database); PYTEST_PARALLEL= runs in one process.
 PYTEST_PARALLEL ?= -n 2
@@ -76,6 +78,7 @@ bench: install
 	$(PY) bench/usage.py
 	$(PY) bench/retention.py
 	$(PY) bench/agent.py
+	$(PY) bench/speed_estimates.py
 
 clean:
 	rm -rf $(VENV) var

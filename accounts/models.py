@@ -53,17 +53,6 @@ class Membership(models.Model):
         return f"{self.user} in {self.tenant} ({self.role})"
 
 
-class Guarantee(models.Model):
-    """GPUs of one type a tenant is always entitled to (ARCHITECTURE.md §Clearing, tier G)."""
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="guarantees")
-    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="guarantees")
-    gpus = models.PositiveIntegerField()
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["tenant", "gpu_type"], name="guarantee_unique")]
-
-
 class ApiToken(models.Model):
     """A bearer token for one user acting in one tenant. Only its SHA-256 is stored.
 

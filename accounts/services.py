@@ -1,7 +1,6 @@
 """Writes for tenancy: tenants and memberships. Keyword-only, atomic, audited.
 
-Guarantees are written by market.services.guarantees: keeping them within the cluster's GPUs needs GPU types
-and nodes, which sit above accounts."""
+Guarantees are the market's (market.models.Guarantee, written by market.services.guarantees)."""
 
 from __future__ import annotations
 

@@ -68,6 +68,7 @@ class Finished:
     gpus: int
     runtime_s: float
     ended_at: float
+    gpu_type: str = ""  # the one type it ran on; "" when unknown or split across types (allocator/speed.py)
 
 
 @dataclass(frozen=True)

@@ -57,10 +57,10 @@ def _seed(nodes: int) -> str:
     from accounts import services as accounts_services
     from accounts.models import Role, User
     from accounts.tokens import token_create
-    from market.money import MICRO
-    from market.services.gpu_types import gpu_type_save
+    from config.money import MICRO
+    from inventory.models import Gpu, Node
+    from inventory.services.gpu_types import gpu_type_save
     from market.services.ledger import ledger_topup
-    from nodeagent.models import Gpu, Node
 
     admin = User.objects.create_user(username="bench-admin", is_staff=True)
     h100 = gpu_type_save(

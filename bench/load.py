@@ -107,9 +107,9 @@ def _seed(tenants: int, agents: int) -> tuple[list[tuple[str, str]], list[tuple[
     from accounts import services as accounts_services
     from accounts.models import Role, User
     from accounts.tokens import token_create
-    from market.money import MICRO
+    from config.money import MICRO
+    from inventory.services.gpu_types import gpu_type_save
     from market.selectors.policy import market_policy
-    from market.services.gpu_types import gpu_type_save
     from market.services.ledger import ledger_topup
     from nodeagent.services.registration import bootstrap_token_create
 

@@ -33,8 +33,8 @@ TABLES = ("market_round", "market_bidoutcome", "market_roundprice", "market_comm
 
 def _populate(jobs: int) -> None:
     from accounts.models import Tenant, User
-    from market.models import Account, AccountKind, Bid, GpuType, Job
-    from nodeagent.models import Gpu, Node
+    from inventory.models import Gpu, GpuType, Node
+    from market.models import Account, AccountKind, Bid, Job
 
     h100 = GpuType.objects.create(name="H100", memory_gb=80, reserve_price=1_000_000, max_price=50_000_000)
     user = User.objects.create(username="bench")

@@ -17,6 +17,13 @@ migration the template lacks). `--reuse` keeps a template an earlier run built (
 minutes to fill); `build_s` says how long this run spent building it.
 Targets: round_s under 1 second at the default size (issue 20); under 5 seconds at
 `--nodes 12500 --tenants 10000 --jobs 200000` (issue 29).
+
+`--shadow`: one proposed policy version runs in shadow (docs/rounds.md §Shadow rounds: every tenant's weight
+changed, the minimum runtime halved), so the round clears its book a second time after the live commit. The
+line then adds `live_s` (the round up to and including its dispatch), `shadow_s` (the shadow after it: the book
+under the proposal, its clearing, the comparison and the ShadowRound row), `shadow_clear_s` and
+`shadow_ratio` = round_s / live_s, the live round plus its shadow against the live round alone, timed in the
+same round (target: at most 1.3).
 """
 
 from __future__ import annotations
@@ -43,9 +50,9 @@ def _populate(jobs: int, tenants: int, nodes: int, seed: int) -> None:
     import numpy as np
     from django.utils import timezone
 
-    from accounts.models import Guarantee, Tenant, User
-    from market.models import Account, AccountKind, Bid, GpuType, Job
-    from nodeagent.models import Gpu, Node
+    from accounts.models import Tenant, User
+    from inventory.models import Gpu, GpuType, Node
+    from market.models import Account, AccountKind, Bid, Guarantee, Job
 
     rng = np.random.default_rng(seed)
     h100 = GpuType.objects.create(name="H100", memory_gb=80, reserve_price=1_000_000, max_price=50_000_000)
@@ -122,6 +129,9 @@ def main() -> None:
         "--reuse", action="store_true", help="use the template database an earlier run of the same size and "
         "seed built, if there is one, instead of building it again"
     )  # fmt: skip
+    parser.add_argument(
+        "--shadow", action="store_true", help="run one proposed policy version in shadow and time its share"
+    )
     parser.add_argument(
         "--repeat", type=int, default=3, help="rounds, each on a freshly built database (default 3): one "
         "round on a shared 2-core machine varies by a fifth; the figures are the median round's"
@@ -218,7 +228,21 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
     connections.close_all()  # the last round's connection: its database is dropped next
     _copy_template(url, template)
     call_command("migrate", verbosity=0)  # what this checkout adds to a template an older one built
+    if args.shadow:
+        _shadow_version()
     rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
+    # The shadow runs after the live round's dispatch, inside round_advance: timed apart by wrapping its door.
+    shadow_times: list[float] = []
+    from market.services.shadow import shadow_rounds_run as real_shadow  # what rounds calls, wrapped there
+
+    def timed_shadow(**kwargs: Any) -> int:
+        started = time.perf_counter()
+        try:
+            return real_shadow(**kwargs)
+        finally:
+            shadow_times.append(time.perf_counter() - started)
+
+    vars(rounds)["shadow_rounds_run"] = timed_shadow  # the benchmark times the shadow by wrapping its door
     # The steps time their own work; the COMMIT of each step's transaction (deferred foreign key checks of
     # everything the commit step inserted) comes after, so it is timed here.
     from django.db import connection
@@ -245,6 +269,7 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
     py_cpu_s, db_cpu_s = time.process_time() - cpu_before[0], backend_cpu() - cpu_before[1]
     cpu_s = py_cpu_s + db_cpu_s
     connection._commit = real_commit  # type: ignore[attr-defined]  # private in Django (the stubs leave it out): the benchmark times the commit by wrapping it
+    vars(rounds)["shadow_rounds_run"] = real_shadow
     if profile is not None:
         profile.disable()
         pstats.Stats(profile, stream=sys.stderr).sort_stats(
@@ -256,6 +281,23 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
         db_mb = cursor.fetchone()[0] / 2**20
     if done.state != "dispatched":
         raise SystemExit(f"round ended {done.state}: {done.error}")
+    shadow: dict[str, Any] = {}
+    if args.shadow:
+        from market.models import ShadowRound
+
+        row = ShadowRound.objects.filter(round=done).first()
+        if row is None:
+            raise SystemExit("the shadow round was not stored (see the log)")
+        shadow_s = sum(shadow_times)
+        live_s = round_s - shadow_s
+        shadow = {
+            "live_s": round(live_s, 3),
+            "shadow_s": round(shadow_s, 3),
+            "shadow_clear_s": round(row.clear_ms / 1000, 3),
+            "shadow_ratio": round(round_s / live_s, 3),
+            "shadow_gained": row.gained,
+            "shadow_lost": row.lost,
+        }
     return {
         "bench": "round",
         "jobs": args.jobs,
@@ -267,6 +309,7 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
         "db_commit_s": round(sum(db_commits), 3),
         "other_s": round(
             round_s
+            - sum(shadow_times)
             - sum(db_commits)
             - ((done.freeze_ms or 0) + (done.clear_ms or 0) + (done.commit_ms or 0)) / 1000,
             3,
@@ -280,7 +323,27 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
         "winners": done.winners,
         "gpus_allocated": done.gpus_allocated,
         "db_mb": round(db_mb),
+        **shadow,
     }
+
+
+def _shadow_version() -> None:
+    """One proposed version in shadow: today's policy with every tenant's weight moved (1-4 becomes 5-2) and
+    the minimum runtime halved, started by an admin as the console would."""
+    from accounts.models import User
+    from market.selectors.policy_snapshot import policy_snapshot
+    from market.services.policy_proposals import policy_version_propose
+    from market.services.shadow import shadow_start
+
+    admin = User.objects.create(username="bench-admin", is_staff=True)
+    proposal = policy_snapshot()
+    for entry in proposal["tenants"].values():
+        entry["weight"] = 6 - entry["weight"]
+    proposal["market"]["min_runtime_s"] //= 2
+    version = policy_version_propose(
+        actor=admin, snapshot=proposal, reason="bench: weights reversed, minimum runtime halved"
+    )
+    shadow_start(actor=admin, version=version)
 
 
 if __name__ == "__main__":

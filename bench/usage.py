@@ -57,9 +57,9 @@ def _populate(nodes: int) -> tuple[list[tuple[int, list[str], list[int]]], list[
     from django.utils import timezone
 
     from accounts.models import Tenant, User
-    from market.models import GpuType, Job, Lease, LeaseGpu, Round
+    from inventory.models import Gpu, GpuType, Node
+    from market.models import Job, Lease, LeaseGpu, Round
     from nodeagent import credentials
-    from nodeagent.models import Gpu, Node
 
     now = timezone.now()
     h100 = GpuType.objects.create(name="H100", memory_gb=80, reserve_price=1_000_000, max_price=50_000_000)

@@ -114,6 +114,8 @@ def json_type_problem(field: AnyField, value: Any) -> Any:
     API's own types (config/fields.py, lists of objects) check their input themselves."""
     if value is empty or value is None:
         return None
+    if isinstance(field, serializers.Serializer) and not isinstance(value, Mapping):
+        return ["must be an object"]  # DRF would say so under `field.non_field_errors`
     if isinstance(field, serializers.DictField | serializers.ListField):
         return _container_problem(field, value)
     message = None

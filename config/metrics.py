@@ -77,6 +77,11 @@ CELERY_TASKS = Counter(
     "Celery tasks finished, by task name and outcome (success, failure, retry).",
     ["task", "outcome"],
 )
+SHADOW_ROUNDS = Counter(
+    "gpumarket_shadow_rounds",
+    "Shadow rounds (a live round cleared again under a proposed policy version), by outcome (stored, failed).",
+    ["outcome"],
+)
 
 USAGE_OUTCOMES = ("ingested", "duplicate", "refused")
 COMMAND_EVENTS = ("fetched", "acked", "refused")

@@ -60,6 +60,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "accounts",
+    "inventory",
     "market",
     "allocator",
     "nodeagent",
@@ -213,7 +214,15 @@ SPECTACULAR_SETTINGS = {
         "JobStateEnum": "market.models.jobs.JobState",
         "LeaseStateEnum": "market.models.leases.LeaseState",
         "RoundStateEnum": "market.models.rounds.RoundState",
-        "NodeStateEnum": "nodeagent.models.Node.State",
+        "NodeStateEnum": "inventory.models.Node.State",
+        # The ledger entry kind keeps the name it had before policy versions brought a second "kind".
+        "KindEnum": "market.models.ledger.EntryKind",
+        "PolicyVersionKindEnum": "market.models.policy_versions.VersionKind",
+        "PolicyVersionStatusEnum": "market.models.policy_versions.VersionStatus",
+        "CanaryStateEnum": "market.models.policy_versions.CanaryState",
+        "CanaryOnExpiryEnum": "market.models.policy_versions.OnExpiry",
+        "SpendAlertKindEnum": "market.models.spend_alerts.AlertKind",
+        "SpendAlertActionEnum": "market.models.spend_alerts.AlertAction",
     },
 }
 
@@ -301,6 +310,12 @@ CELERY_BEAT_SCHEDULE["nodes-check"] = {
     "schedule": float(NODE_CHECK_SECONDS),
     "options": {"expires": float(NODE_CHECK_SECONDS)},
 }
+# A running canary's guardrails and expiry (market/services/canary.py, docs/policy.md §Canary).
+CELERY_BEAT_SCHEDULE["canary-check"] = {
+    "task": "market.canary_check",
+    "schedule": float(env_int("CANARY_CHECK_SECONDS", 60, minimum=5)),
+    "options": {"expires": 60.0},
+}
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # Structured logs (config/logs.py): ids on every line, secrets redacted; LOG_FORMAT=json for one JSON object a line.
@@ -321,4 +336,30 @@ CELERY_BEAT_SCHEDULE["retention-prune"] = {
     "task": "market.retention_prune",
     "schedule": float(env_int("RETENTION_PRUNE_SECONDS", 3600, minimum=60)),
     "options": {"expires": 600.0},
+}
+
+# Mail (spend alerts, docs/alerts.md): the backend from the environment; `make run` writes the console backend
+# into .env so alerts show in its log. Without one, DEBUG prints mail to the console and production sends
+# through SMTP (EMAIL_HOST and friends).
+EMAIL_BACKEND = env_str("EMAIL_BACKEND") or (
+    "django.core.mail.backends.console.EmailBackend"
+    if DEBUG
+    else "django.core.mail.backends.smtp.EmailBackend"
+)
+EMAIL_HOST = env_str("EMAIL_HOST") or "localhost"
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL") or "gpumarket <alerts@gpumarket.invalid>"
+# Spend alerts: how often beat evaluates the rules, how long a webhook may take, and whether a webhook may
+# point at a private, loopback or link-local address (off: a tenant must not make the server probe the
+# platform's own network; the tests and a local `make run` turn it on).
+SPEND_ALERT_TICK_SECONDS = env_int("SPEND_ALERT_TICK_SECONDS", 60, minimum=10)
+SPEND_ALERT_WEBHOOK_TIMEOUT_S = env_int("SPEND_ALERT_WEBHOOK_TIMEOUT_S", 5, minimum=1)
+SPEND_ALERT_WEBHOOK_ALLOW_PRIVATE = env_bool("SPEND_ALERT_WEBHOOK_ALLOW_PRIVATE", DEBUG)
+CELERY_BEAT_SCHEDULE["spend-alerts-tick"] = {
+    "task": "market.spend_alerts_tick",
+    "schedule": float(SPEND_ALERT_TICK_SECONDS),
+    "options": {"expires": float(SPEND_ALERT_TICK_SECONDS)},
 }

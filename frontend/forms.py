@@ -10,8 +10,8 @@ from typing import Any
 from django.http import QueryDict
 
 from config.api import flatten_errors
-from market.models import GpuType
-from market.money import format_credits
+from config.money import format_credits
+from inventory.models import GpuType
 
 
 @dataclass

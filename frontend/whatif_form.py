@@ -15,7 +15,7 @@ from typing import Any
 from django.http import QueryDict
 from django.utils import timezone
 
-from market.money import AmountError, format_credits, parse_credits
+from config.money import AmountError, format_credits, parse_credits
 from whatif.policy import FIXED_KNOBS, KNOBS, Policy
 
 DATETIME_FORMAT = "%Y-%m-%dT%H:%M"

@@ -9,22 +9,12 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from accounts.access import caller
-from accounts.models import Guarantee
+from config.admin import ReadOnlyAdmin
 from config.errors import PolicyError
-from market.models import Account, GpuType, Hold, JournalEntry, Posting
-from market.services.gpu_types import gpu_type_save
+from inventory.models import GpuType
+from market.models import Account, Guarantee, Hold, JournalEntry, Posting
+from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.guarantees import guarantee_check, guarantee_set
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
-    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
-        return False
 
 
 class PostingInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
@@ -66,35 +56,8 @@ class PostingAdmin(ReadOnlyAdmin):
     list_select_related = ["entry", "account__tenant"]
 
 
-class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
-    class Meta:
-        model = GpuType
-        fields = ["name", "memory_gb", "reserve_price", "max_price"]
-
-
-@admin.register(GpuType)
-class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
-    """Prices are micro-credits per GPU-hour; saving goes through the service so it is checked and audited."""
-
-    form = GpuTypeForm
-    list_display = ["name", "memory_gb", "reserve_price", "max_price"]
-
-    def save_model(self, request: Any, obj: GpuType, form: Any, change: bool) -> None:
-        try:
-            gpu_type_save(
-                name=obj.name,
-                memory_gb=obj.memory_gb,
-                reserve_price=obj.reserve_price,
-                max_price=obj.max_price,
-                actor=request.user,
-            )
-        except PolicyError as exc:
-            self.message_user(request, f"{exc.field}: {exc.message}", level="error")
-
-
-# Guarantee is an accounts model, but its page is registered here: saving one goes through
-# market.services.guarantees, and accounts must not import market (docs/architecture.md). The admin URL
-# follows the model's app, so it is still /admin/accounts/guarantee/.
+# Saving a guarantee goes through market.services.guarantees, which keeps a type's guarantees within the
+# cluster's GPUs of it (/admin/market/guarantee/).
 class GuaranteeForm(forms.ModelForm):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     class Meta:
         model = Guarantee
@@ -118,3 +81,30 @@ class GuaranteeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic onl
 
     def save_model(self, request: HttpRequest, obj: Guarantee, form: Any, change: bool) -> None:
         guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=caller(request))
+
+
+class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
+    class Meta:
+        model = GpuType
+        fields = ["name", "memory_gb", "reserve_price", "max_price"]
+
+
+@admin.register(GpuType)
+class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
+    """Prices are micro-credits per GPU-hour; saving goes through the service so it is checked, audited and recorded
+    as a policy version."""
+
+    form = GpuTypeForm
+    list_display = ["name", "memory_gb", "reserve_price", "max_price"]
+
+    def save_model(self, request: Any, obj: GpuType, form: Any, change: bool) -> None:
+        try:
+            gpu_type_policy_save(
+                name=obj.name,
+                memory_gb=obj.memory_gb,
+                reserve_price=obj.reserve_price,
+                max_price=obj.max_price,
+                actor=caller(request),
+            )
+        except PolicyError as exc:
+            self.message_user(request, f"{exc.field}: {exc.message}", level="error")

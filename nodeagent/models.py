@@ -1,63 +1,10 @@
-"""GPU machines and their GPUs, the agents' credentials, and the usage they report (docs/agent.md)."""
+"""The agents' credentials and the usage they report (docs/agent.md); the nodes and GPUs themselves are
+inventory's (inventory.models)."""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-
-
-class Node(models.Model):
-    """A GPU machine. `state` is what rounds read: only an UP node takes new work. DOWN is set by the
-    heartbeat timeout and cleared by the next heartbeat; DRAINING and RETIRED are an admin's, and
-    `drained_at`/`retired_at` keep that intent across a DOWN spell."""
-
-    class State(models.TextChoices):
-        UP = "up", "Up"
-        DOWN = "down", "Down"
-        DRAINING = "draining", "Draining"
-        RETIRED = "retired", "Retired"
-
-    name = models.CharField(max_length=128, unique=True)
-    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="nodes")
-    topology_domain = models.CharField(max_length=64, default="default")
-    state = models.CharField(max_length=16, choices=State.choices, default=State.UP)
-    created_at = models.DateTimeField(auto_now_add=True)
-    # SHA-256 of the node credential (gpn_...); empty for nodes made without an agent (tests, old demos).
-    credential_digest = models.CharField(max_length=64, blank=True, db_index=True)
-    agent_version = models.CharField(max_length=64, blank=True)
-    boot_epoch = models.PositiveIntegerField(default=0)
-    last_heartbeat = models.DateTimeField(null=True, blank=True)
-    down_since = models.DateTimeField(null=True, blank=True)
-    drained_at = models.DateTimeField(null=True, blank=True)
-    retired_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class Gpu(models.Model):
-    """One GPU. A GPU reported unhealthy, or missing from a re-registration (`absent`), takes no new work."""
-
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
-    index = models.PositiveSmallIntegerField()
-    uuid = models.CharField(max_length=96, unique=True)
-    model = models.CharField(max_length=128, blank=True)
-    memory_mb = models.PositiveIntegerField(default=0)
-    healthy = models.BooleanField(default=True)
-    error = models.CharField(max_length=500, blank=True)
-    absent = models.BooleanField(default=False)
-
-    class Meta:
-        ordering = ["node", "index"]
-        constraints = [
-            # A replaced GPU keeps its row (leases point at it) but gives its index to the new one.
-            models.UniqueConstraint(
-                fields=["node", "index"], condition=models.Q(absent=False), name="gpu_node_index_unique"
-            )
-        ]
 
 
 class BootstrapToken(models.Model):
@@ -67,7 +14,7 @@ class BootstrapToken(models.Model):
     prefix = models.CharField(max_length=12)
     digest = models.CharField(max_length=64, unique=True)
     name = models.CharField(max_length=128, blank=True, help_text="The node's name; the agent's when empty.")
-    gpu_type = models.ForeignKey("market.GpuType", null=True, blank=True, on_delete=models.PROTECT)
+    gpu_type = models.ForeignKey("inventory.GpuType", null=True, blank=True, on_delete=models.PROTECT)
     topology_domain = models.CharField(max_length=64, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -75,7 +22,9 @@ class BootstrapToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
     used_at = models.DateTimeField(null=True, blank=True)
-    node = models.ForeignKey(Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    node = models.ForeignKey(
+        "inventory.Node", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -87,7 +36,7 @@ class BootstrapToken(models.Model):
 class UsageMark(models.Model):
     """The highest report sequence number seen from one boot of one node's agent."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="+")
     boot_epoch = models.PositiveIntegerField()
     seq = models.PositiveBigIntegerField(default=0)
 
@@ -99,7 +48,7 @@ class UsageReport(models.Model):
     """One usage report as received, its GPU samples kept as one JSON list (compact: one row per report,
     not per GPU). (node, boot_epoch, seq) is unique, so a repeated report is stored once."""
 
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="+")
     boot_epoch = models.PositiveIntegerField()
     seq = models.PositiveBigIntegerField()
     sent_at = models.DateTimeField()
@@ -120,7 +69,7 @@ class LeaseUsage(models.Model):
     row per node; settlement sums them."""
 
     lease = models.ForeignKey("market.Lease", on_delete=models.CASCADE, related_name="usage")
-    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="+")
+    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="+")
     gpu_seconds = models.FloatField(default=0)
     energy_j = models.FloatField(default=0)
     util_avg = models.FloatField(default=0)

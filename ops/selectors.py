@@ -13,10 +13,11 @@ from datetime import datetime
 from django.db.models import Count, Exists, F, Func, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
 
-from accounts.models import Guarantee
+from inventory.models import Gpu, Node
 from market.models import (
     LIVE_LEASE_STATES,
     Account,
+    Guarantee,
     Job,
     JobState,
     Lease,
@@ -25,7 +26,6 @@ from market.models import (
     Round,
     RoundState,
 )
-from nodeagent.models import Gpu, Node
 
 # Upper bounds, seconds, of the round step histograms (a round of 20,000 jobs takes about a second).
 ROUND_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)

@@ -178,8 +178,8 @@ def platform_check(job: list[str], seconds: int, var: Path, log: Path) -> dict[s
     name = type_name(gpus[0]["name"])
     state = var / "agents" / "gpu-node"
     setup = (
-        "from accounts.models import User; from market.money import MICRO; "
-        "from market.services.gpu_types import gpu_type_save; "
+        "from accounts.models import User; from config.money import MICRO; "
+        "from inventory.services.gpu_types import gpu_type_save; "
         f"gpu_type_save(name={name!r}, memory_gb=80, reserve_price=2*MICRO, max_price=20*MICRO, "
         "actor=User.objects.get(username='admin'))"
     )

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from rest_framework.test import APIClient
 
     from accounts.models import Tenant, User
-    from market.models import GpuType
+    from inventory.models import GpuType
 
 PASSWORD = "correct horse battery staple"
 
@@ -55,7 +55,7 @@ class World:
         self, gpu_type: GpuType, count: int, *, size: int = 8, domain: str = "d0", prefix: str = ""
     ) -> list[Any]:
         """`count` up nodes of `size` GPUs of `gpu_type` in topology `domain` (simulated GPU UUIDs)."""
-        from nodeagent.models import Gpu, Node
+        from inventory.models import Gpu, Node
 
         prefix = prefix or f"{gpu_type.name.lower()}-{domain}-"
         start = Node.objects.filter(name__startswith=prefix).count()
@@ -136,7 +136,7 @@ def world(db: None, settings: Any) -> World:
     # Seven users hashed with Argon2 cost ~1.4 s per test; the hasher itself is checked in test_accounts_api.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     from accounts.models import Membership, Role, Tenant
-    from market.models import GpuType
+    from inventory.models import GpuType
 
     tenants = [
         Tenant.objects.create(name=n.title(), slug=n, weight=w)

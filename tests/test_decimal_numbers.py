@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from rest_framework import serializers
 
 from config.fields import DecimalStringField
+from config.money import MICRO
 from config.parsers import JSONParser, canonical_json
 from market.api.jobs_serializers import HoursField
 from market.api.ledger_serializers import CREDITS_MAX, CreditsField
 from market.models import Bid, Job
-from market.money import MICRO
 from market.services.jobs import HOURS_MIN
 from tests.conftest import World
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from accounts.models import AuditEvent
-from market.models import GpuType
+from inventory.models import GpuType
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db

@@ -2,10 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from accounts.models import AuditEvent, Guarantee
+from accounts.models import AuditEvent
 from config.errors import PolicyError
+from inventory.models import Gpu, Node
+from market.models import Guarantee
 from market.services.guarantees import guarantee_set
-from nodeagent.models import Gpu, Node
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db

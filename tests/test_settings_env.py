@@ -156,3 +156,28 @@ def test_settings_without_an_env_file_behave_as_before(tmp_path: Path) -> None:
     proc = _setup_settings(_env_without_debug(tmp_path, tmp_path / "no-such.env"))
     assert proc.returncode != 0
     assert "SECRET_KEY is required when DEBUG is off" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "want"),
+    [
+        ({"DEBUG": "1"}, "django.core.mail.backends.console.EmailBackend"),
+        ({"SECRET_KEY": "x"}, "django.core.mail.backends.smtp.EmailBackend"),
+        (
+            {"SECRET_KEY": "x", "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend"},
+            "django.core.mail.backends.locmem.EmailBackend",
+        ),
+    ],
+)
+def test_email_backend_from_the_environment(tmp_path: Path, extra: dict[str, str], want: str) -> None:
+    """Spend alerts' mail (docs/alerts.md): console with DEBUG (`make run`), SMTP in production, or as set."""
+    env = _env_without_debug(tmp_path, None) | extra
+    if "EMAIL_BACKEND" not in extra:
+        env.pop("EMAIL_BACKEND", None)
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='config.settings'; django.setup(); "
+        "from django.conf import settings; print(settings.EMAIL_BACKEND)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == want

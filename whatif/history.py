@@ -23,20 +23,21 @@ import numpy as np
 from django.db.models import Min, Q, Sum
 from django.utils import timezone
 
-from accounts.models import Guarantee, Tenant
+from accounts.models import Tenant
+from inventory.models import Gpu, GpuType, Node
 from market.models import (
     TERMINAL_STATES,
     AccountKind,
     EndReason,
     EntryKind,
-    GpuType,
+    Guarantee,
     Job,
     JobState,
     Lease,
     Posting,
 )
 from market.selectors.policy import market_policy
-from nodeagent.models import Gpu, LeaseUsage, Node
+from nodeagent.models import LeaseUsage
 from whatif.trace import Trace, TraceJob, TracePool, TraceTenant
 
 TRACE_NAME = "gpumarket-history"

@@ -7,7 +7,7 @@
      "tenants": {"vision": {"weight": 2, "guarantees": {"H100": 4}}, ...}}
 
 `today_policy` reads the platform's; `policy_check` checks a proposal with the same bounds the policy services
-enforce (market.services.policy, market.services.gpu_types), naming the console form's field.
+enforce (market.services.policy, inventory.services.gpu_types), naming the console form's field.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from accounts.models import Guarantee, Tenant
+from accounts.models import Tenant
 from allocator.sim.policies.market import MarketOptions
 from config.errors import PolicyError
-from market.models import GpuType
-from market.money import MAX_AMOUNT
+from config.money import MAX_AMOUNT
+from inventory.models import GpuType
+from market.models import Guarantee
 from market.selectors.policy import market_policy
 from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from whatif.trace import Trace

@@ -1,6 +1,6 @@
 """Writes for what-if replays: ask for one, run it (the Celery task's service), apply its proposal.
 
-Admins only. Applying goes through the policy services (market.services.policy, market.services.gpu_types),
+Admins only. Applying goes through the policy services (market.services.policy, inventory.services.gpu_types),
 so every change is audited exactly as the console's policy forms audit it, plus one `whatif.apply` row that
 ties them to the replay they came from.
 """
@@ -21,9 +21,10 @@ from django.utils import timezone
 from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType
-from market.services.gpu_types import gpu_type_save
+from inventory.models import GpuType
+from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import policy_update, tenant_policy_update
+from market.services.policy_versions import policy_versioned
 from whatif.history import HistoryError, Window, actual_figures, history_trace, jobs_in_window
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
 from whatif.policy import (
@@ -196,7 +197,7 @@ def _apply_types(admin: User, proposal: Policy, base: Policy) -> None:
     for t in GpuType.objects.filter(name__in=list(proposal["types"])).order_by("name"):
         new = proposal["types"][t.name]
         if new != base["types"][t.name]:
-            gpu_type_save(
+            gpu_type_policy_save(
                 name=t.name,
                 memory_gb=t.memory_gb,
                 reserve_price=new["reserve"],
@@ -225,7 +226,7 @@ def _apply_tenants(admin: User, proposal: Policy, base: Policy) -> None:
 
 
 @transaction.atomic
-def whatif_apply(*, actor: User | None, run_id: int) -> None:
+def whatif_apply(*, actor: User | None, run_id: int, reason: str = "") -> None:
     """Make the run's proposal the platform's policy, once. WhatIfError when the run is not done, was applied already, or the policy
     changed since the run read it (its figures would no longer compare today with the proposal)."""
     admin = _admin(actor)
@@ -245,10 +246,12 @@ def whatif_apply(*, actor: User | None, run_id: int) -> None:
     knobs: dict[str, Any] = {k: proposal[k] for k in KNOBS if k in proposal and proposal[k] != base.get(k)}
     if proposal["fair_reclaim"] != base["fair_reclaim"]:
         knobs["fair_reclaim"] = int(proposal["fair_reclaim"])  # the policy stores the switch as 0 or 1
-    if knobs:
-        policy_update(actor=admin, **knobs)
-    _apply_types(admin, proposal, base)
-    _apply_tenants(admin, proposal, base)
+    # One policy version for the whole proposal, however many writers it takes (docs/policy.md §Versions).
+    with policy_versioned(actor=admin, reason=reason or f"what-if run {run.pk} applied"):
+        if knobs:
+            policy_update(actor=admin, **knobs)
+        _apply_types(admin, proposal, base)
+        _apply_tenants(admin, proposal, base)
     run.applied_at, run.applied_by = timezone.now(), admin
     run.save(update_fields=["applied_at", "applied_by"])
     audit(actor=admin, tenant=None, action="whatif.apply", detail={"run": run.pk})

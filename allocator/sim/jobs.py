@@ -14,7 +14,7 @@ from allocator.sim.errors import InputError
 from allocator.sim.scenario import MICRO, Scenario
 
 REQUIRED = ("job_id", "submit_s", "tenant", "gpus", "duration_s")
-OPTIONAL = ("gpu_type", "price")
+OPTIONAL = ("gpu_type", "price", "speed")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,15 @@ class Jobs:
     prefs: list[tuple[int, ...]]  # acceptable pool indices, best first
     price_micro: npt.NDArray[np.int64]  # [job, type] limit price per GPU-hour; 0 where not acceptable
     unknown_types: list[tuple[str, ...]]  # types a job named that no pool has (reported, not fatal)
+    # [job, type] how fast each type runs the job: its runtime there is duration_s / speed. 1 where the
+    # optional `speed` column is absent or does not name the type (docs/simulator.md §Per-type speeds).
+    speed: npt.NDArray[np.float64] | None = None
+
+    def speeds(self) -> npt.NDArray[np.float64]:
+        """The speed matrix, ones when the trace has no speed column."""
+        if self.speed is None:
+            return np.ones((len(self.ids), len(self.price_micro[0]) if len(self.ids) else 0))
+        return self.speed
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -44,6 +53,7 @@ class _Row:
     prefs: tuple[int, ...]
     unknown: tuple[str, ...]
     price_micro: int | None
+    speed: dict[int, float]
 
 
 class _RowReader:
@@ -78,6 +88,26 @@ class _RowReader:
             raise self.fail(line, f"'price' must be a non-negative number, got {text!r}")
         return round(value * MICRO)
 
+    def speed(self, line: int, text: str) -> dict[int, float]:
+        """`TYPE=FACTOR|TYPE=FACTOR`, e.g. `H100=2.5|A100=1|V100=0.4`; a type left out runs at speed 1."""
+        out: dict[int, float] = {}
+        for part in (p.strip() for p in text.split("|")):
+            if not part:
+                continue
+            name, sep, value = (x.strip() for x in part.partition("="))
+            if not sep or name not in self.types:
+                raise self.fail(
+                    line, f"'speed' must be TYPE=FACTOR for pool types {sorted(self.types)}, got {part!r}"
+                )
+            try:
+                factor = float(value)
+            except ValueError:
+                raise self.fail(line, f"'speed' of {name} must be a number, got {value!r}") from None
+            if not math.isfinite(factor) or factor <= 0:
+                raise self.fail(line, f"'speed' of {name} must be a positive number, got {value!r}")
+            out[self.types[name]] = factor
+        return out
+
     def gpu_types(self, text: str) -> tuple[tuple[int, ...], tuple[str, ...]]:
         names = [n.strip() for n in text.split("|") if n.strip()]
         if not names:
@@ -105,6 +135,7 @@ class _RowReader:
             prefs=prefs,
             unknown=unknown,
             price_micro=self.price(line, cells.get("price") or ""),
+            speed=self.speed(line, cells.get("speed") or ""),
         )
 
 
@@ -148,6 +179,16 @@ def _price_matrix(rows: list[_Row], scenario: Scenario) -> npt.NDArray[np.int64]
     return prices
 
 
+def _speed_matrix(rows: list[_Row], scenario: Scenario) -> npt.NDArray[np.float64] | None:
+    if not any(r.speed for r in rows):
+        return None
+    speed = np.ones((len(rows), len(scenario.types)))
+    for i, row in enumerate(rows):
+        for k, factor in row.speed.items():
+            speed[i, k] = factor
+    return speed
+
+
 def read_jobs(scenario: Scenario, path: str | Path | None = None) -> Jobs:
     """Parse and check the scenario's jobs file; every problem is an InputError naming the file and line."""
     path = Path(path) if path is not None else scenario.jobs_path
@@ -165,4 +206,5 @@ def read_jobs(scenario: Scenario, path: str | Path | None = None) -> Jobs:
         prefs=[r.prefs for r in rows],
         price_micro=_price_matrix(rows, scenario),
         unknown_types=[r.unknown for r in rows],
+        speed=_speed_matrix(rows, scenario),
     )

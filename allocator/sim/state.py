@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import numpy.typing as npt
 
 from allocator.sim.cluster import Cluster, IntArray
 from allocator.sim.holds import STOPPED_AT_HOLD, HoldRule, sized_hold_s
@@ -85,6 +86,18 @@ class SimState:
         self.stopped_at_hold: IntArray = np.zeros(n, dtype=np.bool_)
         self._sized: dict[tuple[int, int, int], int] = {}  # (tenant, gpus, work done) -> hold, this history
         self.jobs = jobs
+        # Per-type speeds (docs/simulator.md §Per-type speeds): remaining_s counts work in seconds at speed 1,
+        # a lease on pool p does it at speed[job, p]. None (no speed column): every path below is the
+        # speed-1 arithmetic exactly.
+        self.speed = jobs.speed
+        speeds = jobs.speeds()
+        self.slowest: npt.NDArray[np.float64] = np.array(
+            [min((speeds[j, p] for p in prefs), default=1.0) for j, prefs in enumerate(jobs.prefs)]
+        )
+        if jobs.speed is not None:  # a job declares at least what it needs on its slowest acceptable type
+            self.declared_max_s = np.maximum(
+                self.declared_max_s, _ceil_div_many(jobs.duration_s, self.slowest) + restart_overhead_s
+            )
         self.cluster = Cluster(scenario)
         self.restart_overhead_s = restart_overhead_s
         self.checkpoint_s = scenario.checkpoint_min * 60  # 0 = a preempted job keeps all its progress
@@ -121,16 +134,30 @@ class SimState:
     def limited(self, tenant: int) -> bool:
         return bool(self.budget_micro[tenant] >= 0)
 
-    def run_need_s(self, job: int) -> int:
-        """Seconds a start would hold the GPUs for: the work left plus any restart overhead owed."""
-        return int(self.remaining_s[job] + self.overhead_s[job])
+    def run_need_s(self, job: int, pool: int | None = None) -> int:
+        """Seconds a start would hold the GPUs for: the work left (at `pool`'s speed; without a pool, at the
+        slowest acceptable one) plus any restart overhead owed."""
+        return self.wall_s(job, int(self.remaining_s[job]), pool) + int(self.overhead_s[job])
 
-    def hold_need_s(self, job: int) -> int:
+    def pace(self, jobs: IntArray) -> npt.NDArray[np.float64]:
+        """Each running job's speed on its lease's pool (ones without a speed column)."""
+        if self.speed is None:
+            return np.ones(len(jobs))
+        return np.asarray(self.speed[jobs, self.lease_pool[jobs]], dtype=np.float64)
+
+    def wall_s(self, job: int, work_s: int, pool: int | None = None) -> int:
+        """Seconds `work_s` of the job's speed-1 work takes on `pool` (None: its slowest acceptable pool)."""
+        if self.speed is None:
+            return work_s
+        speed = float(self.slowest[job]) if pool is None else float(self.speed[job, pool])
+        return _ceil_div(work_s, speed)
+
+    def hold_need_s(self, job: int, pool: int | None = None) -> int:
         """Seconds a start's hold would pay for, by the hold rule (allocator/sim/holds.py). Tenants without a
-        budget, and the exact rule, hold for exactly what the job needs."""
+        budget, and the exact rule, hold for exactly what the job needs (on `pool`, or its slowest)."""
         tenant = int(self.jobs.tenant[job])
         if self.holds.rule == "exact" or not self.limited(tenant):
-            return self.run_need_s(job)
+            return self.run_need_s(job, pool)
         declared = int(self.declared_max_s[job])
         if self.holds.rule == "max-hours":
             return declared
@@ -144,6 +171,8 @@ class SimState:
     def hold_need_s_many(self, jobs: IntArray) -> IntArray:
         """hold_need_s of each job, vectorised where the rule is exact or the tenant has no budget."""
         out: IntArray = self.remaining_s[jobs] + self.overhead_s[jobs]
+        if self.speed is not None:  # the book does not know the pool yet: the slowest acceptable one
+            out = _ceil_div_many(self.remaining_s[jobs], self.slowest[jobs]) + self.overhead_s[jobs]
         if self.holds.rule != "exact":
             for i, job in enumerate(jobs.tolist()):
                 if self.limited(int(self.jobs.tenant[job])):
@@ -190,13 +219,17 @@ class SimState:
             return np.full(len(jobs), now, dtype=np.int64)
         start = self.seg_start[jobs]
         saved = self._saved_progress(jobs, now)
-        return np.where(saved > 0, start + self.seg_overhead[jobs] + saved, start).astype(np.int64)
+        saved_wall = saved if self.speed is None else _ceil_div_many(saved, self.pace(jobs))
+        return np.where(saved > 0, start + self.seg_overhead[jobs] + saved_wall, start).astype(np.int64)
 
     def _saved_progress(self, jobs: IntArray, now: int) -> IntArray:
         """Seconds of this segment's progress that a preemption at `now` keeps: all of it when checkpointing
         is off, else up to the job's last checkpoint (every checkpoint_s of its own progress, counted over
         its whole run; a segment starts from a checkpoint, so the count restarts with it)."""
-        progress = np.clip(now - self.seg_start[jobs] - self.seg_overhead[jobs], 0, self.remaining_s[jobs])
+        wall = np.maximum(now - self.seg_start[jobs] - self.seg_overhead[jobs], 0)
+        if self.speed is not None:  # seconds on the pool are pace x as much speed-1 work
+            wall = np.floor(wall * self.pace(jobs) + 1e-9).astype(np.int64)
+        progress = np.minimum(wall, self.remaining_s[jobs])
         if self.checkpoint_s == 0:
             return np.asarray(progress, dtype=np.int64)
         done_before = self.jobs.duration_s[jobs] - self.remaining_s[jobs]
@@ -238,8 +271,8 @@ class SimState:
         self.status[job] = RUNNING
         self.running.add(job)
         self.seg_start[job] = now
-        self.end_at[job] = now + self.run_need_s(job)
-        self.hold_s[job] = self.hold_need_s(job)
+        self.end_at[job] = now + self.run_need_s(job, s.pool)
+        self.hold_s[job] = self.hold_need_s(job, s.pool)
         self.seg_overhead[job] = self.overhead_s[job]
         self.overhead_s[job] = 0
         if self.first_start[job] < 0:
@@ -256,8 +289,11 @@ class SimState:
         the progress up to its last checkpoint and must redo the rest (recorded as lost GPU-seconds)."""
         # Time spent restarting is not progress; an interrupted restart is owed again in full.
         progress = max(0, now - int(self.seg_start[job]) - int(self.seg_overhead[job]))
+        pool = int(self.lease_pool[job])
         saved = int(self._saved_progress(np.array([job], dtype=np.int64), now)[0])
-        lost = max(0, min(progress, int(self.remaining_s[job])) - saved)
+        # GPU time thrown away, in seconds on this pool (the work left and the work saved at its speed).
+        left = self.wall_s(job, int(self.remaining_s[job]), pool)
+        lost = max(0, min(progress, left) - self.wall_s(job, saved, pool))
         self._end_lease(job, now, PREEMPTED, lost * int(self.jobs.gpus[job]))
         self.remaining_s[job] = max(0, int(self.remaining_s[job]) - saved)
         self.overhead_s[job] = self.restart_overhead_s
@@ -274,7 +310,8 @@ class SimState:
         self.status[job] = DONE
         self.finish[job] = end
         jobs = self.jobs
-        self.predictor.finished(int(jobs.tenant[job]), int(jobs.gpus[job]), int(jobs.duration_s[job]), end)
+        runtime = self.wall_s(job, int(jobs.duration_s[job]), int(self.lease_pool[job]))
+        self.predictor.finished(int(jobs.tenant[job]), int(jobs.gpus[job]), runtime, end)
         self._sized.clear()
 
     def hold_ran_out(self, job: int, at: int) -> bool:
@@ -287,8 +324,10 @@ class SimState:
         if more > 0 and (available is None or available >= cost):
             self.hold_s[job] += more
             return True
+        pace = float(self.pace(np.array([job], dtype=np.int64))[0])
         self._end_lease(job, at, HOLD_RAN_OUT)
-        self.remaining_s[job] = max(0, int(self.end_at[job]) - at)
+        left = max(0, int(self.end_at[job]) - at)
+        self.remaining_s[job] = left if self.speed is None else int(left * pace)
         self.status[job] = REJECTED
         self.reject_reason[job] = STOPPED_AT_HOLD
         self.stopped_at_hold[job] = True
@@ -338,6 +377,15 @@ class SimState:
         h.run_tier.append(int(self.lease_tier[job]))
         h.run_ended.append(ended)
         h.run_lost_gpu_s.append(lost_gpu_s)
+
+
+def _ceil_div(work_s: int, speed: float) -> int:
+    """Whole seconds to do `work_s` at `speed`, rounded up (a hair of float error does not add a second)."""
+    return int(np.ceil(work_s / speed - 1e-9))
+
+
+def _ceil_div_many(work_s: IntArray, speed: npt.NDArray[np.float64]) -> IntArray:
+    return np.ceil(work_s / speed - 1e-9).astype(np.int64)
 
 
 def _charge(price_micro: int | np.integer, gpus: int | np.integer, seconds: int | np.integer) -> int:

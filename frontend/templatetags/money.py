@@ -8,7 +8,7 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from market.money import format_fixed
+from config.money import format_fixed
 from market.selectors.lost_work import gpu_time as _gpu_time
 
 register = template.Library()

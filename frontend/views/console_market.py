@@ -17,19 +17,20 @@ from accounts.access import caller
 from accounts.models import Tenant
 from accounts.selectors import audit_events
 from config.errors import PolicyError
+from config.money import AmountError, format_credits, parse_credits
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
-from market.models import BidOutcome, GpuType, Lease
-from market.money import AmountError, format_credits, parse_credits
+from inventory.models import Gpu, GpuType
+from market.models import BidOutcome, Lease
 from market.selectors.fair_share import fair_share_report
 from market.selectors.fairness import fairness as fairness_report
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import round_preempted
 from market.selectors.rounds import round_get, rounds_list
-from market.services.gpu_types import gpu_type_save
+from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import POLICY_LIMITS, policy_update
-from nodeagent.models import Gpu
+from market.services.policy_versions import policy_versioned
 
 POLICY_LABELS = {
     "round_seconds": "Round period (seconds)",
@@ -161,15 +162,37 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
     if errors:
         return errors
     try:
-        policy_update(actor=caller(request), **changes)
+        # One policy version for the form, knobs and prices together; a refused part undoes the rest.
+        with policy_versioned(actor=caller(request), reason=request.POST.get("reason", "")):
+            _policy_write(request, changes, prices)
+    except _Refused as refused:
+        return refused.errors
+    except PolicyError as exc:
+        return {exc.field: exc.message}
+    return {}
+
+
+class _Refused(Exception):
+    """A refusal already turned into the form's errors, raised to roll the form's writes back."""
+
+    def __init__(self, errors: dict[str, str]) -> None:
+        super().__init__(errors)
+        self.errors = errors
+
+
+def _policy_write(request: HttpRequest, changes: dict[str, int], prices: dict[GpuType, list[int]]) -> None:
+    try:
+        policy_update(
+            actor=caller(request), reason="", **changes
+        )  # the form's reason is the enclosing version's
     except PolicyError as exc:
         if exc.field in MONEY_KNOBS:  # the service speaks micro-credits, the form credits
             low, high = (format_credits(v) for v in POLICY_LIMITS[exc.field])
-            return {exc.field: f"must be between {low} and {high} credits"}
-        return {exc.field: exc.message}
+            raise _Refused({exc.field: f"must be between {low} and {high} credits"}) from exc
+        raise _Refused({exc.field: exc.message}) from exc
     for t, (reserve, top) in prices.items():
         try:
-            gpu_type_save(
+            gpu_type_policy_save(
                 name=t.name,
                 memory_gb=t.memory_gb,
                 reserve_price=reserve,
@@ -177,8 +200,8 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
                 actor=caller(request),
             )
         except PolicyError as exc:
-            return {f"{'reserve' if exc.field == 'reserve_price' else 'max'}-{t.name}": exc.message}
-    return {}
+            field = f"{'reserve' if exc.field == 'reserve_price' else 'max'}-{t.name}"
+            raise _Refused({field: exc.message}) from exc
 
 
 def _market_charts(since: datetime) -> list[SafeString]:

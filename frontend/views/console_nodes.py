@@ -21,10 +21,10 @@ from django.views.decorators.http import require_POST
 from accounts.access import caller
 from frontend.access import admin_only, page
 from frontend.forms import flatten
-from market.models import LIVE_LEASE_STATES, GpuType, Lease, LeaseGpu, LeaseState
+from inventory.models import Gpu, GpuType, Node
+from market.models import LIVE_LEASE_STATES, Lease, LeaseGpu, LeaseState
 from nodeagent.api.serializers import BootstrapCreateSerializer
 from nodeagent.errors import NodeError
-from nodeagent.models import Gpu, Node
 from nodeagent.selectors.nodes import latest_reports, node_list
 from nodeagent.services import admin as services
 from nodeagent.services.registration import bootstrap_token_create

@@ -16,11 +16,12 @@ from accounts.access import caller
 from accounts.models import Membership, Role, Tenant, User
 from accounts.services import membership_remove, membership_set, tenant_create
 from config.errors import PolicyError
+from config.money import AmountError, format_credits, parse_credits
 from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
+from inventory.models import GpuType
 from market.api.errors import form_errors
-from market.models import Allowance, AllowancePeriod, GpuType
-from market.money import AmountError, format_credits, parse_credits
+from market.models import Allowance, AllowancePeriod
 from market.selectors.allowance import allowance_history
 from market.selectors.ledger import tenant_balance
 from market.selectors.policy import tenant_policy
@@ -95,6 +96,7 @@ def _policy_post(request: HttpRequest, tenant: Tenant, types: list[GpuType]) -> 
                 weight=weight,
                 guardrail=guardrail,
                 guarantees=guarantees,
+                reason=request.POST.get("reason", ""),
             )
         except PolicyError as exc:
             errors |= form_errors(exc)
@@ -150,6 +152,7 @@ def _allowance_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
             period=request.POST.get("allowance_period", ""),
             cap=cap,
             active=request.POST.get("allowance_active") == "on",
+            reason=request.POST.get("reason", ""),
         )
     except PolicyError as exc:
         errors[f"allowance_{exc.field}"] = exc.message

@@ -12,10 +12,10 @@ from django.views.decorators.http import require_POST
 
 from accounts.access import caller
 from config.errors import PolicyError
+from config.money import format_credits
 from frontend import whatif_form
 from frontend.access import admin_only, page
 from market.api.errors import form_errors
-from market.money import format_credits
 from whatif import tasks as whatif_tasks
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
 from whatif.policy import today_policy

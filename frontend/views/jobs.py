@@ -19,14 +19,16 @@ from rest_framework import serializers
 from accounts.access import caller, owner_or_manager
 from config.errors import PolicyError
 from config.idempotency import form_digest_before_issue_26, request_digest
+from config.money import AmountError, parse_credits
 from frontend.access import Seat, page, seat
 from frontend.charts import Series, line_chart
 from frontend.forms import BidRow, bid_rows, bids_payload, flatten, place_bid_errors, unplaced_to_form
+from frontend.speed_cells import speed_cells
+from inventory.models import GpuType
 from market.api.errors import form_errors
 from market.api.jobs import submit_args
 from market.api.jobs_serializers import BidAmendSerializer, hours_text
-from market.models import TERMINAL_STATES, GpuType, Job, JobState, Lease
-from market.money import AmountError, parse_credits
+from market.models import TERMINAL_STATES, Job, JobState, Lease
 from market.selectors.explain import explain_outcomes, lease_end_sentence, queue_places
 from market.selectors.guidance import bid_guidance
 from market.selectors.holds import hold_notice
@@ -34,6 +36,7 @@ from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
 from market.selectors.predictions import hours as duration_text
 from market.selectors.prices import price_board
+from market.selectors.spend_alerts import Block, bid_block
 from market.services import jobs as services
 from nodeagent.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
 
@@ -135,9 +138,16 @@ def submit(request: HttpRequest, slug: str) -> HttpResponse:
             "errors": errors,
             "board": price_board(),
             "guidance": _guidance(s, types, rows, values["gpus"]),
+            # A paused team sees why before it fills the form in (a cap depends on the bid: said on submit).
+            "paused": _paused(s),
         },
         s,
     )
+
+
+def _paused(s: Seat) -> Block | None:
+    block = bid_block(tenant=s.tenant, cost=0)
+    return block if block is not None and block.paused else None
 
 
 def _guidance(s: Any, types: list[GpuType], rows: list[BidRow], gpus: str) -> list[Any]:
@@ -212,6 +222,7 @@ def _estimate_json(found: Estimate) -> dict[str, Any]:
             {"gpu_type": e.gpu_type, "at": e.at.isoformat() if e.at else None, "text": e.text}
             for e in found.starts
         ],
+        "speeds": None if found.speeds is None else speed_cells(found.speeds),
     }
 
 
@@ -339,6 +350,7 @@ def _job_page(
         tenant=s.tenant,
         manages=s.manages,
     )
+    estimated = None if found.state in TERMINAL_STATES else job_estimate(job=found)
     return page(
         request,
         "frontend/job.html",
@@ -347,7 +359,8 @@ def _job_page(
             "max_hours": hours_text(found.max_seconds),
             "explained": explain_outcomes(found, found.latest_outcomes, found.history),
             "queue": queue_places(found),
-            "estimate": None if found.state in TERMINAL_STATES else job_estimate(job=found),
+            "estimate": estimated,
+            "speed_table": speed_cells(estimated.speeds) if estimated and estimated.speeds else None,
             "hold_notice": hold_notice(found.lease_rows),
             "panels": _lease_panels(found.lease_rows, admin=user.is_staff),
             "log_tail": job_log_tail(found.lease_rows),

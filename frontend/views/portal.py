@@ -18,6 +18,7 @@ from market.selectors.jobs import job_list
 from market.selectors.ledger import tenant_balance
 from market.selectors.prices import price_board, price_history
 from market.selectors.spend import burn_rate
+from market.selectors.spend_alerts import alert_notices
 
 TREND_ROUNDS = 30
 
@@ -47,6 +48,7 @@ def dashboard(request: HttpRequest, slug: str) -> HttpResponse:
             "pending": job_list(tenant=s.tenant, states=[JobState.PENDING])[:10],
             "prices": prices,
             "capacity": gpu_capacity(),
+            "notices": alert_notices(tenant=s.tenant),
             "standing": team_standing(tenant=s.tenant, since=timezone.now() - timedelta(days=1)),
         },
         s,

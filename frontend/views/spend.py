@@ -11,11 +11,12 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 
+from config.money import format_fixed
 from frontend.access import page, seat
 from frontend.charts import Series, line_chart
 from frontend.csvstream import cell, csv_response
-from market.models import EntryKind, GpuType
-from market.money import format_fixed
+from inventory.models import GpuType
+from market.models import EntryKind
 from market.selectors.spend import spend_by_day, spend_entries
 
 PAGE_SIZE = 50

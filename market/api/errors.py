@@ -16,8 +16,9 @@ from rest_framework import exceptions, serializers, status
 
 from config.errors import PolicyError
 from market.services import jobs, ledger
+from market.services.canary import CanaryConflict
 
-ServiceError = PolicyError | jobs.JobError | ledger.LedgerError
+ServiceError = PolicyError | jobs.JobError | ledger.LedgerError | CanaryConflict
 
 # The first match wins: a subclass before its base.
 _STATUS: list[tuple[type[Exception], int]] = [
@@ -28,6 +29,7 @@ _STATUS: list[tuple[type[Exception], int]] = [
     (ledger.KeyConflict, status.HTTP_409_CONFLICT),
     (ledger.InsufficientFunds, status.HTTP_409_CONFLICT),
     (ledger.HoldClosed, status.HTTP_409_CONFLICT),
+    (CanaryConflict, status.HTTP_409_CONFLICT),
 ]
 
 

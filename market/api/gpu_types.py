@@ -15,11 +15,12 @@ from accounts.access import caller, require_admin
 from config.api import BodySerializer, Pagination
 from config.errors import PolicyError
 from config.fields import TextField
+from config.money import format_credits
+from inventory.models import GpuType
 from market.api.errors import api_exception
 from market.api.ledger_serializers import CreditsField
-from market.models import GpuType
-from market.money import format_credits
-from market.services.gpu_types import gpu_type_save
+from market.services.gpu_type_prices import gpu_type_policy_save
+from market.services.policy_versions import REASON_MAX
 
 
 class GpuTypeSerializer(serializers.ModelSerializer[GpuType]):
@@ -56,13 +57,19 @@ class GpuTypeWriteSerializer(BodySerializer):
     memory_gb = serializers.IntegerField(min_value=1, max_value=100_000)
     reserve_price = CreditsField(allow_zero=True)
     max_price = CreditsField()
+    reason = TextField(
+        required=False,
+        allow_blank=True,
+        max_length=REASON_MAX,
+        help_text="Why: kept with the policy version.",
+    )
 
 
 def _save(request: Request, data: dict[str, Any]) -> GpuType:
     body = GpuTypeWriteSerializer(data=data)
     body.is_valid(raise_exception=True)
     try:
-        return gpu_type_save(actor=caller(request), **body.validated_data)
+        return gpu_type_policy_save(actor=caller(request), **body.validated_data)
     except PolicyError as exc:
         raise api_exception(exc) from exc
 

@@ -18,24 +18,16 @@ from rest_framework import serializers
 from config.api import BodySerializer, QuerySerializer
 from config.errors import PolicyError
 from config.fields import AnyField, DecimalStringField, TextField
+from config.money import format_credits
+from inventory.models import GpuType
 from market.api.ledger_serializers import CreditsField
-from market.models import (
-    Bid,
-    BidOutcome,
-    GpuType,
-    Job,
-    JobState,
-    JournalEntry,
-    Lease,
-    LeaseGpu,
-    PreemptReason,
-)
-from market.money import format_credits
+from market.models import Bid, BidOutcome, Job, JobState, JournalEntry, Lease, LeaseGpu, PreemptReason
 from market.selectors.explain import preemption_sentence
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
 from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
+from market.selectors.speed import TypeSpeed
 from market.selectors.waiting import rounds_waited
 from market.services.jobs import (
     GRACE_MAX_SECONDS,
@@ -590,6 +582,80 @@ class StartEstimateSerializer(serializers.Serializer[object]):
     text = serializers.CharField(help_text="The estimate and what it is based on.")
 
 
+class TypeSpeedSerializer(serializers.Serializer[object]):
+    """market.selectors.speed.TypeSpeed: one GPU type for this job, against the first choice of its bid."""
+
+    gpu_type = serializers.CharField()
+    speed_factor = serializers.FloatField(
+        source="factor.factor",
+        allow_null=True,
+        help_text="Speed relative to the reference type (2.0: half the runtime); null at cold start.",
+    )
+    speed_low = serializers.SerializerMethodField(help_text="Lower end of the factor's 90% interval.")
+    speed_high = serializers.SerializerMethodField(help_text="Upper end of the factor's 90% interval.")
+    confidence = serializers.CharField(
+        source="factor.confidence", help_text="reference, high, medium, low, or none (cold start)."
+    )
+    basis_runs = serializers.IntegerField(
+        source="factor.runs", help_text="Runs of similar jobs on this type the factor compares."
+    )
+    reference_runs = serializers.IntegerField(
+        source="factor.reference_runs", help_text="Runs of those similar jobs on the reference type."
+    )
+    match = serializers.CharField(
+        source="factor.level_name",
+        help_text='How similar, e.g. "same team, same job name"; empty at cold start.',
+    )
+    via = serializers.CharField(
+        source="factor.via",
+        allow_null=True,
+        help_text="The third type the speed was compared through, when no run pairs this type with the reference.",
+    )
+    runtime_seconds = serializers.FloatField(
+        source="runtime_s",
+        allow_null=True,
+        help_text="Estimated runtime of the whole job on this type (not what is left of a running one).",
+    )
+    runtime_p90_seconds = serializers.FloatField(
+        source="runtime_p90_s", allow_null=True, help_text="90% of similar jobs would finish within, here."
+    )
+    posted_price = serializers.IntegerField(source="posted", help_text="Micro-credits per GPU-hour now.")
+    cost = serializers.IntegerField(
+        allow_null=True, help_text="Micro-credits: GPUs x the runtime x the posted price."
+    )
+    suggested_limit = serializers.IntegerField(
+        allow_null=True,
+        help_text="Micro-credits per GPU-hour that cost the same per unit of work as the reference limit.",
+    )
+    limit_clipped = serializers.CharField(
+        allow_null=True, help_text='"reserve" or "max" when the same-work limit fell outside the bounds.'
+    )
+    text = serializers.CharField()
+
+    def _interval(self, row: TypeSpeed, end: int) -> float | None:
+        interval = row.factor.interval
+        return None if interval is None else interval[end]
+
+    def get_speed_low(self, row: TypeSpeed) -> float | None:
+        return self._interval(row, 0)
+
+    def get_speed_high(self, row: TypeSpeed) -> float | None:
+        return self._interval(row, 1)
+
+
+class SpeedGuideSerializer(serializers.Serializer[object]):
+    """market.selectors.speed.SpeedGuide: every GPU type's speed, runtime, cost and same-work limit."""
+
+    reference = serializers.CharField(help_text="The bid's first GPU type; speeds are relative to it.")
+    reference_limit = serializers.IntegerField(help_text="The bid's limit on it, micro-credits per GPU-hour.")
+    reference_runtime_seconds = serializers.FloatField(
+        source="reference_median_s", allow_null=True, help_text="Median runtime on the reference type."
+    )
+    runtime_basis_runs = serializers.IntegerField(source="median_basis")
+    types = TypeSpeedSerializer(source="rows", many=True)
+    text = serializers.CharField()
+
+
 class EstimateSerializer(serializers.Serializer[object]):
     """market.selectors.job_estimate.Estimate: what the job will likely take and cost, and when it may start."""
 
@@ -605,6 +671,9 @@ class EstimateSerializer(serializers.Serializer[object]):
     cost_p90 = serializers.IntegerField(allow_null=True)
     cost_text = serializers.CharField()
     starts = StartEstimateSerializer(many=True, help_text="Per GPU type of a pending job's bid.")
+    speeds = SpeedGuideSerializer(
+        allow_null=True, help_text="Per GPU type, against the bid's first type; null when it has none."
+    )
 
 
 class JobDetailSerializer(JobSerializer):

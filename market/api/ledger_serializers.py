@@ -9,8 +9,8 @@ from rest_framework import serializers
 
 from config.api import BodySerializer, QuerySerializer
 from config.fields import SPACE, DecimalStringField, InstantField, TextField
+from config.money import MAX_AMOUNT, MICRO, format_credits
 from market.models import EntryKind, JournalEntry, Posting
-from market.money import MAX_AMOUNT, MICRO, format_credits
 from market.services.ledger import KEY_MAX_LENGTH, key_as_given
 
 if TYPE_CHECKING:

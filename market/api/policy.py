@@ -19,6 +19,7 @@ from accounts.access import access_tenant, caller, require_admin
 from accounts.models import Tenant
 from config.api import BodySerializer
 from config.errors import PolicyError
+from config.fields import TextField
 from market.api.errors import api_exception
 from market.api.ledger_serializers import CreditsField
 from market.models import MarketPolicy
@@ -30,6 +31,7 @@ from market.services.policy import (
     policy_update,
     tenant_policy_update,
 )
+from market.services.policy_versions import REASON_MAX
 
 # Market policy
 
@@ -72,6 +74,12 @@ class MarketPolicyPatchSerializer(BodySerializer):
     energy_price_kwh = _knob("energy_price_kwh", "Micro-credits per measured kWh added to charges; 0: none.")
     idle_util_pct = _knob("idle_util_pct", "Release leases whose GPUs stay below this utilisation; 0: off.")
     idle_seconds = _knob("idle_seconds", "How long a lease may stay below idle_util_pct, seconds.")
+    reason = TextField(
+        required=False,
+        allow_blank=True,
+        max_length=REASON_MAX,
+        help_text="Why: kept with the policy version.",
+    )
 
 
 class MarketPolicyView(APIView):
@@ -147,6 +155,12 @@ class TenantPolicyPatchSerializer(BodySerializer):
         child=serializers.IntegerField(min_value=0, max_value=GUARANTEE_MAX),
         required=False,
         help_text="Guaranteed GPUs by GPU type name; 0 removes a guarantee, types not named are unchanged.",
+    )
+    reason = TextField(
+        required=False,
+        allow_blank=True,
+        max_length=REASON_MAX,
+        help_text="Why: kept with the policy version.",
     )
 
 

@@ -15,8 +15,9 @@ from rest_framework.views import APIView
 
 from config.api import Pagination, QuerySerializer
 from config.fields import InstantField
+from inventory.models import GpuType
 from market.api.ledger_serializers import CreditsField
-from market.models import GpuType, RoundPrice
+from market.models import RoundPrice
 from market.selectors.prices import price_board, price_history
 
 

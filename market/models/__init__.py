@@ -2,7 +2,7 @@
 
 from market.models.allowance import Allowance, AllowancePeriod
 from market.models.fair_share import FairShareRound, FairShareUsage
-from market.models.gpu_types import GpuType
+from market.models.guarantees import Guarantee
 from market.models.hold_policy import HoldPolicy, OnHoldEnd
 from market.models.jobs import LEASED_STATES, TERMINAL_STATES, Bid, Job, JobState
 from market.models.leases import LIVE_LEASE_STATES, EndReason, Lease, LeaseGpu, LeaseState, PreemptReason
@@ -17,7 +17,24 @@ from market.models.ledger import (
 )
 from market.models.outbox import Command, CommandKind, CommandState
 from market.models.policy import MarketPolicy
+from market.models.policy_versions import (
+    CanaryState,
+    ImmutableVersionError,
+    OnExpiry,
+    PolicyCanary,
+    PolicyVersion,
+    VersionKind,
+    VersionStatus,
+)
 from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
+from market.models.shadow import ShadowRound, ShadowRun
+from market.models.spend_alerts import (
+    AlertAction,
+    AlertKind,
+    SpendAlertFiring,
+    SpendAlertRule,
+    WebhookDelivery,
+)
 
 __all__ = [
     "DONE_STATES",
@@ -26,6 +43,8 @@ __all__ = [
     "TERMINAL_STATES",
     "Account",
     "AccountKind",
+    "AlertAction",
+    "AlertKind",
     "Allowance",
     "AllowancePeriod",
     "Bid",
@@ -37,7 +56,7 @@ __all__ = [
     "EntryKind",
     "FairShareRound",
     "FairShareUsage",
-    "GpuType",
+    "Guarantee",
     "Hold",
     "HoldPolicy",
     "HoldState",
@@ -48,10 +67,22 @@ __all__ = [
     "LeaseGpu",
     "LeaseState",
     "MarketPolicy",
+    "CanaryState",
+    "ImmutableVersionError",
+    "OnExpiry",
+    "PolicyCanary",
+    "PolicyVersion",
+    "VersionKind",
+    "VersionStatus",
     "OnHoldEnd",
     "Posting",
     "PreemptReason",
     "Round",
     "RoundPrice",
     "RoundState",
+    "ShadowRound",
+    "ShadowRun",
+    "SpendAlertFiring",
+    "SpendAlertRule",
+    "WebhookDelivery",
 ]

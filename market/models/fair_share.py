@@ -17,7 +17,7 @@ class FairShareUsage(models.Model):
     ``round`` is that round: a commit that finds its own round (or a later one) here has already accrued."""
 
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.CASCADE, related_name="fair_share")
-    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.CASCADE, related_name="+")
+    gpu_type = models.ForeignKey("inventory.GpuType", on_delete=models.CASCADE, related_name="+")
     owed_gpu_hours = models.FloatField(default=0.0)
     updated_at = models.DateTimeField()
     # No database constraint: retention may delete old rounds while the history they left stays valid.
@@ -40,7 +40,7 @@ class FairShareRound(models.Model):
     round = models.ForeignKey("market.Round", on_delete=models.CASCADE, related_name="fair_share")
     slot = models.DateTimeField()  # the round's, copied: the console reads a window of these by time
     tenant = models.ForeignKey("accounts.Tenant", on_delete=models.CASCADE, related_name="+")
-    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.CASCADE, related_name="+")
+    gpu_type = models.ForeignKey("inventory.GpuType", on_delete=models.CASCADE, related_name="+")
     held = models.PositiveIntegerField()
     waiting = models.PositiveIntegerField()
     smallest = models.PositiveIntegerField(null=True, blank=True)

@@ -66,14 +66,14 @@ class Lease(models.Model):
     # Neither is indexed: no query selects leases by node (they go through lease_gpus) or by type alone, and
     # every index is written for each of the thousands of leases a round places.
     node = models.ForeignKey(
-        "nodeagent.Node",
+        "inventory.Node",
         on_delete=models.PROTECT,
         related_name="leases",
         db_constraint=False,
         db_index=False,
     )
     gpu_type = models.ForeignKey(
-        "market.GpuType",
+        "inventory.GpuType",
         on_delete=models.PROTECT,
         related_name="leases",
         db_constraint=False,
@@ -162,7 +162,7 @@ class LeaseGpu(models.Model):
 
     lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="lease_gpus", db_constraint=False)
     gpu = models.ForeignKey(
-        "nodeagent.Gpu", on_delete=models.PROTECT, related_name="lease_gpus", db_constraint=False
+        "inventory.Gpu", on_delete=models.PROTECT, related_name="lease_gpus", db_constraint=False
     )
     active = models.BooleanField(default=True)
 

@@ -24,7 +24,7 @@ class Command(models.Model):
     # No database constraints, as for leases (the comment above Lease says why).
     # No single-column indexes either: command_node_state and command_lease_node_kind lead with them.
     node = models.ForeignKey(
-        "nodeagent.Node",
+        "inventory.Node",
         on_delete=models.PROTECT,
         related_name="commands",
         db_constraint=False,

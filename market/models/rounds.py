@@ -59,7 +59,7 @@ class RoundPrice(models.Model):
     `next_posted` is what the round published for the next one."""
 
     round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="prices")
-    gpu_type = models.ForeignKey("market.GpuType", on_delete=models.PROTECT, related_name="round_prices")
+    gpu_type = models.ForeignKey("inventory.GpuType", on_delete=models.PROTECT, related_name="round_prices")
     reserve = models.BigIntegerField()
     posted = models.BigIntegerField()
     spot = models.BigIntegerField(null=True, blank=True)
@@ -87,7 +87,7 @@ class BidOutcome(models.Model):
     won = models.BooleanField()
     tier = models.CharField(max_length=1, blank=True)
     gpu_type = models.ForeignKey(
-        "market.GpuType",
+        "inventory.GpuType",
         null=True,
         blank=True,
         on_delete=models.PROTECT,

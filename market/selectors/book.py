@@ -17,15 +17,16 @@ from typing import Any
 import numpy as np
 from django.db import connection
 
-from accounts.models import Guarantee, Tenant
+from accounts.models import Tenant
 from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Tenants
+from inventory.models import Gpu, GpuType, Node
 from market import bulk
 from market.models import (
     LIVE_LEASE_STATES,
     Account,
     AccountKind,
     FairShareUsage,
-    GpuType,
+    Guarantee,
     Job,
     JobState,
     LeaseGpu,
@@ -33,7 +34,6 @@ from market.models import (
 )
 from market.selectors.holds import sized_hold_seconds
 from market.selectors.waiting import rounds_waited_before
-from nodeagent.models import Gpu, Node
 
 _TIER_INDEX = {name: i for i, name in enumerate(TIER_NAMES)}
 

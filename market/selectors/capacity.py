@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Exists, OuterRef, Q
 
-from market.models import GpuType, LeaseGpu
+from inventory.models import GpuType
+from market.models import LeaseGpu
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class TypeCapacity:
 
 def gpu_capacity() -> list[TypeCapacity]:
     """Every GPU type by name (one grouped query over GPUs)."""
-    from nodeagent.models import Gpu, Node
+    from inventory.models import Gpu, Node
 
     bound = LeaseGpu.objects.filter(gpu=OuterRef("pk"), active=True)
     rows = (

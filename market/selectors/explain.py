@@ -14,8 +14,8 @@ from datetime import datetime
 
 from django.db import connection
 
+from config.money import format_fixed
 from market.models import BidOutcome, EndReason, Job, JobState, Lease, PreemptReason, RoundPrice
-from market.money import format_fixed
 from market.selectors.lost_work import gpu_time
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import preemption_of

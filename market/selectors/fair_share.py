@@ -103,6 +103,15 @@ def owed_by_tenant() -> dict[str, dict[str, float]]:
     return out
 
 
+def round_compliance_by_tenant(*, since: datetime, until: datetime) -> dict[str, float]:
+    """Each tenant's fair-share round compliance over [since, until) (allocator.fairshare.round_pairs: the
+    share of the rounds it waited in where it held at least 95% of its target, gang-aware); tenants that did
+    not wait are absent. What a canary's compliance guardrail reads (docs/policy.md §Canary)."""
+    win = _window(since, until)
+    shares = fairshare.round_compliance_by_tenant(win.series)
+    return {slug: share for slug, share in zip(win.tenants, shares, strict=True) if share is not None}
+
+
 def fair_share_report(*, since: datetime | None = None, until: datetime | None = None) -> FairShareReport:
     win = _window(since, until)
     s = win.series

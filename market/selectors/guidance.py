@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from accounts.models import Tenant
-from market.models import GpuType, RoundPrice
-from market.money import format_fixed
+from config.money import format_fixed
+from inventory.models import GpuType
+from market.models import RoundPrice
 from market.selectors.policy import tenant_policy
 
 RECENT_ROUNDS = 5

@@ -9,10 +9,19 @@ from datetime import datetime
 from django.utils import timezone
 
 from accounts.models import Tenant
-from market.models import LIVE_LEASE_STATES, GpuType, Job, JobState, Lease
-from market.money import format_fixed
+from config.money import format_fixed
+from inventory.models import GpuType
+from market.models import LIVE_LEASE_STATES, Job, JobState, Lease
 from market.selectors.guidance import bid_guidance
-from market.selectors.predictions import JobRuntime, history_for, job_runtime, query_for, runtime_sentence
+from market.selectors.predictions import (
+    JobRuntime,
+    history_for,
+    hours,
+    job_runtime,
+    query_for,
+    runtime_sentence,
+)
+from market.selectors.speed import SpeedGuide, speed_guide
 from market.selectors.start_estimate import StartEstimate, start_estimates
 
 
@@ -24,6 +33,7 @@ class Estimate:
     cost_p90: int | None
     cost_text: str
     starts: list[StartEstimate]
+    speeds: SpeedGuide | None = None  # per GPU type, against the first choice; None without a limit
 
 
 _PAYS = {
@@ -48,33 +58,58 @@ def _cost(gpus: int, price: int, seconds: float) -> int:
     return int(gpus * price * seconds / 3600)
 
 
-def _priced(tenant: Tenant, gpus: int, limits: list[tuple[GpuType, int]]) -> tuple[int, str] | None:
+@dataclass(frozen=True)
+class _Priced:
+    price: int
+    why: str
+    gpu_type: str
+
+
+def _priced(tenant: Tenant, gpus: int, limits: list[tuple[GpuType, int]]) -> _Priced | None:
     """The price a new win would likely pay on the most preferred type its limit can win, and why."""
     for gpu_type, limit in limits:
         found = expected_price(tenant=tenant, gpu_type=gpu_type, limit=limit, gpus=gpus)
         if found is not None:
-            return found
+            return _Priced(found[0], found[1], gpu_type.name)
     return None
 
 
+def _runtimes(runtime: JobRuntime, speeds: SpeedGuide | None, gpu_type: str) -> tuple[float, float, str]:
+    """The median and p90 runtime (still to go) to price on `gpu_type`: that type's own when its speed is
+    known and the job has not started (the pooled prediction mixes every type's pace), else the pooled ones."""
+    got = runtime.prediction
+    assert got is not None
+    row = speeds.on(gpu_type) if speeds is not None and runtime.done_s == 0 else None
+    if row is None or row.runtime_s is None or row.runtime_p90_s is None:
+        return got.remaining_median_s, got.remaining_p90_s, ""
+    # Said only where it changes the figure: history on this type alone gives the pooled runtime back.
+    differs = abs(row.runtime_s - got.median_s) > 0.01 * got.median_s
+    note = f"; at {gpu_type}'s speed it runs about {hours(row.runtime_s)}" if differs else ""
+    return row.runtime_s, row.runtime_p90_s, note
+
+
 def _estimate(
-    runtime: JobRuntime, gpus: int, priced: tuple[int, str] | None, starts: list[StartEstimate]
+    runtime: JobRuntime,
+    gpus: int,
+    priced: _Priced | None,
+    starts: list[StartEstimate],
+    speeds: SpeedGuide | None,
 ) -> Estimate:
     got = runtime.prediction
     if got is None or priced is None:
         text = (
             "" if got is None else "No cost estimate: none of the bid's limits can win (below the reserve)."
         )
-        return Estimate(runtime, None, None, None, text, starts)
-    price, why = priced
-    cost, p90 = _cost(gpus, price, got.remaining_median_s), _cost(gpus, price, got.remaining_p90_s)
+        return Estimate(runtime, None, None, None, text, starts, speeds)
+    median, p90_s, on_type = _runtimes(runtime, speeds, priced.gpu_type)
+    cost, p90 = _cost(gpus, priced.price, median), _cost(gpus, priced.price, p90_s)
     more = " more" if runtime.done_s > 0 else ""
     text = (
-        f"At {format_fixed(price)} credits per GPU-hour ({why}) that is about "
+        f"At {format_fixed(priced.price)} credits per GPU-hour ({priced.why}{on_type}) that is about "
         f"{format_fixed(cost)} credits{more} for {gpus} GPU{'s' if gpus != 1 else ''}; "
         f"{format_fixed(p90)} credits if it runs as long as the 90th percentile."
     )
-    return Estimate(runtime, price, cost, p90, text, starts)
+    return Estimate(runtime, priced.price, cost, p90, text, starts, speeds)
 
 
 def draft_estimate(
@@ -85,7 +120,20 @@ def draft_estimate(
     got = history.predict(query_for(tenant=tenant, name=name, command=command, gpus=gpus))
     runtime = JobRuntime(got, 0.0, runtime_sentence(got))
     starts = start_estimates(tenant=tenant, limits=limits, gpus=gpus)
-    return _estimate(runtime, gpus, _priced(tenant, gpus, limits), starts)
+    speeds = _speeds(tenant, name, command, gpus, limits)
+    return _estimate(runtime, gpus, _priced(tenant, gpus, limits), starts, speeds)
+
+
+def _speeds(
+    tenant: Tenant, name: str, command: str, gpus: int, limits: list[tuple[GpuType, int]]
+) -> SpeedGuide | None:
+    """Speeds against the first choice at its limit: the limit the member would convert to other types."""
+    if not limits:
+        return None
+    reference, limit = limits[0]
+    return speed_guide(
+        tenant=tenant, name=name, command=command, gpus=gpus, reference=reference, reference_limit=limit
+    )
 
 
 def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:
@@ -109,8 +157,9 @@ def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:
     live = Lease.objects.filter(job=job, state__in=LIVE_LEASE_STATES).select_related("gpu_type").first()
     # A running job pays its lease's price; a waiting one what a new win would likely pay.
     priced = (
-        (live.price, f"its lease's price on {live.gpu_type.name}")
+        _Priced(live.price, f"its lease's price on {live.gpu_type.name}", live.gpu_type.name)
         if live
         else _priced(job.tenant, job.gpus, limits)
     )
-    return _estimate(runtime, job.gpus, priced, starts)
+    speeds = _speeds(job.tenant, job.name, job.command, job.gpus, limits)
+    return _estimate(runtime, job.gpus, priced, starts, speeds)

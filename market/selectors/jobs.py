@@ -15,7 +15,8 @@ from django.db.models import Count, IntegerField, OuterRef, Prefetch, Q, QuerySe
 from django.db.models.functions import Coalesce
 
 from accounts.models import Tenant
-from market.models import Bid, BidOutcome, GpuType, Hold, Job, JournalEntry, Lease, LeaseGpu
+from inventory.models import GpuType
+from market.models import Bid, BidOutcome, Hold, Job, JournalEntry, Lease, LeaseGpu
 from market.selectors.preemptions import attach_claimants
 from market.selectors.waiting import with_rounds_waited
 
@@ -148,7 +149,7 @@ def largest_gangs(*, gpu_types: Iterable[GpuType]) -> dict[int, int]:
     (ARCHITECTURE.md §Clearing step 5), so the limit is the GPUs of the type's nodes that are not down in its
     biggest domain. One grouped query.
     """
-    from nodeagent.models import Gpu, Node
+    from inventory.models import Gpu, Node
 
     ids = sorted(t.pk for t in gpu_types)
     key = "largest-gangs:" + ",".join(map(str, ids))

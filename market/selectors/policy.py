@@ -9,8 +9,8 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.db.models import Max, Sum
 
-from accounts.models import Guarantee, Tenant
-from market.models import LIVE_LEASE_STATES, Lease, MarketPolicy, Round
+from accounts.models import Tenant
+from market.models import LIVE_LEASE_STATES, Guarantee, Lease, MarketPolicy, Round
 
 
 def market_policy() -> MarketPolicy:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from accounts.models import Guarantee, Tenant
-from market.models import Allowance, GpuType
+from accounts.models import Tenant
+from inventory.models import GpuType
+from market.models import Allowance, Guarantee
 from market.selectors.policy import market_policy
 from market.services.policy import POLICY_LIMITS
 

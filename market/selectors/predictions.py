@@ -33,7 +33,7 @@ from market.models import Job, JobState, Lease, LeaseState
 # How many of the newest finished jobs each sample keeps (the predictor's window is smaller per key).
 SAMPLE_JOBS = 2000
 CACHE_SECONDS = 60
-_CACHE_KEY = "predict:finished:v1:{}"
+_CACHE_KEY = "predict:finished:v2:{}"  # v2: with the GPU type a job ran on
 
 
 def lease_seconds(
@@ -59,17 +59,35 @@ def _sample(tenant_id: int | None) -> list[Finished]:
             "pk", "tenant__slug", "name", "command", "gpus", "ended_at"
         )[:SAMPLE_JOBS]
     )
-    leases = (
+    leases = list(
         Lease.objects.filter(job_id__in=[r[0] for r in rows], state=LeaseState.ENDED)
         .annotate(measured=Sum("usage__gpu_seconds"))
-        .values_list("job_id", "gpus", "measured", "running_at", "ended_at")
+        .values_list("job_id", "gpus", "measured", "running_at", "ended_at", "gpu_type__name")
     )
-    seconds = lease_seconds(list(leases))
+    seconds = lease_seconds([row[:5] for row in leases])
+    types = single_types([(row[0], row[5]) for row in leases])
     return [
-        Finished(slug, name_family(name), command_family(command), gpus, seconds[pk], ended.timestamp())
+        Finished(
+            slug,
+            name_family(name),
+            command_family(command),
+            gpus,
+            seconds[pk],
+            ended.timestamp(),
+            types.get(pk, ""),
+        )
         for pk, slug, name, command, gpus, ended in reversed(rows)
         if seconds.get(pk, 0) > 0 and ended is not None  # never None: filtered above, typed nullable
     ]
+
+
+def single_types(job_types: list[tuple[int, str]]) -> dict[int, str]:
+    """Per job, the one GPU type all its leases ran on; a job whose leases ran on several types is left out
+    (its runtime is a blend of their speeds, allocator/speed.py)."""
+    seen: dict[int, set[str]] = defaultdict(set)
+    for job_id, name in job_types:
+        seen[job_id].add(name)
+    return {job_id: names.pop() for job_id, names in seen.items() if len(names) == 1}
 
 
 def finished_sample(tenant_id: int | None) -> list[Finished]:

@@ -7,7 +7,8 @@ from datetime import datetime
 
 from django.db.models import OuterRef, QuerySet, Subquery
 
-from market.models import GpuType, RoundPrice
+from inventory.models import GpuType
+from market.models import RoundPrice
 
 
 @dataclass(frozen=True)

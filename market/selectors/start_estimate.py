@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from accounts.models import Tenant
 from allocator.predict import Query, RuntimeHistory, command_family, name_family
-from market.models import GpuType, Lease, LeaseState
-from market.money import format_fixed
+from config.money import format_fixed
+from inventory.models import GpuType
+from market.models import Lease, LeaseState
 from market.selectors.capacity import gpu_capacity
 from market.selectors.explain import queue_ahead
 from market.selectors.guidance import RECENT_ROUNDS, recent_spot

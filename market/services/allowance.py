@@ -13,9 +13,10 @@ from django.utils import timezone
 from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
+from config.money import MAX_AMOUNT
 from market.models import Account, AccountKind, Allowance, AllowancePeriod, JournalEntry
-from market.money import MAX_AMOUNT
 from market.services.ledger import ledger_grant
+from market.services.policy_versions import policy_versioned
 
 
 def period_start(period: str, now: datetime) -> datetime:
@@ -32,7 +33,8 @@ def allowance_key(tenant: Tenant, period: str, start: datetime) -> str:
     return f"allowance:{tenant.pk}:{period}:{start:%Y-%m-%d}"
 
 
-def _check(amount: Any, period: Any, cap: Any) -> None:
+def allowance_check(amount: Any, period: Any, cap: Any) -> None:
+    """PolicyError naming `amount`, `period` or `cap` for a value allowance_set would refuse."""
     for field, value, low in (("amount", amount, 1), ("cap", cap, 0)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise PolicyError(field, "must be a whole number of micro-credits")
@@ -44,14 +46,29 @@ def _check(amount: Any, period: Any, cap: Any) -> None:
 
 @transaction.atomic
 def allowance_set(
-    *, actor: User, tenant: Tenant, amount: int, period: str, cap: int, active: bool = True
+    *,
+    actor: User,
+    tenant: Tenant,
+    amount: int,
+    period: str,
+    cap: int,
+    active: bool = True,
+    reason: str = "",
 ) -> Allowance:
     """Create or change a tenant's allowance; audited as {field: [old, new]}. Changing the period does not
-    re-apply the current one: the next period start is the first under the new setting."""
+    re-apply the current one: the next period start is the first under the new setting. A change records a
+    policy version with `reason`."""
     if not actor.is_staff:
         raise PermissionDenied("Only platform admins may set allowances.")
-    _check(amount, period, cap)
+    allowance_check(amount, period, cap)
+    if not isinstance(active, bool):
+        raise PolicyError("active", "must be true or false")
     values = {"amount": amount, "period": period, "cap": cap, "active": active}
+    with policy_versioned(actor=actor, reason=reason):
+        return _write(actor, tenant, values)
+
+
+def _write(actor: User, tenant: Tenant, values: dict[str, Any]) -> Allowance:
     allowance = Allowance.objects.select_for_update().filter(tenant=tenant).first()
     if allowance is None:
         allowance = Allowance.objects.create(tenant=tenant, **values)

@@ -18,8 +18,9 @@ from django.db.models import Max
 
 from accounts.models import Tenant
 from allocator import Book, Result, fairshare
+from inventory.models import GpuType
 from market import bulk
-from market.models import FairShareRound, FairShareUsage, GpuType, Round
+from market.models import FairShareRound, FairShareUsage, Round
 
 
 def fair_share_record(*, rnd: Round, book: Book, result: Result) -> None:

@@ -10,10 +10,11 @@ from django.db import transaction
 from django.db.models import Sum
 
 from accounts.audit import audit
-from accounts.models import Guarantee, Tenant, User
+from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType
-from nodeagent.models import Gpu, Node
+from inventory.models import Gpu, GpuType, Node
+from market.models import Guarantee
+from market.services.policy_versions import policy_versioned
 
 
 def cluster_gpus(gpu_type: GpuType) -> int | None:
@@ -43,22 +44,27 @@ def guarantee_check(*, tenant: Tenant, gpu_type: GpuType, gpus: int) -> None:
 
 @transaction.atomic
 def guarantee_set(
-    *, tenant: Tenant, gpu_type: GpuType, gpus: int, actor: User | None = None
+    *, tenant: Tenant, gpu_type: GpuType, gpus: int, actor: User | None = None, reason: str = ""
 ) -> Guarantee | None:
     """Set a tenant's guaranteed GPUs of one type (0 removes it).
 
     The one place that keeps the sum of guarantees for a type within the cluster's GPUs of that type (once
     nodes exist). The GPU type row is locked so two concurrent changes cannot both squeeze under the limit.
+    A change records a policy version (docs/policy.md §Versions).
     """
-    GpuType.objects.select_for_update().get(pk=gpu_type.pk)
-    guarantee_check(tenant=tenant, gpu_type=gpu_type, gpus=gpus)
-    audit(
-        actor=actor, tenant=tenant, action="guarantee.set", detail={"gpu_type": gpu_type.name, "gpus": gpus}
-    )
-    if gpus == 0:
-        Guarantee.objects.filter(tenant=tenant, gpu_type=gpu_type).delete()
-        return None
-    guarantee, _ = Guarantee.objects.update_or_create(
-        tenant=tenant, gpu_type=gpu_type, defaults={"gpus": gpus}
-    )
-    return guarantee
+    with policy_versioned(actor=actor, reason=reason):
+        GpuType.objects.select_for_update().get(pk=gpu_type.pk)
+        guarantee_check(tenant=tenant, gpu_type=gpu_type, gpus=gpus)
+        audit(
+            actor=actor,
+            tenant=tenant,
+            action="guarantee.set",
+            detail={"gpu_type": gpu_type.name, "gpus": gpus},
+        )
+        if gpus == 0:
+            Guarantee.objects.filter(tenant=tenant, gpu_type=gpu_type).delete()
+            return None
+        guarantee, _ = Guarantee.objects.update_or_create(
+            tenant=tenant, gpu_type=gpu_type, defaults={"gpus": gpus}
+        )
+        return guarantee

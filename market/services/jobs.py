@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from decimal import ROUND_UP, Decimal
-from typing import Any
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -19,21 +19,22 @@ from accounts.access import is_member, owner_or_manager
 from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
+from config.money import format_credits
+from inventory.models import GpuType
 from market.models import (
     LIVE_LEASE_STATES,
     TERMINAL_STATES,
     Bid,
     CommandKind,
     EndReason,
-    GpuType,
     Job,
     JobState,
     Lease,
 )
 from market.models.jobs import wait_mark_expression
-from market.money import format_credits
 from market.selectors.jobs import largest_gangs
 from market.selectors.policy import current_fence, market_policy_cached
+from market.selectors.spend_alerts import bid_block, worst_cost
 from market.selectors.waiting import rounds_waited_of
 from market.services.leases import lease_request_stop
 
@@ -84,6 +85,18 @@ class JobFinished(JobError):
 
 class TooManyPending(JobError):
     code = "too_many_pending"
+
+
+class BidsPaused(JobError):
+    """A spend alert of the tenant paused new bids (docs/alerts.md); the message names it and who lifts it."""
+
+    code = "bids_paused"
+
+
+class BidsCapped(JobError):
+    """A spend alert of the tenant caps new bids and this one could pass the cap (docs/alerts.md)."""
+
+    code = "bids_capped"
 
 
 # Checks: each raises PolicyError(field, message) or returns the value to store. The public ones are also the
@@ -198,6 +211,27 @@ def _check_pending_limit(tenant: Tenant) -> None:
         )
 
 
+class _JobFields(TypedDict):
+    """A submit's checked values, as Job's columns."""
+
+    name: str
+    command: str
+    limits: list[dict[str, Any]]
+    gpus: int
+    max_seconds: int
+    grace_seconds: int
+
+
+def _check_spend_alerts(
+    tenant: Tenant, gpus: int, limits: list[dict[str, Any]], max_seconds: int, job_id: int | None = None
+) -> None:
+    """A new bid (a submit or an amend) against the tenant's blocking spend alerts. Its worst case is what
+    its hold could ever become: every GPU for max hours at its highest limit."""
+    block = bid_block(tenant=tenant, cost=worst_cost(gpus, limits, max_seconds), replacing=job_id)
+    if block is not None:
+        raise (BidsPaused if block.paused else BidsCapped)(block.message)
+
+
 def _check_member(user: User, tenant: Tenant) -> None:
     if not is_member(user, tenant):
         raise NotPermitted("Only members of the tenant or platform admins may submit jobs.")
@@ -262,7 +296,7 @@ def job_submit(
     if not member_checked:
         _check_member(submitter, tenant)
     _check_pending_limit(tenant)
-    fields = {
+    fields: _JobFields = {
         "name": _check_name(name),
         "command": check_command(command),
         "limits": _check_bids(bids),
@@ -270,6 +304,7 @@ def job_submit(
         "max_seconds": _check_max_seconds(max_seconds),
         "grace_seconds": _check_grace(grace_seconds),
     }
+    _check_spend_alerts(tenant, fields["gpus"], fields["limits"], fields["max_seconds"])
     try:
         # Its own transaction (a savepoint inside a caller's), so a repeated key fails it without a savepoint
         # round trip on every submit; the unique index makes the repeat wait for the first and fail.
@@ -288,7 +323,7 @@ def _job_create(
     idempotency_key: str,
     request_digest: str,
     first_response: Callable[[Job], dict[str, Any]] | None,
-    fields: dict[str, Any],
+    fields: _JobFields,
 ) -> Job:
     job = Job.objects.create(
         tenant=tenant,
@@ -355,6 +390,7 @@ def bid_amend(*, job: Job, actor: User, bids: Sequence[tuple[GpuType, int]]) -> 
         raise JobNotPending(f"Job {job.pk} is {job.state}; only a pending job's bid can change.")
     limits = _check_bids(bids)
     _check_gpus(job.gpus, [t for t, _ in bids], field="bids")
+    _check_spend_alerts(job.tenant, job.gpus, limits, job.max_seconds, job.pk)
     job.limits, job.bid_version = limits, job.bid_version + 1
     job.save(update_fields=["limits", "bid_version", "updated_at"])
     Bid.objects.create(job=job, version=job.bid_version, limits=limits, actor=actor)

@@ -20,8 +20,8 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import Tenant, User
+from config.money import MAX_AMOUNT, format_credits
 from market.models import Account, AccountKind, EntryKind, Hold, HoldState, JournalEntry, Posting
-from market.money import MAX_AMOUNT, format_credits
 from market.selectors.ledger import tenant_spent
 
 KEY_MAX_LENGTH = 200

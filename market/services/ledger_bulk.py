@@ -17,9 +17,9 @@ from django.db.models import F
 from django.utils import timezone
 
 from accounts.models import Tenant
+from config.money import format_credits
 from market import bulk
 from market.models import Account, AccountKind, EntryKind, Hold, HoldState, JournalEntry, Posting
-from market.money import format_credits
 from market.services.ledger import (
     InsufficientFunds,
     KeyConflict,

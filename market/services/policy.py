@@ -14,12 +14,14 @@ from django.core.exceptions import PermissionDenied
 from django.db import transaction
 
 from accounts.audit import audit
-from accounts.models import Guarantee, Tenant, User
+from accounts.models import Tenant, User
 from config.errors import PolicyError
-from market.models import GpuType, MarketPolicy
-from market.money import MAX_AMOUNT
+from config.money import MAX_AMOUNT
+from inventory.models import GpuType
+from market.models import Guarantee, MarketPolicy
 from market.selectors.policy import forget_cached_policy, market_policy
 from market.services.guarantees import guarantee_set
+from market.services.policy_versions import policy_versioned
 
 DAY = 86_400
 
@@ -61,7 +63,7 @@ def _admin(actor: User | None) -> User:
     return actor
 
 
-def _check_int(field: str, value: Any, low: int, high: int) -> int:
+def check_int(field: str, value: Any, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise PolicyError(field, "must be a whole number")
     if not low <= value <= high:
@@ -74,29 +76,31 @@ def policy_check(changes: dict[str, Any]) -> None:
     for field, value in changes.items():
         if field not in POLICY_LIMITS:
             raise PolicyError(field, "is not a market policy setting")
-        _check_int(field, value, *POLICY_LIMITS[field])
+        check_int(field, value, *POLICY_LIMITS[field])
 
 
 @transaction.atomic
-def policy_update(*, actor: User | None, **changes: Any) -> MarketPolicy:
-    """Change some knobs of the market policy; the next round started reads them (docs/policy.md)."""
+def policy_update(*, actor: User | None, reason: str = "", **changes: Any) -> MarketPolicy:
+    """Change some knobs of the market policy; the next round started reads them (docs/policy.md). A change
+    records a policy version with `reason` (docs/policy.md §Versions)."""
     admin = _admin(actor)
     policy_check(changes)
-    market_policy()  # creates the row with its defaults on first use
-    policy = MarketPolicy.objects.select_for_update().get(singleton=1)
-    diff = {f: [getattr(policy, f), v] for f, v in changes.items() if getattr(policy, f) != v}
-    if diff:
-        for field, (_, new) in diff.items():
-            setattr(policy, field, new)
-        policy.save(update_fields=[*diff, "updated_at"])
-        forget_cached_policy()
-        audit(actor=admin, tenant=None, action="policy.update", detail=diff)
+    with policy_versioned(actor=admin, reason=reason):
+        market_policy()  # creates the row with its defaults on first use
+        policy = MarketPolicy.objects.select_for_update().get(singleton=1)
+        diff = {f: [getattr(policy, f), v] for f, v in changes.items() if getattr(policy, f) != v}
+        if diff:
+            for field, (_, new) in diff.items():
+                setattr(policy, field, new)
+            policy.save(update_fields=[*diff, "updated_at"])
+            forget_cached_policy()
+            audit(actor=admin, tenant=None, action="policy.update", detail=diff)
     return policy
 
 
-def _check_guardrail(guardrail: int | None) -> None:
+def guardrail_check(guardrail: int | None) -> None:
     if guardrail is not None:
-        _check_int("guardrail", guardrail, 0, MAX_AMOUNT)
+        check_int("guardrail", guardrail, 0, MAX_AMOUNT)
 
 
 def _check_guarantees(guarantees: dict[str, int]) -> dict[str, GpuType]:
@@ -105,7 +109,7 @@ def _check_guarantees(guarantees: dict[str, int]) -> dict[str, GpuType]:
     for name, gpus in guarantees.items():
         if name not in types:
             raise PolicyError(f"guarantees.{name}", "is not a GPU type")
-        _check_int(f"guarantees.{name}", gpus, 0, GUARANTEE_MAX)
+        check_int(f"guarantees.{name}", gpus, 0, GUARANTEE_MAX)
     return types
 
 
@@ -136,15 +140,29 @@ def tenant_policy_update(
     weight: int | None = None,
     guardrail: int | None | Unset = UNSET,
     guarantees: dict[str, int] | None = None,
+    reason: str = "",
 ) -> Tenant:
     """Change a tenant's weight, guardrail (micro-credits; None removes it) and guarantees ({type name: GPUs};
-    0 removes one). All or nothing: any refused part leaves every part unchanged."""
+    0 removes one). All or nothing: any refused part leaves every part unchanged. A change records a policy
+    version with `reason`."""
     admin = _admin(actor)
     if weight is not None:
-        _check_int("weight", weight, *WEIGHT_LIMITS)
+        check_int("weight", weight, *WEIGHT_LIMITS)
     if not isinstance(guardrail, Unset):
-        _check_guardrail(guardrail)
+        guardrail_check(guardrail)
     types = _check_guarantees(guarantees or {})
+    with policy_versioned(actor=admin, reason=reason):
+        return _tenant_policy_write(admin, tenant, weight, guardrail, guarantees or {}, types)
+
+
+def _tenant_policy_write(
+    admin: User,
+    tenant: Tenant,
+    weight: int | None,
+    guardrail: int | None | Unset,
+    guarantees: dict[str, int],
+    types: dict[str, GpuType],
+) -> Tenant:
     locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
     diff: dict[str, list[Any]] = {}
     if weight is not None and weight != locked.weight:
@@ -155,7 +173,7 @@ def tenant_policy_update(
         locked.guardrail = guardrail
     if diff:
         locked.save(update_fields=list(diff))
-    diff |= _apply_guarantees(actor=admin, tenant=locked, guarantees=guarantees or {}, types=types)
+    diff |= _apply_guarantees(actor=admin, tenant=locked, guarantees=guarantees, types=types)
     if diff:
         audit(actor=admin, tenant=locked, action="tenant_policy.update", detail=diff)
     return locked

@@ -7,6 +7,8 @@ everything else. After `MarketPolicy.retention_days`:
 - a round's book is dropped (the round row with its counts, timings, result hash and prices stays, and so does
   its `round.commit` audit summary); a round not finished is never touched;
 - per-bid outcomes are deleted, except each job's newest one (a job's page still says why it last lost);
+- shadow rounds (what a proposed policy version would have done in the round) are deleted: a version's
+  accumulated shadow figures cover the retention period;
 - commands acknowledged, or expired unacknowledged, are deleted;
 - agents' usage reports (every GPU sample) are deleted; each lease keeps its summary (`LeaseUsage`: what it was
   billed from) and each node its high-water marks.
@@ -27,7 +29,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from market.models import DONE_STATES, BidOutcome, Command, CommandState, Round
+from market.models import DONE_STATES, BidOutcome, Command, CommandState, Round, ShadowRound
 from market.selectors.policy import market_policy
 from nodeagent.models import UsageReport
 
@@ -43,6 +45,7 @@ class PruneStats:
     outcomes: int
     commands: int
     usage_reports: int = 0
+    shadow_rounds: int = 0
 
 
 def _in_batches(
@@ -79,6 +82,11 @@ def retention_prune(*, now: datetime | None = None, batch: int = BATCH) -> Prune
         lambda ids: BidOutcome.objects.filter(pk__in=ids).delete()[0],
         batch,
     )
+    shadow_rounds = _in_batches(
+        lambda: ShadowRound.objects.filter(round__in=old_rounds).order_by("pk").values_list("pk", flat=True),
+        lambda ids: ShadowRound.objects.filter(pk__in=ids).delete()[0],
+        batch,
+    )
     done = Q(state=CommandState.ACKED, acked_at__lt=cutoff) | Q(
         state=CommandState.PENDING, expires_at__lt=cutoff
     )
@@ -95,15 +103,27 @@ def retention_prune(*, now: datetime | None = None, batch: int = BATCH) -> Prune
         batch,
     )
     stats = PruneStats(
-        cutoff=cutoff, books=books, outcomes=outcomes, commands=commands, usage_reports=usage_reports
+        cutoff=cutoff,
+        books=books,
+        outcomes=outcomes,
+        commands=commands,
+        usage_reports=usage_reports,
+        shadow_rounds=shadow_rounds,
     )
     log.info(
-        "retention prune: %s books, %s outcomes, %s commands, %s usage reports before %s",
+        "retention prune: %s books, %s outcomes, %s shadow rounds, %s commands, %s usage reports before %s",
         books,
         outcomes,
+        shadow_rounds,
         commands,
         usage_reports,
         cutoff.isoformat(),
-        extra={"books": books, "outcomes": outcomes, "commands": commands, "usage_reports": usage_reports},
+        extra={
+            "books": books,
+            "outcomes": outcomes,
+            "shadow_rounds": shadow_rounds,
+            "commands": commands,
+            "usage_reports": usage_reports,
+        },
     )
     return stats

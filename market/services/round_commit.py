@@ -24,6 +24,7 @@ from django.db.models import F, OuterRef, Q
 
 from accounts.models import Tenant
 from allocator import PREEMPT_NAMES, REASON_NAMES, TIER_NAMES, Book, Preemptions, Result
+from inventory.models import Gpu, GpuType, Node
 from market import bulk
 from market.models import (
     LIVE_LEASE_STATES,
@@ -32,7 +33,6 @@ from market.models import (
     CommandKind,
     CommandState,
     EndReason,
-    GpuType,
     Job,
     JobState,
     Lease,
@@ -47,7 +47,6 @@ from market.selectors.waiting import COUNTS, SubqueryCount
 from market.services.command_wake import commands_written
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from market.services.ledger_bulk import HoldRequest, ledger_hold_many
-from nodeagent.models import Gpu, Node
 
 # How long a bind command stays valid: an agent that has not picked it up by then is treated as lost.
 BIND_TTL = timedelta(minutes=30)

@@ -25,7 +25,8 @@ from django.utils import timezone
 from accounts.audit import audit
 from allocator import BookError, Result, clear
 from config.logs import bind
-from market.models import DONE_STATES, GpuType, Round, RoundState
+from inventory.models import GpuType
+from market.models import DONE_STATES, Round, RoundState
 from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.policy import current_fence, market_policy
 from market.selectors.rounds import round_summary
@@ -33,6 +34,7 @@ from market.services.fair_share import fair_share_record
 from market.services.holds import leases_hold_check
 from market.services.leases import leases_expire
 from market.services.round_commit import commit_result
+from market.services.shadow import shadow_rounds_run
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +53,7 @@ class _Memo:
 
     snapshot: Snapshot | None = None
     result: Result | None = None
+    committed: bool = False  # this process ran the commit step (shadow rounds follow it, §Shadow rounds)
 
 
 def slot_of(now: datetime, period_s: int) -> datetime:
@@ -82,11 +85,15 @@ def round_tick(*, now: datetime | None = None) -> Round | None:
 def round_advance(*, round_id: int, stop_after: RoundState | None = None) -> Round:
     """Take the round through its remaining steps; `stop_after` ends early (for tests of interruption)."""
     with bind(round_id=round_id):
-        return _advance(round_id, stop_after)
+        memo = _Memo()
+        rnd = _advance(round_id, stop_after, memo)
+        # After the live round is committed and dispatched, never before: a shadow cannot delay or fail it.
+        if memo.committed and rnd.state == RoundState.DISPATCHED and memo.snapshot and memo.result:
+            shadow_rounds_run(rnd=rnd, book=memo.snapshot.book, result=memo.result)
+        return rnd
 
 
-def _advance(round_id: int, stop_after: RoundState | None) -> Round:
-    memo = _Memo()
+def _advance(round_id: int, stop_after: RoundState | None, memo: _Memo) -> Round:
     while True:
         try:
             with transaction.atomic():
@@ -184,6 +191,7 @@ def _commit(rnd: Round, memo: _Memo) -> None:
     result = memo.result if memo.result is not None else clear(snapshot.book)
     if result.digest != rnd.digest:
         raise DigestMismatch(f"cleared again to {result.digest}, stored {rnd.digest}")
+    memo.result = result
     started = time.perf_counter()
     now = timezone.now()
     stats = commit_result(rnd=rnd, snapshot=snapshot, result=result, now=now)
@@ -216,6 +224,7 @@ def _commit(rnd: Round, memo: _Memo) -> None:
             "commit_ms",
         ]
     )
+    memo.committed = True
 
 
 def _dispatch(rnd: Round, memo: _Memo) -> None:

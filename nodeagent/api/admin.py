@@ -19,10 +19,10 @@ from rest_framework.views import APIView
 
 from accounts.access import caller, require_admin
 from config.api import Pagination
+from inventory.models import Node
 from nodeagent.api import serializers as s
 from nodeagent.api.errors import refused
 from nodeagent.errors import NodeError
-from nodeagent.models import Node
 from nodeagent.selectors.nodes import node_list
 from nodeagent.services import admin as services
 from nodeagent.services.registration import bootstrap_token_create

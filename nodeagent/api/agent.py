@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 
 from config import metrics, slots
 from config.parsers import MeasurementJSONParser
+from inventory.models import Node
 from market.models import Command
 from market.selectors.policy import current_fence
 from market.services import command_wake
@@ -33,7 +34,6 @@ from nodeagent.api import serializers as s
 from nodeagent.api.auth import IsNode, NodeAuthentication, agent_of
 from nodeagent.api.errors import refused
 from nodeagent.errors import NodeError
-from nodeagent.models import Node
 from nodeagent.selectors.nodes import node_command, node_lease, pending_commands
 from nodeagent.services.heartbeat import GpuHealth, node_heartbeat
 from nodeagent.services.lease_events import command_ack, lease_exited, lease_started

@@ -11,8 +11,9 @@ from rest_framework import authentication, exceptions
 from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
+from inventory.models import Node
 from nodeagent import credentials
-from nodeagent.models import BootstrapToken, Node
+from nodeagent.models import BootstrapToken
 from nodeagent.services.registration import bootstrap_token_usable
 
 

@@ -7,8 +7,8 @@ from rest_framework import serializers
 
 from config.api import BodySerializer, QuerySerializer
 from config.fields import TextField
-from market.models import GpuType
-from nodeagent.models import BootstrapToken, Gpu, Node
+from inventory.models import Gpu, GpuType, Node
+from nodeagent.models import BootstrapToken
 from nodeagent.services.registration import GpuInfo
 from nodeagent.services.usage_parse import LOG_TAIL_MAX, MAX_GPUS, MAX_LEASES
 

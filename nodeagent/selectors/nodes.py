@@ -9,8 +9,9 @@ from typing import Any
 from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from django.http import Http404
 
+from inventory.models import Gpu, Node
 from market.models import Command, CommandKind, CommandState, Lease, LeaseState
-from nodeagent.models import Gpu, Node, UsageReport
+from nodeagent.models import UsageReport
 
 COMMANDS_PER_FETCH = 100
 

@@ -8,9 +8,9 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import User
+from inventory.models import Node
 from market.models import LIVE_LEASE_STATES, LeaseGpu, LeaseState
 from nodeagent.errors import NodeError
-from nodeagent.models import Node
 
 
 def require_admin(actor: User | None) -> User:

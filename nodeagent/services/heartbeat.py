@@ -16,11 +16,11 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from accounts.audit import audit
+from inventory.models import Gpu, Node
 from market.models import LIVE_LEASE_STATES, Command, CommandKind, EndReason, Lease, LeaseGpu, LeaseState
 from market.selectors.policy import current_fence
 from market.services.command_wake import commands_written
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
-from nodeagent.models import Gpu, Node
 from nodeagent.services.admin import live_lease_ids
 from nodeagent.services.lease_events import lease_abandon
 

@@ -15,10 +15,10 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import User
-from market.models import GpuType
+from inventory.models import Gpu, GpuType, Node
 from nodeagent import credentials
 from nodeagent.errors import NodeError
-from nodeagent.models import BootstrapToken, Gpu, Node
+from nodeagent.models import BootstrapToken
 from nodeagent.services.admin import require_admin
 
 BOOTSTRAP_TTL = timedelta(days=1)

@@ -139,10 +139,11 @@ def test_admin_drains_a_node_and_creates_a_bootstrap_token(
     from django.utils import timezone
 
     from accounts.models import AuditEvent
+    from inventory.models import Gpu, Node
     from market.models import Lease
     from market.services.leases import lease_running
     from market.services.rounds import round_tick
-    from nodeagent.models import BootstrapToken, Gpu, Node
+    from nodeagent.models import BootstrapToken
     from tests.market.round_helpers import make_job
 
     world.nodes(world.h100, 2, size=8)

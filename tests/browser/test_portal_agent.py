@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from market.money import format_fixed
+from config.money import format_fixed
 from tests.browser.helpers import login, shot
 from tests.browser.test_portal import _round_by_worker
 from tests.integration.test_agent_e2e import JOB, cluster, wait_until, worker_env  # noqa: F401

@@ -77,7 +77,7 @@ def test_admin_runs_a_whatif_on_the_demo_history_and_applies_it(
 
 def _whatif_in_the_console(url: str, page: Any, tmp_path: Path, password: str, jobs: int) -> None:
     from accounts.models import AuditEvent, Tenant
-    from market.models import GpuType
+    from inventory.models import GpuType
     from whatif.models import WhatIfRun
 
     page.goto(f"{url}/login/")

@@ -10,8 +10,9 @@ import pytest
 from django.test import Client
 
 from accounts.models import AuditEvent
+from inventory.models import Gpu, Node
 from market.models import EndReason, Lease
-from nodeagent.models import BootstrapToken, Gpu, Node
+from nodeagent.models import BootstrapToken
 from tests.frontend.conftest import Market, login, report_usage
 
 pytestmark = pytest.mark.django_db
@@ -205,7 +206,7 @@ def test_a_bootstrap_token_is_shown_once_and_bad_input_is_refused_beside_the_fie
 
 def test_a_short_job_reads_in_gpu_seconds_and_a_charge_that_is_not_zero(market: Market) -> None:
     # The job page once said "charged 0.01 credits for 0.00 GPU-hours measured" for a 15-second job.
-    from market.money import format_fixed
+    from config.money import format_fixed
     from market.services.leases import lease_stopped
 
     lease = _running(market)

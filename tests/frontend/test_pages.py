@@ -160,7 +160,8 @@ def test_an_allowance_is_applied_once_per_period_and_stops_at_its_cap(world: Wor
 
 
 def test_console_guarantee_beyond_capacity_is_refused_beside_the_field(world: World) -> None:
-    from accounts.models import AuditEvent, Guarantee
+    from accounts.models import AuditEvent
+    from market.models import Guarantee
 
     world.nodes(world.h100, 1, size=8)
     client = login(Client(), world.admin)

@@ -23,6 +23,7 @@ def _team_pages(m: Market) -> list[str]:
         f"/t/{slug}/spend.csv",
         f"/t/{slug}/tokens/",
         f"/t/{slug}/holds/",
+        f"/t/{slug}/alerts/",
     ]
 
 
@@ -37,6 +38,8 @@ def _console_pages(m: Market) -> list[str]:
         f"/console/rounds/{m.round.pk}/",
         "/console/audit/",
         "/console/audit.csv",
+        "/console/versions/",
+        "/console/canaries/new/",
     ]
 
 

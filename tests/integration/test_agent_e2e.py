@@ -25,6 +25,7 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from inventory.models import Node
 from market.models import (
     CommandKind,
     EndReason,
@@ -38,7 +39,7 @@ from market.models import (
     Round,
 )
 from market.services.leases import lease_request_stop, settle_key
-from nodeagent.models import LeaseUsage, Node, UsageReport
+from nodeagent.models import LeaseUsage, UsageReport
 from nodeagent.selectors.usage import charge_for
 from nodeagent.services.registration import bootstrap_token_create
 from tests.integration.conftest import ROOT

@@ -27,8 +27,17 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 from rest_framework.test import APIClient
 
-from accounts.models import AuditEvent, Guarantee
-from market.models import DONE_STATES, LIVE_LEASE_STATES, BidOutcome, Lease, MarketPolicy, Round, RoundState
+from accounts.models import AuditEvent
+from market.models import (
+    DONE_STATES,
+    LIVE_LEASE_STATES,
+    BidOutcome,
+    Guarantee,
+    Lease,
+    MarketPolicy,
+    Round,
+    RoundState,
+)
 from ops.models import WorkerHeartbeat
 from tests.integration.conftest import ROOT
 from tests.integration.conftest import database_url as _database_url

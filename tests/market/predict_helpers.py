@@ -8,8 +8,9 @@ from typing import Any
 
 from django.utils import timezone
 
+from inventory.models import Node
 from market.models import EndReason, Job, JobState, Lease, LeaseState, Round
-from nodeagent.models import LeaseUsage, Node
+from nodeagent.models import LeaseUsage
 
 _seq = count(1)
 

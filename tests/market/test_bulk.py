@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
+from inventory.models import Node
 from market import bulk
 from market.models import (
     Account,
@@ -37,7 +38,6 @@ from market.services import rounds
 from market.services.guarantees import guarantee_set
 from market.services.leases import lease_running
 from market.services.round_commit import SKIP_CHANGED
-from nodeagent.models import Node
 from tests.conftest import World
 from tests.market.round_helpers import make_job
 from tests.sqlite_twin import on_sqlite

@@ -14,7 +14,8 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from market.models import Account, GpuType, Hold, Job, JobState, JournalEntry, Posting
+from inventory.models import GpuType
+from market.models import Account, Hold, Job, JobState, JournalEntry, Posting
 from market.selectors.book import _pending
 from market.selectors.explain import queue_ahead, queue_places
 from market.selectors.jobs import job_list

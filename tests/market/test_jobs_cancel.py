@@ -11,11 +11,11 @@ import pytest
 from django.utils import timezone
 
 from accounts.models import AuditEvent
+from inventory.models import GpuType
 from market.models import (
     Command,
     CommandKind,
     EndReason,
-    GpuType,
     Hold,
     HoldState,
     Job,
@@ -65,7 +65,7 @@ def submit(w: World, user: Any = None, *, gpus: int = 2) -> Job:
 
 def start(job: Job, *, state: str = LeaseState.RUNNING, age_s: int = 600) -> Lease:
     """A lease for the job as a round would make it: a round, a ledger hold, GPUs bound, the job moved on."""
-    from nodeagent.models import Gpu
+    from inventory.models import Gpu
 
     now = timezone.now()
     rnd = Round.objects.create(slot=now + timedelta(days=Round.objects.count()), period_s=300)

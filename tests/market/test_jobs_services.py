@@ -110,7 +110,7 @@ def test_submit_idempotency_in_the_service(market: World) -> None:
 
 @pytest.mark.django_db
 def test_largest_gangs_per_domain(world: World) -> None:
-    from nodeagent.models import Node
+    from inventory.models import Node
 
     w = world
     w.nodes(w.h100, 3, size=8, domain="east")

@@ -150,7 +150,7 @@ def test_limits_at_the_edges_are_accepted(market: World) -> None:
 
 
 def test_down_nodes_do_not_count_and_settings_move_the_limits(market: World, settings: Any) -> None:
-    from nodeagent.models import Node
+    from inventory.models import Node
 
     Node.objects.filter(topology_domain="d0").update(state=Node.State.DOWN)
     client = market.client(market.alice)

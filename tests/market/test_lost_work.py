@@ -178,6 +178,6 @@ def test_gpu_time_reads_in_a_unit_that_fits(seconds: float, text: str) -> None:
     ],
 )
 def test_credits_that_round_to_zero_are_not_shown_as_zero(micro: int, text: str) -> None:
-    from market.money import format_fixed
+    from config.money import format_fixed
 
     assert format_fixed(micro) == text

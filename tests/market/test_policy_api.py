@@ -8,9 +8,10 @@ import pytest
 from django.core.exceptions import PermissionDenied
 from django.utils import timezone
 
-from accounts.models import AuditEvent, Guarantee, Tenant
+from accounts.models import AuditEvent, Tenant
 from config.errors import PolicyError
-from market.models import GpuType, Lease, MarketPolicy, Round
+from inventory.models import GpuType
+from market.models import Guarantee, Lease, MarketPolicy, Round
 from market.selectors.policy import market_policy
 from market.services.guarantees import guarantee_set
 from market.services.policy import policy_update, tenant_policy_update

@@ -9,7 +9,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from market.models import GpuType, Round, RoundPrice, RoundState
+from inventory.models import GpuType
+from market.models import Round, RoundPrice, RoundState
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db

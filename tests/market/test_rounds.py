@@ -9,12 +9,12 @@ import pytest
 from django.core.management import call_command
 from django.utils import timezone
 
+from inventory.models import GpuType
 from market.models import (
     BidOutcome,
     Command,
     CommandKind,
     EndReason,
-    GpuType,
     Hold,
     HoldState,
     Job,

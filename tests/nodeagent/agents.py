@@ -8,9 +8,9 @@ from typing import Any
 
 from rest_framework.test import APIClient
 
+from inventory.models import Node
 from market.models import Lease
 from market.services import rounds
-from nodeagent.models import Node
 from nodeagent.services.registration import bootstrap_token_create
 
 

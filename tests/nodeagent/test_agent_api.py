@@ -9,9 +9,10 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from accounts.models import AuditEvent
+from inventory.models import Gpu, Node
 from market.models import Command, CommandKind, EndReason, JobState, LeaseState
 from market.selectors.policy import market_policy
-from nodeagent.models import BootstrapToken, Gpu, LeaseUsage, Node, UsageReport
+from nodeagent.models import BootstrapToken, LeaseUsage, UsageReport
 from nodeagent.services.registration import bootstrap_token_create
 from tests.concurrency import run_together
 from tests.market.round_helpers import make_job

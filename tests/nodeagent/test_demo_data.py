@@ -11,8 +11,9 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from frontend.management.commands.demo_data import DEMO_JOBS, NODES
+from inventory.models import Node
 from market.models import Job
-from nodeagent.models import BootstrapToken, Node
+from nodeagent.models import BootstrapToken
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,7 @@ import pytest
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
-from accounts.models import Guarantee
-from market.models import Round
+from market.models import Guarantee, Round
 from market.services.rounds import round_tick
 from tests.conftest import World
 from tests.market.round_helpers import make_job

@@ -77,6 +77,13 @@ ENDPOINTS = {
         {"memory_gb": 80, "reserve_price": "2", "max_price": "20"},
         ("memory_gb", "max_price"),
     ),
+    "spend-alert-create": Endpoint(
+        "post",
+        "/api/v1/tenants/alpha/spend-alerts",
+        "alice",
+        {"kind": "spend_day", "threshold": "5", "action": "cap", "cap": "9"},
+        ("kind", "threshold", "action", "cap", "webhook_url"),  # email: `true` is a fine boolean
+    ),
     "market-policy": Endpoint("patch", "/api/v1/policy", "admin", {"round_seconds": 60}, ("round_seconds",)),
     "tenant-policy": Endpoint(
         "patch", "/api/v1/tenants/alpha/policy", "admin", {"weight": 2}, ("weight", "guardrail", "guarantees")
@@ -119,7 +126,7 @@ BODIES: dict[str, tuple[bytes, str]] = {
 def _counts() -> dict[str, int]:
     return {
         model._meta.label: model._default_manager.count()
-        for app in ("accounts", "market", "nodeagent")
+        for app in ("accounts", "inventory", "market", "nodeagent")
         for model in apps.get_app_config(app).get_models()
     }
 

@@ -15,10 +15,12 @@ import pytest
 from django.test import Client
 
 from accounts.tokens import token_create
+from inventory.models import Node
 from market.models import Hold, JournalEntry, Lease
 from market.services import rounds
 from market.services.leases import lease_running
-from nodeagent.models import BootstrapToken, LeaseUsage, Node
+from market.services.spend_alerts import spend_alert_create
+from nodeagent.models import BootstrapToken, LeaseUsage
 from tests.conftest import World
 from tests.frontend.conftest import login
 from tests.market.round_helpers import make_job
@@ -50,6 +52,9 @@ def alpha_objects(world: World) -> dict[str, Any]:
         "token": token_create(user=world.amy, tenant=world.alpha, name="amy").token.pk,
         "hold": Hold.objects.get(key=lease.hold_key).key,
         "entry": entry.pk,
+        "alert": spend_alert_create(
+            actor=world.alice, tenant=world.alpha, kind="spend_day", threshold=1, action="pause"
+        ).rule.pk,
     }
 
 
@@ -63,6 +68,11 @@ REQUESTS = [
     ("post", "/api/v1/tenants/{slug}/jobs/{job}/cancel", None),
     ("post", "/api/v1/tenants/{slug}/jobs/{pending}/cancel", None),
     ("delete", "/api/v1/tenants/{slug}/tokens/{token}", None),
+    ("get", "/api/v1/tenants/{slug}/spend-alerts/{alert}", None),
+    ("patch", "/api/v1/tenants/{slug}/spend-alerts/{alert}", {"threshold": "9"}),
+    ("delete", "/api/v1/tenants/{slug}/spend-alerts/{alert}", None),
+    ("post", "/api/v1/tenants/{slug}/spend-alerts/{alert}/lift", None),
+    ("get", "/api/v1/tenants/{slug}/spend-alerts/{alert}/deliveries", None),
 ]
 TENANT_ONLY = [
     ("get", "/api/v1/tenants/{slug}/jobs", None),
@@ -71,6 +81,7 @@ TENANT_ONLY = [
     ("get", "/api/v1/tenants/{slug}/tokens", None),
     ("get", "/api/v1/tenants/{slug}/policy", None),
     ("get", "/api/v1/tenants/{slug}/hold-policy", None),
+    ("get", "/api/v1/tenants/{slug}/spend-alerts", None),
     (
         "post",
         "/api/v1/tenants/{slug}/jobs",
@@ -86,6 +97,7 @@ TENANT_ONLY = [
     ("post", "/api/v1/tenants/{slug}/topups", {"amount": "1", "key": "x"}),
     ("patch", "/api/v1/tenants/{slug}/policy", {"weight": 5}),
     ("patch", "/api/v1/tenants/{slug}/hold-policy", {"sized_by_prediction": True}),
+    ("post", "/api/v1/tenants/{slug}/spend-alerts", {"kind": "spend_day", "threshold": "5"}),
 ]
 
 

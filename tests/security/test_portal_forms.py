@@ -19,7 +19,7 @@ import pytest
 from django.test import Client
 
 from accounts.models import ApiToken, AuditEvent, Membership, Tenant
-from market.models import Bid, Job, JournalEntry, MarketPolicy
+from market.models import Bid, Job, JournalEntry, MarketPolicy, SpendAlertRule
 from market.selectors.policy import market_policy
 from nodeagent.models import BootstrapToken
 from tests.conftest import World
@@ -83,6 +83,19 @@ FORMS = {
         ["bids-0-gpu_type", "bids-0-limit"],
     ),
     "create token": Form("amy", lambda o: "/t/alpha/tokens/", {"name": "laptop"}, ["name"]),
+    "spend alert": Form(
+        "alice",
+        lambda o: "/t/alpha/alerts/",
+        {
+            "kind": "spend_day",
+            "threshold": "5",
+            "action": "cap",
+            "cap": "10",
+            "webhook_url": "https://example.org/hook",
+            "email": "on",
+        },
+        ["kind", "threshold", "action", "cap", "webhook_url"],
+    ),
     "top-up": Form(
         "admin",
         lambda o: "/console/tenants/alpha/",
@@ -166,6 +179,7 @@ def _state() -> tuple[Any, ...]:
         BootstrapToken.objects.count(),
         list(MarketPolicy.objects.values()),
         AuditEvent.objects.count(),
+        SpendAlertRule.objects.count(),
     )
 
 
@@ -241,6 +255,8 @@ VALID |= {("top-up", "nonce", "oversized")}
 # Policies: no guardrail (""), a guardrail or cap of 0, no guaranteed GPUs.
 VALID |= {("tenant policy", "guarantee-H100", "zero"), ("tenant policy", "guardrail", "empty")}
 VALID |= {("tenant policy", "guardrail", "zero"), ("allowance", "allowance_cap", "zero")}
+# A spend alert without a webhook (docs/alerts.md).
+VALID |= {("spend alert", "webhook_url", "empty")}
 
 
 @pytest.mark.parametrize(("who", "url", "params"), FILTERS)

@@ -17,9 +17,9 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 
 from config.inputs import parse_instant
+from config.money import MAX_AMOUNT
 from config.wsgi import application
-from market.models import GpuType
-from market.money import MAX_AMOUNT
+from inventory.models import GpuType
 from tests.conftest import World
 
 # slow: minutes of generated or hostile input; `make check` leaves it out, `make test` runs it.
@@ -78,7 +78,12 @@ def member(world: World) -> dict[str, str]:
 
 @pytest.fixture
 def admin(world: World) -> dict[str, str]:
-    return _headers(world, "admin")
+    from market.services.policy_proposals import policy_version_propose
+
+    headers = _headers(world, "admin")
+    # Versions 1 (the policy in force) and 2 (a proposal), for the versions' and canaries' requests to name.
+    policy_version_propose(actor=world.admin, snapshot={"tenants": {"alpha": {"weight": 2}}})
+    return headers
 
 
 def _fit_to_the_data(case: Any) -> None:
@@ -110,6 +115,9 @@ def _fit_to_the_data(case: Any) -> None:
         body["name"] = f"{body['name'][:50]}-{uuid.uuid4().hex[:8]}"
         if Decimal(body["reserve_price"]) > Decimal(body["max_price"]):
             body["reserve_price"], body["max_price"] = body["max_price"], body["reserve_price"]
+    _fit_policy_versions(case, body)
+    if case.method == "POST" and case.path.endswith("/spend-alerts"):
+        _fit_spend_alert(body)
     if case.path.endswith(("/topups", "/refunds")):
         # The key comes in the body or the header, the same one if both.
         header = (case.headers or {}).get("Idempotency-Key")
@@ -117,6 +125,48 @@ def _fit_to_the_data(case: Any) -> None:
             body["key"] = header
         else:
             body.setdefault("key", "k")
+
+
+def _fit_policy_versions(case: Any, body: dict[str, Any]) -> None:
+    """A proposal names existing tenants and types, with a reserve at most the maximum and guarantees within
+    the cluster; a canary names version 2 and a tenant of it, or the market part."""
+    snapshot = body.get("snapshot")
+    if isinstance(snapshot, dict):
+        if isinstance(snapshot.get("tenants"), dict):
+            parts = [p for p in snapshot["tenants"].values() if isinstance(p, dict)][:1]
+            snapshot["tenants"] = dict(zip([NAMES["tenant"]], parts, strict=False))
+            for part in parts:
+                if isinstance(part.get("guarantees"), dict):
+                    gpus = part["guarantees"].values()
+                    part["guarantees"] = {t: min(n, GANG) for t, n in zip(TYPES, gpus, strict=False)}
+        if isinstance(snapshot.get("gpu_types"), dict):
+            prices = [p for p in snapshot["gpu_types"].values() if isinstance(p, dict)]
+            snapshot["gpu_types"] = {t: dict(p) for t, p in zip(TYPES, prices, strict=False)}
+            for p in snapshot["gpu_types"].values():
+                # A partial bound meets the type's own other bound: give both, in order.
+                low, high = sorted([p.get("reserve_price", 0), p.get("max_price", MAX_AMOUNT)])
+                p["reserve_price"], p["max_price"] = low, high
+    if case.method == "POST" and case.path == "/api/v1/policy/canaries":
+        body["version"] = 2
+        body["tenants"] = [NAMES["tenant"]] if body.get("tenants") else []
+        if not body["tenants"]:
+            body["market"] = True
+
+
+def _fit_spend_alert(body: dict[str, Any]) -> None:
+    """A new spend alert's rules across fields (docs/alerts.md): a runway threshold is whole hours, a cap is
+    for a spend kind and at least the threshold, and only with the cap action; a webhook's address is public
+    (the schema's pattern cannot say that, nor that a port is valid)."""
+    if body.get("kind") == "runway_hours":
+        body["threshold"] = "24"
+    if body.get("action") == "cap":
+        body["kind"] = "spend_day" if body.get("kind") == "runway_hours" else body.get("kind")
+        body["threshold"] = "1"
+        body["cap"] = "2"
+    else:
+        body.pop("cap", None)
+    if body.get("webhook_url"):
+        body["webhook_url"] = "https://example.org/hook"
 
 
 def _without_nul(value: Any) -> Any:

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 from django.core.exceptions import PermissionDenied
 
-from accounts.models import AuditEvent, Guarantee
+from accounts.models import AuditEvent
 from allocator.book import Policy
 from config.errors import PolicyError
-from market.models import GpuType
+from inventory.models import GpuType
+from market.models import Guarantee
 from market.selectors.policy import market_policy
 from market.services.policy import tenant_policy_update
 from tests.whatif.conftest import History

@@ -16,13 +16,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from accounts import services as accounts_services
-from accounts.models import ApiToken, Guarantee, Role, Tenant, User
+from accounts.models import ApiToken, Role, Tenant, User
 from accounts.tokens import TOKEN_PREFIX, token_create
-from market.money import MICRO
+from config.money import MICRO
+from inventory.services import gpu_types
+from market.models import Guarantee
 from market.selectors.jobs import largest_gangs
-from market.services import gpu_types, ledger
+from market.services import ledger
 from market.services.allowance import allowance_set
 from market.services.guarantees import guarantee_set
+from market.services.spend_alerts import spend_alert_create
 
 DEMO_PASSWORD = "demo-password-123"
 GPU_TYPES = [("H100", 80, 2.0, 20.0), ("A100", 80, 1.2, 12.0)]
@@ -97,6 +100,15 @@ class Command(BaseCommand):
                     period="week",
                     cap=budget * MICRO * 3 // 2,
                 )
+                # A spend alert that only notifies: under `make run` its mail shows in the worker's log.
+                spend_alert_create(
+                    actor=admin,
+                    tenant=tenant,
+                    kind="spend_day",
+                    threshold=budget * MICRO // 20,
+                    client_key="demo-daily-spend",
+                    request_digest="demo-daily-spend",
+                )
             self._jobs(types)
             secret = self._demo_token()
         if options["verbosity"] > 0:
@@ -130,7 +142,7 @@ class Command(BaseCommand):
         """One state directory per demo node under var/agents/, where scripts/demo_agents.py starts a
         simulated agent: a node not registered yet gets a bootstrap token there (kept while still usable);
         a registered one keeps the credential its agent wrote there."""
-        from nodeagent.models import Node
+        from inventory.models import Node
         from nodeagent.services.registration import bootstrap_token_create, bootstrap_token_usable
 
         for name, type_name, domain, count in NODES:

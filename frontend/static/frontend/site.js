@@ -63,7 +63,40 @@
         });
         parts.push(h, ul);
       }
+      if (data.speeds) { parts.push.apply(parts, speedTable(data.speeds)); }
       box.replaceChildren.apply(box, parts);
+    }
+    // Per GPU type: speed against the first choice, runtime, cost at the posted price, the limit that pays
+    // the same per unit of work, and what the speed rests on (frontend/speed_cells.py makes the strings).
+    function speedTable(speeds) {
+      var h = document.createElement("h3");
+      h.textContent = "Per GPU type (speeds against " + speeds.reference + ")";
+      var table = document.createElement("table");
+      table.className = "data";
+      table.dataset.field = "speeds";
+      var head = table.createTHead().insertRow();
+      ["Type", "Speed", "Runtime", "Cost now", "Same-work limit", "Basis"].forEach(function (t) {
+        var th = document.createElement("th");
+        th.scope = "col";
+        th.textContent = t;
+        head.appendChild(th);
+      });
+      var body = table.createTBody();
+      speeds.rows.forEach(function (r) {
+        var tr = body.insertRow();
+        tr.dataset.type = r.gpu_type;
+        tr.title = r.text;
+        var th = document.createElement("th");
+        th.scope = "row";
+        th.textContent = r.gpu_type;
+        tr.appendChild(th);
+        ["speed", "runtime", "cost", "limit", "basis"].forEach(function (k) {
+          var td = tr.insertCell();
+          td.textContent = r[k];
+          td.dataset.field = k;
+        });
+      });
+      return [h, line(speeds.text, "speeds-text"), table];
     }
     function ask() {
       var params = new URLSearchParams();

@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from market.models import GpuType
+from inventory.models import GpuType
 from nodeagent.errors import NodeError
 from nodeagent.management.commands._admin import acting_admin
 from nodeagent.services.registration import bootstrap_token_create

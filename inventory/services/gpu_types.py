@@ -1,4 +1,6 @@
-"""Writes for GPU types and their price bounds (admin policy)."""
+"""Writes for GPU types and their price bounds. A price bound is market policy too: admins change it through
+market.services.gpu_type_prices.gpu_type_policy_save, which runs this write inside a policy version (the
+inventory, below the market, cannot record one itself)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,11 @@ from django.db import transaction
 from accounts.audit import audit
 from accounts.models import User
 from config.errors import PolicyError
-from market.models import GpuType
-from market.money import MAX_AMOUNT
+from config.money import MAX_AMOUNT
+from inventory.models import GpuType
 
 
-def _check_prices(reserve_price: int, max_price: int) -> None:
+def prices_check(reserve_price: int, max_price: int) -> None:
     if reserve_price < 0:
         raise PolicyError("reserve_price", "must not be negative")
     if max_price > MAX_AMOUNT:
@@ -31,7 +33,7 @@ def gpu_type_save(
     """
     if memory_gb <= 0:
         raise PolicyError("memory_gb", "must be positive")
-    _check_prices(reserve_price, max_price)
+    prices_check(reserve_price, max_price)
     values = {"memory_gb": memory_gb, "reserve_price": reserve_price, "max_price": max_price}
     gpu_type, created = GpuType.objects.select_for_update().get_or_create(name=name, defaults=values)
     if created:

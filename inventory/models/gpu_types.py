@@ -16,6 +16,8 @@ class GpuType(models.Model):
     posted_price = models.BigIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
+        # The table market created before the inventory carve-out (issue 26): data stays where it is.
+        db_table = "market_gputype"
         ordering = ["name"]
         constraints = [
             models.CheckConstraint(

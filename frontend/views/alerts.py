@@ -1,0 +1,110 @@
+"""The team's spend alerts (docs/alerts.md): every member reads the rules and what they did; managers create,
+delete and lift them and see the webhook deliveries. The form is checked by the API's own serializer and the
+service behind it, so both doors give the same messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.views.decorators.http import require_POST
+from rest_framework import serializers
+
+from accounts.models import User
+from config.errors import PolicyError
+from frontend.access import Seat, page, seat
+from frontend.forms import flatten
+from market.api.spend_alerts import RuleWriteSerializer, threshold_value
+from market.models import AlertAction, AlertKind, WebhookDelivery
+from market.selectors.spend_alerts import alert_notices, describe, tenant_rule, tenant_rules
+from market.services import spend_alerts as services
+
+FIELDS = ("kind", "threshold", "action", "cap", "webhook_url")
+
+
+def _actor(request: HttpRequest, s: Seat) -> User:
+    if not s.manages:
+        raise PermissionDenied("Only the team's managers may change its spend alerts.")
+    return request.user  # type: ignore[return-value]  # login_required leaves a User
+
+
+def _create(
+    request: HttpRequest, s: Seat, values: dict[str, str]
+) -> tuple[services.Created | None, dict[str, str]]:
+    body: dict[str, Any] = {k: values[k].strip() for k in FIELDS if values[k].strip()}
+    body["email"] = "true" if values["email"] else "false"
+    form = RuleWriteSerializer(data=body, context={"form": True})
+    try:
+        form.is_valid(raise_exception=True)
+        args = dict(form.validated_data)
+        args["threshold"] = threshold_value(args["kind"], args["threshold"])
+        return services.spend_alert_create(actor=_actor(request, s), tenant=s.tenant, **args), {}
+    except serializers.ValidationError as exc:
+        return None, flatten(exc.detail)
+    except PolicyError as exc:
+        return None, {exc.field if exc.field in FIELDS else "form": exc.message}
+    except services.TooManyRules as exc:
+        return None, {"form": str(exc)}
+
+
+@login_required
+def alerts(request: HttpRequest, slug: str) -> HttpResponse:
+    s = seat(request, slug)
+    values = {k: request.POST.get(k, "") for k in FIELDS}
+    values["email"] = request.POST.get("email", "") if request.method == "POST" else "on"
+    errors: dict[str, str] = {}
+    secret = ""
+    if request.method == "POST":
+        created, errors = _create(request, s, values)
+        if created is not None:
+            messages.success(request, f"Spend alert {created.rule.pk} created: {describe(created.rule)}.")
+            if not created.secret:
+                return redirect("frontend:alerts", slug=s.tenant.slug)
+            # The webhook's secret is shown in this one answer, never again (and never put in the session).
+            secret, values = created.secret, {k: "" for k in FIELDS} | {"email": "on"}
+    response = page(
+        request,
+        "frontend/alerts.html",
+        {
+            "rules": [(r, describe(r)) for r in tenant_rules(tenant=s.tenant)],
+            "notices": alert_notices(tenant=s.tenant),
+            "deliveries": list(
+                WebhookDelivery.objects.filter(firing__rule__tenant=s.tenant).select_related("firing")[:20]
+            )
+            if s.manages
+            else [],
+            "kinds": AlertKind.choices,
+            "actions": AlertAction.choices,
+            "values": values,
+            "errors": errors,
+            "secret": secret,
+        },
+        s,
+    )
+    if secret:
+        response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+def alert_lift(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
+    s = seat(request, slug)
+    rule = tenant_rule(tenant=s.tenant, rule_id=rule_id)
+    services.spend_alert_lift(actor=_actor(request, s), rule=rule)
+    messages.success(request, f"Spend alert {rule.pk} lifted: new bids go through again.")
+    return redirect("frontend:alerts", slug=s.tenant.slug)
+
+
+@login_required
+@require_POST
+def alert_delete(request: HttpRequest, slug: str, rule_id: int) -> HttpResponse:
+    s = seat(request, slug)
+    rule = tenant_rule(tenant=s.tenant, rule_id=rule_id)
+    services.spend_alert_delete(actor=_actor(request, s), rule=rule)
+    messages.success(request, f"Spend alert {rule_id} deleted.")
+    return redirect("frontend:alerts", slug=s.tenant.slug)

@@ -1,0 +1,62 @@
+"""GPU machines and their GPUs (docs/agent.md): what the rounds place leases on and the agents report on."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Node(models.Model):
+    """A GPU machine. `state` is what rounds read: only an UP node takes new work. DOWN is set by the
+    heartbeat timeout and cleared by the next heartbeat; DRAINING and RETIRED are an admin's, and
+    `drained_at`/`retired_at` keep that intent across a DOWN spell."""
+
+    class State(models.TextChoices):
+        UP = "up", "Up"
+        DOWN = "down", "Down"
+        DRAINING = "draining", "Draining"
+        RETIRED = "retired", "Retired"
+
+    name = models.CharField(max_length=128, unique=True)
+    gpu_type = models.ForeignKey("inventory.GpuType", on_delete=models.PROTECT, related_name="nodes")
+    topology_domain = models.CharField(max_length=64, default="default")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.UP)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # SHA-256 of the node credential (gpn_...); empty for nodes made without an agent (tests, old demos).
+    credential_digest = models.CharField(max_length=64, blank=True, db_index=True)
+    agent_version = models.CharField(max_length=64, blank=True)
+    boot_epoch = models.PositiveIntegerField(default=0)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    down_since = models.DateTimeField(null=True, blank=True)
+    drained_at = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # The agent server's table from before the inventory carve-out (issue 26): data stays where it is.
+        db_table = "nodeagent_node"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    """One GPU. A GPU reported unhealthy, or missing from a re-registration (`absent`), takes no new work."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=96, unique=True)
+    model = models.CharField(max_length=128, blank=True)
+    memory_mb = models.PositiveIntegerField(default=0)
+    healthy = models.BooleanField(default=True)
+    error = models.CharField(max_length=500, blank=True)
+    absent = models.BooleanField(default=False)
+
+    class Meta:
+        db_table = "nodeagent_gpu"
+        ordering = ["node", "index"]
+        constraints = [
+            # A replaced GPU keeps its row (leases point at it) but gives its index to the new one.
+            models.UniqueConstraint(
+                fields=["node", "index"], condition=models.Q(absent=False), name="gpu_node_index_unique"
+            )
+        ]
