@@ -12,8 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import access_tenant, can_manage
-from accounts.models import Tenant, User
+from accounts.access import access_tenant, caller, can_manage
+from accounts.models import Tenant
 from config.api import BodySerializer, Pagination
 from config.errors import PolicyError
 from config.fields import DecimalStringField, TextField
@@ -138,10 +138,6 @@ def render(rule: SpendAlertRule, *, manages: bool, secret: str | None = None) ->
     return dict(RuleSerializer(data).data)
 
 
-def _user(request: Request) -> User:
-    return request.user  # type: ignore[return-value]  # IsAuthenticated (the default) refused anonymous callers
-
-
 class TooManyRules(exceptions.APIException):
     status_code = status.HTTP_409_CONFLICT
     default_code = "too_many_spend_alerts"
@@ -171,8 +167,8 @@ def _rule_args(tenant_kind: str | None, data: dict[str, Any]) -> dict[str, Any]:
 class RuleListView(APIView):
     @extend_schema(responses=RuleSerializer(many=True), summary="The team's spend alerts (any member)")
     def get(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(_user(request), slug, auth=request.auth)
-        manages = can_manage(_user(request), tenant)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
+        manages = can_manage(caller(request), tenant)
         return Response([render(r, manages=manages) for r in tenant_rules(tenant=tenant)])
 
     @extend_schema(
@@ -186,14 +182,14 @@ class RuleListView(APIView):
         summary="Create a spend alert (managers); the webhook secret is in this answer only",
     )
     def post(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(_user(request), slug, auth=request.auth, manage=True)
+        tenant = access_tenant(caller(request), slug, auth=request.auth, manage=True)
         body = RuleWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         args = _rule_args(None, body.validated_data)
         key = _write(check_idempotency_key, key=request.headers.get("Idempotency-Key", ""))
         created = _write(
             services.spend_alert_create,
-            actor=_user(request),
+            actor=caller(request),
             tenant=tenant,
             client_key=key,
             request_digest=request_digest(request.data) if key else "",
@@ -207,9 +203,9 @@ def _rule(
     request: Request, slug: str, rule_id: int, *, manage: bool = False
 ) -> tuple[Tenant, SpendAlertRule]:
     """The team's rule (another team's id is a 404 whoever asks), then, to change it, the manager check."""
-    tenant = access_tenant(_user(request), slug, auth=request.auth)
+    tenant = access_tenant(caller(request), slug, auth=request.auth)
     rule = tenant_rule(tenant=tenant, rule_id=rule_id)
-    if manage and not can_manage(_user(request), tenant):
+    if manage and not can_manage(caller(request), tenant):
         raise exceptions.PermissionDenied("Only the team's managers or platform admins may do this.")
     return tenant, rule
 
@@ -218,7 +214,7 @@ class RuleDetailView(APIView):
     @extend_schema(responses=RuleSerializer, summary="One spend alert (any member)")
     def get(self, request: Request, slug: str, rule_id: int) -> Response:
         tenant, rule = _rule(request, slug, rule_id)
-        return Response(render(rule, manages=can_manage(_user(request), tenant)))
+        return Response(render(rule, manages=can_manage(caller(request), tenant)))
 
     @extend_schema(
         request=RuleUpdateSerializer,
@@ -230,7 +226,7 @@ class RuleDetailView(APIView):
         body = RuleUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         changes = _rule_args(rule.kind, body.validated_data)
-        changed = _write(services.spend_alert_update, actor=_user(request), rule=rule, changes=changes)
+        changed = _write(services.spend_alert_update, actor=caller(request), rule=rule, changes=changes)
         return Response(render(changed.rule, manages=True, secret=changed.secret))
 
     @extend_schema(
@@ -240,7 +236,7 @@ class RuleDetailView(APIView):
     )
     def delete(self, request: Request, slug: str, rule_id: int) -> Response:
         _, rule = _rule(request, slug, rule_id, manage=True)
-        _write(services.spend_alert_delete, actor=_user(request), rule=rule)
+        _write(services.spend_alert_delete, actor=caller(request), rule=rule)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -253,7 +249,7 @@ class RuleLiftView(APIView):
     def post(self, request: Request, slug: str, rule_id: int) -> Response:
         _, rule = _rule(request, slug, rule_id, manage=True)
         request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
-        rule = _write(services.spend_alert_lift, actor=_user(request), rule=rule)
+        rule = _write(services.spend_alert_lift, actor=caller(request), rule=rule)
         return Response(render(rule, manages=True))
 
 
