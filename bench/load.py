@@ -816,7 +816,7 @@ def _delivery(deliveries: list[tuple[int, float, float]]) -> dict[str, Any]:
 
 def _usage_accounted(acked: list[tuple[str, int, int]]) -> int:
     """How many acknowledged usage reports are stored (every one should be)."""
-    from nodeagent.models import UsageReport
+    from market.models import UsageReport
 
     stored = set(
         UsageReport.objects.filter(node__name__startswith="load-").values_list(

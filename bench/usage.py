@@ -236,7 +236,7 @@ def _seed_expiring_reports(per_s: float, seconds: float, days: int) -> int:
     fleet sends. Returns how many."""
     from django.db import connection
 
-    from nodeagent.models import UsageReport
+    from market.models import UsageReport
 
     table, count = UsageReport._meta.db_table, int(per_s * seconds)
     with connection.cursor() as cur:
@@ -439,7 +439,7 @@ def _growth(nodes: int, retention_days: int) -> dict[str, Any]:
     daily volume at one report per node every REPORT_S seconds; what retention keeps is retention_days of it."""
     from django.db import connection
 
-    from nodeagent.models import LeaseUsage, UsageReport
+    from market.models import LeaseUsage, UsageReport
 
     sizes = {}
     with connection.cursor() as cur:
@@ -507,8 +507,8 @@ def main() -> None:
 
     from django.db import connection, connections
 
+    from market.models import LeaseUsage, UsageReport
     from market.selectors.policy import market_policy
-    from nodeagent.models import LeaseUsage, UsageReport
     from nodeagent.services.usage import usage_ingest
     from nodeagent.services.usage_parse import parse_report
 

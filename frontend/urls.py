@@ -49,6 +49,7 @@ urlpatterns = [
     path("t/<slug:slug>/tokens/", tokens.tokens, name="tokens"),
     path("t/<slug:slug>/holds/", holds.holds, name="holds"),
     path("t/<slug:slug>/alerts/", alerts.alerts, name="alerts"),
+    path("t/<slug:slug>/alerts/<int:rule_id>/", alerts.alert_rule, name="alert_rule"),
     path("t/<slug:slug>/alerts/<int:rule_id>/lift/", alerts.alert_lift, name="alert_lift"),
     path("t/<slug:slug>/alerts/<int:rule_id>/delete/", alerts.alert_delete, name="alert_delete"),
     path("t/<slug:slug>/tokens/<int:token_id>/revoke/", tokens.token_revoke_view, name="token_revoke"),

@@ -1,5 +1,6 @@
-"""The agents' credentials and the usage they report (docs/agent.md); the nodes and GPUs themselves are
-inventory's (inventory.models)."""
+"""The agents' credentials and the ingestion's bookkeeping (docs/agent.md). The nodes and GPUs themselves are
+inventory's (inventory.models); the usage the agents report (UsageReport, LeaseUsage) is the market's
+(market.models.usage), which bills from it. UsageMark stays here: only the ingestion reads it."""
 
 from __future__ import annotations
 
@@ -42,47 +43,3 @@ class UsageMark(models.Model):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["node", "boot_epoch"], name="usage_mark_node_epoch")]
-
-
-class UsageReport(models.Model):
-    """One usage report as received, its GPU samples kept as one JSON list (compact: one row per report,
-    not per GPU). (node, boot_epoch, seq) is unique, so a repeated report is stored once."""
-
-    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="+")
-    boot_epoch = models.PositiveIntegerField()
-    seq = models.PositiveBigIntegerField()
-    sent_at = models.DateTimeField()
-    received_at = models.DateTimeField()
-    samples = models.JSONField(
-        help_text="[{uuid, at, healthy, util_pct, mem_used_mb, power_w, energy_j, processes}]"
-    )
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["node", "boot_epoch", "seq"], name="usage_report_node_epoch_seq")
-        ]
-
-
-class LeaseUsage(models.Model):
-    """What one node measured for one lease, cumulative from the job's start; every counter keeps the
-    largest value reported, so duplicated or late reports change nothing. A gang on several nodes has one
-    row per node; settlement sums them."""
-
-    lease = models.ForeignKey("market.Lease", on_delete=models.CASCADE, related_name="usage")
-    node = models.ForeignKey("inventory.Node", on_delete=models.CASCADE, related_name="+")
-    gpu_seconds = models.FloatField(default=0)
-    energy_j = models.FloatField(default=0)
-    util_avg = models.FloatField(default=0)
-    util_max = models.FloatField(default=0)
-    mem_avg_mb = models.FloatField(default=0)
-    mem_max_mb = models.FloatField(default=0)
-    samples = models.PositiveBigIntegerField(default=0)
-    log_tail = models.TextField(blank=True)
-    # Since when the lease's GPUs have stayed under the idle threshold (the idle policy); None when busy.
-    idle_since = models.DateTimeField(null=True, blank=True)
-    exit_code = models.IntegerField(null=True, blank=True)
-    exited_at = models.DateTimeField(null=True, blank=True)
-    updated_at = models.DateTimeField(auto_now=True)
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["lease", "node"], name="lease_usage_lease_node")]

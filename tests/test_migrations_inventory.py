@@ -8,6 +8,8 @@ usage, an admin log entry, permissions on the moved models), migrated forward, c
 
 # inventory_rewrite: skip (the historical models below are the pre-move ones: market.GpuType, nodeagent.Node,
 # accounts.Guarantee)
+# usage_rewrite: imports only (the historical "nodeagent.UsageReport" and "nodeagent.LeaseUsage" below are
+# the pre-move ones too; _check_after_move imports the current models)
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -250,9 +252,11 @@ def _check_after_move(ids: dict[str, Any]) -> None:
         FairShareUsage,
         Guarantee,
         Lease,
+        LeaseUsage,
         RoundPrice,
+        UsageReport,
     )
-    from nodeagent.models import BootstrapToken, LeaseUsage, UsageMark, UsageReport
+    from nodeagent.models import BootstrapToken, UsageMark
 
     h100 = GpuType.objects.get(name="H100")
     assert h100.current_posted == 3_000_000

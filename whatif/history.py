@@ -34,10 +34,10 @@ from market.models import (
     Job,
     JobState,
     Lease,
+    LeaseUsage,
     Posting,
 )
 from market.selectors.policy import market_policy
-from nodeagent.models import LeaseUsage
 from whatif.trace import Trace, TraceJob, TracePool, TraceTenant
 
 TRACE_NAME = "gpumarket-history"

@@ -37,8 +37,8 @@ from market.selectors.jobs import job_detail, job_list, tenant_jobs
 from market.selectors.predictions import hours as duration_text
 from market.selectors.prices import price_board
 from market.selectors.spend_alerts import Block, bid_block
+from market.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
 from market.services import jobs as services
-from nodeagent.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
 
 PAGE_SIZE = 25
 

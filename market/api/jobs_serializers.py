@@ -28,6 +28,7 @@ from market.selectors.jobs import gpu_types_by_name
 from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
 from market.selectors.speed import TypeSpeed
+from market.selectors.usage import job_log_tail, usage_combined
 from market.selectors.waiting import rounds_waited
 from market.services.jobs import (
     GRACE_MAX_SECONDS,
@@ -44,7 +45,6 @@ from market.services.jobs import (
     check_command,
     too_many_hours,
 )
-from nodeagent.selectors.usage import job_log_tail, usage_combined
 
 if TYPE_CHECKING:
     from django.db.models import Model

@@ -76,6 +76,10 @@ class RuleUpdateSerializer(RuleWriteSerializer):
         places=6, low=Decimal(1) / MICRO, high=Decimal(10**9), required=False, help_text=THRESHOLD_HELP
     )
     active = serializers.BooleanField(required=False, help_text="An inactive rule is not evaluated.")
+    rotate_secret = serializers.BooleanField(
+        required=False,
+        help_text="true: a new webhook secret, in this answer only (the old one stops working).",
+    )
 
 
 class RuleSerializer(serializers.Serializer[object]):
@@ -164,6 +168,13 @@ def _rule_args(tenant_kind: str | None, data: dict[str, Any]) -> dict[str, Any]:
     return args
 
 
+def _secret_answer(response: Response) -> Response:
+    """An answer carrying a webhook secret is kept by no cache: it is shown this once."""
+    if response.data.get("secret"):
+        response["Cache-Control"] = "no-store"
+    return response
+
+
 class RuleListView(APIView):
     @extend_schema(responses=RuleSerializer(many=True), summary="The team's spend alerts (any member)")
     def get(self, request: Request, slug: str) -> Response:
@@ -196,7 +207,9 @@ class RuleListView(APIView):
             **args,
         )
         code = status.HTTP_201_CREATED if created.created else status.HTTP_200_OK
-        return Response(render(created.rule, manages=True, secret=created.secret), status=code)
+        return _secret_answer(
+            Response(render(created.rule, manages=True, secret=created.secret), status=code)
+        )
 
 
 def _rule(
@@ -219,15 +232,23 @@ class RuleDetailView(APIView):
     @extend_schema(
         request=RuleUpdateSerializer,
         responses={200: CreatedSerializer, 403: OpenApiResponse(description="Not a manager.")},
-        summary="Change a spend alert (managers); a new webhook URL gets a new secret, in this answer only",
+        summary="Change a spend alert (managers); a first webhook URL or rotate_secret gives a new secret, "
+        "in this answer only",
     )
     def patch(self, request: Request, slug: str, rule_id: int) -> Response:
         _, rule = _rule(request, slug, rule_id, manage=True)
         body = RuleUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         changes = _rule_args(rule.kind, body.validated_data)
-        changed = _write(services.spend_alert_update, actor=caller(request), rule=rule, changes=changes)
-        return Response(render(changed.rule, manages=True, secret=changed.secret))
+        rotate = bool(changes.pop("rotate_secret", False))
+        changed = _write(
+            services.spend_alert_update,
+            actor=caller(request),
+            rule=rule,
+            changes=changes,
+            rotate_secret=rotate,
+        )
+        return _secret_answer(Response(render(changed.rule, manages=True, secret=changed.secret)))
 
     @extend_schema(
         request=None,

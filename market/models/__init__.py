@@ -35,6 +35,7 @@ from market.models.spend_alerts import (
     SpendAlertRule,
     WebhookDelivery,
 )
+from market.models.usage import LeaseUsage, UsageReport
 
 __all__ = [
     "DONE_STATES",
@@ -66,6 +67,7 @@ __all__ = [
     "Lease",
     "LeaseGpu",
     "LeaseState",
+    "LeaseUsage",
     "MarketPolicy",
     "CanaryState",
     "ImmutableVersionError",
@@ -84,5 +86,6 @@ __all__ = [
     "ShadowRun",
     "SpendAlertFiring",
     "SpendAlertRule",
+    "UsageReport",
     "WebhookDelivery",
 ]

@@ -238,7 +238,7 @@ def lease_end_sentence(
 ) -> str:
     """Why a lease ended, in one plain sentence for the job's owner, with what it was charged.
 
-    `gpu_seconds` and `exit_code` are what the node agents measured (nodeagent.selectors.usage); the idle
+    `gpu_seconds` and `exit_code` are what the node agents measured (market.selectors.usage); the idle
     thresholds are the policy's current ones. Empty while the lease has not ended, except for a lease being
     preempted (why, and the grace it has). `admin`: a platform admin, who may learn whom a preemption was for."""
     if lease.end_reason == EndReason.PREEMPTED and lease.ended_at is None:

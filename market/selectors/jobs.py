@@ -89,7 +89,7 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
         Lease.objects.select_related("node", "gpu_type")
         .prefetch_related(
             Prefetch("lease_gpus", queryset=gpus, to_attr="gpus_bound"),
-            Prefetch("usage", to_attr="usage_rows"),  # what the agents measured (nodeagent.LeaseUsage)
+            Prefetch("usage", to_attr="usage_rows"),  # what the agents measured (market.LeaseUsage)
         )
         .order_by("started_at", "pk")
     )

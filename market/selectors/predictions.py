@@ -1,6 +1,6 @@
 """Runtime predictions for jobs, fed from the database (the model: allocator/predict.py; docs/predictions.md).
 
-A finished job's runtime is what the node agents measured: each lease's GPU-seconds (nodeagent LeaseUsage,
+A finished job's runtime is what the node agents measured: each lease's GPU-seconds (LeaseUsage,
 summed over the gang's nodes) divided by its GPUs, summed over the job's leases; a lease without any usage
 report counts from the agent's start report to its end (`running_at` to `ended_at`). Only COMPLETED jobs are
 history: a failed, cancelled or expired run says how long the job was allowed, not how long it needed.

@@ -3,6 +3,7 @@ dashboard's notices, and a rule's deliveries."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -98,6 +99,12 @@ def tenant_rule(*, tenant: Tenant, rule_id: int) -> SpendAlertRule:
     if rule is None:
         raise Http404("No such spend alert.")
     return rule
+
+
+def secret_digest(secret: str) -> str:
+    """A short fingerprint of a webhook secret, for a form to say which secret it saw (it reveals nothing of
+    the secret: 32 random bytes); "" without one."""
+    return hashlib.sha256(secret.encode()).hexdigest()[:16] if secret else ""
 
 
 def rule_deliveries(*, rule: SpendAlertRule) -> QuerySet[WebhookDelivery]:

@@ -24,9 +24,9 @@ from market.models import (
     LeaseState,
 )
 from market.models.jobs import wait_mark
+from market.selectors.usage import measured_charge
 from market.services.command_wake import commands_written
 from market.services.ledger import ledger_settle
-from nodeagent.selectors.usage import measured_charge
 
 # How long an agent has to pick up a stop command before it is considered lost (the agent work re-sends).
 STOP_COMMAND_TTL = timedelta(hours=1)
@@ -120,7 +120,7 @@ def lease_running(*, lease_id: int, now: datetime | None = None) -> Lease:
 def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: datetime | None = None) -> Lease:
     """The job's processes are gone: free the GPUs, settle the hold, and move the job on.
 
-    The charge is what the agents measured (nodeagent.selectors.usage.measured_charge: GPU-seconds at the
+    The charge is what the agents measured (market.selectors.usage.measured_charge: GPU-seconds at the
     lease's price, plus energy at the policy's price), never more than the hold; the rest of the hold is
     released. `reason` is used only when no stop was requested (the job exited by
     itself: completed or failed); a requested stop keeps its own reason.

@@ -29,9 +29,8 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.utils import timezone
 
-from market.models import DONE_STATES, BidOutcome, Command, CommandState, Round, ShadowRound
+from market.models import DONE_STATES, BidOutcome, Command, CommandState, Round, ShadowRound, UsageReport
 from market.selectors.policy import market_policy
-from nodeagent.models import UsageReport
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from accounts.models import Tenant, User
 from config.errors import PolicyError
 from config.money import MAX_AMOUNT
 from market.models import AlertAction, AlertKind, SpendAlertFiring, SpendAlertRule
-from market.selectors.spend_alerts import period_key, rule_reading
+from market.selectors.spend_alerts import period_key, rule_reading, secret_digest
 from market.services import webhooks
 
 MAX_RULES_PER_TENANT = 20
@@ -159,10 +159,20 @@ EDITABLE = ("threshold", "action", "cap", "email", "webhook_url", "active")
 
 
 @transaction.atomic
-def spend_alert_update(*, actor: User, rule: SpendAlertRule, changes: dict[str, Any]) -> Created:
-    """Change some of a rule's fields (the kind stays: a new kind is a new rule). A changed webhook URL gets
-    a new secret, returned once. A rule that stops pausing or capping (another action, or inactive) stops
-    blocking bids. Audited as {field: [old, new]}."""
+def spend_alert_update(
+    *,
+    actor: User,
+    rule: SpendAlertRule,
+    changes: dict[str, Any],
+    rotate_secret: bool = False,
+    seen_secret: str = "",
+) -> Created:
+    """Change some of a rule's fields (the kind stays: a new kind is a new rule). A rule that gets its first
+    webhook URL gets a secret, and `rotate_secret` replaces it; either is returned once. Changing the URL keeps
+    the secret (fixing a URL must not break the receiver's check; the secret is never sent, so the new address
+    learns nothing) and removing it drops the secret. `seen_secret`, a form's `secret_digest` of the secret it
+    was shown with, makes a resent rotate act once. A rule that stops pausing or capping (another action, or
+    inactive) stops blocking bids. Audited as {field: [old, new]}."""
     _check_manager(actor, rule.tenant)
     unknown = sorted(set(changes) - set(EDITABLE))
     if unknown:
@@ -172,11 +182,22 @@ def spend_alert_update(*, actor: User, rule: SpendAlertRule, changes: dict[str, 
     if changes.get("action", rule.action) != AlertAction.CAP and "cap" not in changes:
         values["cap"] = None
     values = _check(values | changes)
+    if rotate_secret and not values["webhook_url"]:
+        raise PolicyError("rotate_secret", "needs a webhook URL: there is no secret without one")
+    if rotate_secret and seen_secret and seen_secret != secret_digest(rule.webhook_secret):
+        raise PolicyError(
+            "rotate_secret",
+            "was already done from this form (it was sent twice); the secret shown then is the current one. "
+            "Tick it again to rotate once more.",
+        )
     diff = {f: [getattr(rule, f), values[f]] for f in EDITABLE if getattr(rule, f) != values[f]}
     secret = ""
-    if "webhook_url" in diff:
-        secret = secrets.token_urlsafe(32) if values["webhook_url"] else ""
+    if not values["webhook_url"]:
+        rule.webhook_secret = ""
+    elif rotate_secret or not rule.webhook_secret:
+        secret = secrets.token_urlsafe(32)
         rule.webhook_secret = secret
+        diff["webhook_secret"] = ["rotated"] if rotate_secret else ["made"]
     if rule.blocked_since is not None and (values["action"] == AlertAction.NOTIFY or not values["active"]):
         rule.blocked_since = None
         diff["blocked"] = [True, False]

@@ -10,8 +10,7 @@ from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
 from django.http import Http404
 
 from inventory.models import Gpu, Node
-from market.models import Command, CommandKind, CommandState, Lease, LeaseState
-from nodeagent.models import UsageReport
+from market.models import Command, CommandKind, CommandState, Lease, LeaseState, UsageReport
 
 COMMANDS_PER_FETCH = 100
 

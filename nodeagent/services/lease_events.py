@@ -14,10 +14,18 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from inventory.models import Node
-from market.models import LIVE_LEASE_STATES, Command, CommandKind, CommandState, EndReason, Lease, LeaseState
+from market.models import (
+    LIVE_LEASE_STATES,
+    Command,
+    CommandKind,
+    CommandState,
+    EndReason,
+    Lease,
+    LeaseState,
+    LeaseUsage,
+)
 from market.selectors.policy import current_fence, market_policy
 from market.services.leases import lease_nodes, lease_request_stop, lease_running, lease_stopped
-from nodeagent.models import LeaseUsage
 from nodeagent.services.usage import lease_counters_save
 from nodeagent.services.usage_parse import LeaseCounters
 

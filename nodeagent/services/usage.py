@@ -23,9 +23,9 @@ from typing import Any
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from market.models import Lease, LeaseGpu, LeaseState
+from market.models import Lease, LeaseGpu, LeaseState, LeaseUsage, UsageReport
 from market.selectors.policy import idle_util_pct
-from nodeagent.models import LeaseUsage, UsageMark, UsageReport
+from nodeagent.models import UsageMark
 from nodeagent.services.checkpoints import checkpoints_save
 from nodeagent.services.usage_parse import LeaseCounters, Report
 

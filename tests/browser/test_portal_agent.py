@@ -26,8 +26,7 @@ def test_member_submits_a_job_that_a_real_agent_runs_and_sees_its_charge_and_uti
     page: Any,
     tmp_path: Path,
 ) -> None:
-    from market.models import Job, Lease, LeaseState
-    from nodeagent.models import LeaseUsage
+    from market.models import Job, Lease, LeaseState, LeaseUsage
 
     agent = cluster["agent"]("node-a")  # registered with a bootstrap token, 2 simulated H100s
     login(page, live_server.url, "amy")

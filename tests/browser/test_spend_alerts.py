@@ -93,3 +93,56 @@ def test_owner_pauses_bids_on_spend_member_is_told_owner_lifts(
     member.click("form button:has-text('Submit job')")  # the same form, sent again
     member.wait_for_selector("h1:has-text('blocked run')")
     assert Job.objects.filter(name="blocked run").count() == 1
+
+
+def test_owner_edits_a_rule_rotates_its_secret_and_reads_its_delivery_log(
+    world: World, live_server: Any, browser: Any, tmp_path: Path, settings: Any
+) -> None:
+    from accounts.models import AuditEvent
+    from market.models import SpendAlertRule
+    from market.services.spend_alerts import spend_alert_create, spend_alerts_evaluate
+    from market.tasks import spend_alert_webhook
+
+    settings.SPEND_ALERT_WEBHOOK_ALLOW_PRIVATE = True  # the receiver listens on 127.0.0.1
+    world.fund(world.alpha, 500)
+    with webhook_receiver([503, 200]) as server:
+        rule = spend_alert_create(
+            actor=world.alice,
+            tenant=world.alpha,
+            kind="spend_day",
+            threshold=50_000_000,
+            webhook_url=server.url,
+        ).rule
+        spend(world.alpha, 60)
+        (firing_id,) = spend_alerts_evaluate()
+        assert spend_alert_webhook.apply(args=(firing_id,)).get() == 2  # the 503, then the 200
+
+    owner = browser.new_context().new_page()
+    owner.set_default_timeout(15_000)
+    login(owner, live_server.url, "alice")
+    owner.click("header >> text=Alerts")
+    owner.click(f"a[aria-label='Edit spend alert {rule.pk} and see its deliveries']")
+    log = owner.locator("#deliveries").inner_text()
+    assert "HTTP 503" in log and "200 delivered" in log
+    assert log.index("200 delivered") < log.index("HTTP 503")  # newest first
+
+    owner.select_option("#id_action", "cap")
+    owner.fill("#id_threshold", "40")
+    owner.click("form#edit-rule button:has-text('Save')")
+    assert "required" in owner.locator("#id_cap-error").inner_text()  # beside its field
+    owner.fill("#id_cap", "80")
+    owner.check("#id_rotate_secret")
+    owner.click("form#edit-rule button:has-text('Save')")
+    secret = owner.locator("#webhook-secret").inner_text()
+    rule = SpendAlertRule.objects.get()
+    assert secret == rule.webhook_secret and (rule.threshold, rule.cap) == (40_000_000, 80_000_000)
+    assert AuditEvent.objects.filter(action="spend_alert.update", actor=world.alice).count() == 1
+    shot(owner, tmp_path, "alerts-rule-edit", docs=True)
+
+    member = browser.new_context().new_page()
+    member.set_default_timeout(15_000)
+    login(member, live_server.url, "amy")
+    member.goto(f"{live_server.url}/t/alpha/alerts/{rule.pk}/")
+    body = member.locator("main").inner_text()
+    assert "Spend per day above 40 credits" in body
+    assert "127.0.0.1" not in body and "Webhook deliveries" not in body and "Save" not in body

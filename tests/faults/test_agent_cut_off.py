@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from market.models import EndReason, Job, JobState, Lease, LeaseState
-from nodeagent.models import LeaseUsage
+from market.models import EndReason, Job, JobState, Lease, LeaseState, LeaseUsage
 from tests.integration.conftest import worker_queue  # noqa: F401 - the fixture
 from tests.integration.test_agent_e2e import (  # noqa: F401 - fixtures
     GPUS,

@@ -40,10 +40,10 @@ from market.models import (
     LeaseState,
     Round,
     RoundState,
+    UsageReport,
 )
 from market.selectors.policy import market_policy
 from market.services.leases import settle_key
-from nodeagent.models import UsageReport
 from tests.integration.conftest import worker_queue  # noqa: F401 - the fixture
 from tests.integration.test_agent_e2e import (  # noqa: F401 - fixtures
     cluster,

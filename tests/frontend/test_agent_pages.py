@@ -43,7 +43,7 @@ def test_a_running_job_shows_its_usage_charts_and_escaped_log_tail(market: Marke
 
 
 def test_the_usage_series_is_bounded_and_its_energy_adds_up(market: Market) -> None:
-    from nodeagent.selectors.usage import lease_usage_series
+    from market.selectors.usage import lease_usage_series
 
     lease = _running(market)
     report_usage(lease, seconds=6 * 3600, every=20)  # 1,080 reports
@@ -59,14 +59,14 @@ def test_the_usage_series_is_bounded_and_its_energy_adds_up(market: Market) -> N
 
 
 def test_a_report_of_another_leases_gpus_is_not_on_this_jobs_chart(market: Market) -> None:
-    from nodeagent.selectors.usage import lease_usage_series
+    from market.selectors.usage import lease_usage_series
 
     lease = _running(market)
     report_usage(lease, seconds=120)
     mine = {g.gpu.uuid for g in lease.lease_gpus.select_related("gpu")}
     other = Gpu.objects.filter(node=lease.node).exclude(uuid__in=mine).first()
     assert other is not None
-    from nodeagent.models import UsageReport
+    from market.models import UsageReport
 
     for report in UsageReport.objects.all():  # a busy foreign GPU in the same reports
         report.samples.append(

@@ -145,3 +145,125 @@ def test_a_cap_is_said_on_the_submit_it_refuses(team: World) -> None:
     big = member.post("/t/alpha/jobs/new/", {**form, "max_hours": "2", "nonce": "b"})
     assert "New bids are capped by spend alert" in big.content.decode()
     assert "cap of 10 credits" in big.content.decode()
+
+
+def _hooked_rule(team: World) -> SpendAlertRule:
+    return spend_alert_create(
+        actor=team.alice,
+        tenant=team.alpha,
+        kind="spend_day",
+        threshold=10_000_000,
+        webhook_url="https://example.org/hooks/tok-123",
+    ).rule
+
+
+EDIT = {"threshold": "12.5", "action": "cap", "cap": "30", "webhook_url": "https://example.org/hooks/tok-456"}
+
+
+def test_owner_edits_a_rule_through_the_update_service_and_it_is_audited(team: World) -> None:
+    from accounts.models import AuditEvent
+
+    rule = _hooked_rule(team)
+    old_secret = rule.webhook_secret
+    owner = client_for(team.alice)
+    page = owner.get(f"{PAGE}{rule.pk}/").content.decode()
+    assert 'value="10"' in page and "tok-123" in page and "Webhook deliveries" in page
+    got = owner.post(f"{PAGE}{rule.pk}/", {**EDIT, "active": "on"})
+    assert got.status_code == 302 and got["Location"] == f"{PAGE}{rule.pk}/"
+    rule.refresh_from_db()
+    assert (rule.threshold, rule.action, rule.cap, rule.email, rule.active) == (
+        12_500_000,
+        "cap",
+        30_000_000,
+        False,  # the unticked box: email off
+        True,
+    )
+    assert rule.webhook_url.endswith("tok-456")
+    assert rule.webhook_secret == old_secret  # no rotate asked: the receiver's secret still works
+    event = AuditEvent.objects.filter(action="spend_alert.update").get()
+    assert event.actor_id == team.alice.pk and "tok-456" not in str(event.detail)
+    assert event.detail["threshold"] == [10_000_000, 12_500_000]
+    # Sent again: the rule is as it says already, so nothing more is written.
+    assert owner.post(f"{PAGE}{rule.pk}/", {**EDIT, "active": "on"}).status_code == 302
+    assert AuditEvent.objects.filter(action="spend_alert.update").count() == 1
+
+
+def test_edit_errors_sit_beside_their_field_and_change_nothing(team: World) -> None:
+    rule = _hooked_rule(team)
+    owner = client_for(team.alice)
+    for form, field, text in [
+        ({**EDIT, "threshold": ""}, "id_threshold", "required"),
+        ({**EDIT, "threshold": "abc"}, "id_threshold", ""),
+        ({**EDIT, "cap": ""}, "id_cap", "required"),
+        ({**EDIT, "cap": "5"}, "id_cap", "at least the threshold"),
+        ({**EDIT, "action": "notify"}, "id_cap", "only for the cap action"),
+        ({**EDIT, "webhook_url": "ftp://x"}, "id_webhook_url", "http"),
+        ({**EDIT, "webhook_url": "", "rotate_secret": "on"}, "id_rotate_secret", "needs a webhook URL"),
+    ]:
+        got = owner.post(f"{PAGE}{rule.pk}/", form)
+        html = got.content.decode()
+        assert got.status_code == 200 and f'id="{field}-error"' in html, (form, html[:3000])
+        assert text in html
+    # Hostile values (as tests/security/test_portal_forms.py sends to the other forms): refused, never a 500.
+    for field in ("threshold", "cap", "action", "webhook_url"):
+        for raw in ("NaN", "1e999999999", "9" * 5000, "-1", "0", "[[[]]]", "1\x00", "7" * 200_000):
+            got = owner.post(f"{PAGE}{rule.pk}/", {**EDIT, field: raw})
+            assert got.status_code in (200, 400), (field, raw[:20], got.status_code)
+    assert SpendAlertRule.objects.get().threshold == 10_000_000
+
+
+def test_rotating_the_secret_shows_it_once_and_a_resent_form_rotates_once(team: World) -> None:
+    from market.selectors.spend_alerts import secret_digest
+
+    rule = _hooked_rule(team)
+    owner = client_for(team.alice)
+    form = {
+        **EDIT,
+        "email": "on",
+        "active": "on",
+        "rotate_secret": "on",
+        "seen_secret": secret_digest(rule.webhook_secret),
+    }
+    got = owner.post(f"{PAGE}{rule.pk}/", form)
+    rule.refresh_from_db()
+    assert got.status_code == 200 and got["Cache-Control"] == "no-store"
+    new = rule.webhook_secret
+    assert new and new in got.content.decode()
+    again = owner.post(f"{PAGE}{rule.pk}/", form)  # the same form sent twice
+    rule.refresh_from_db()
+    assert rule.webhook_secret == new and new not in again.content.decode()
+    assert 'id="id_rotate_secret-error"' in again.content.decode()
+    assert new not in owner.get(f"{PAGE}{rule.pk}/").content.decode()
+
+
+def test_the_delivery_log_is_for_managers_newest_first_and_paged(team: World) -> None:
+    from market.models import WebhookDelivery
+
+    rule = _hooked_rule(team)
+    spend(team.alpha, 20)
+    (firing_id,) = spend_alerts_evaluate()
+    for n in range(1, 26):
+        WebhookDelivery.objects.create(
+            firing_id=firing_id,
+            attempt=n,
+            url=rule.webhook_url,
+            status_code=500,
+            error=f"HTTP 500 attempt-{n:02d}",
+            duration_ms=7,
+        )
+    owner = client_for(team.alice)
+    first = owner.get(f"{PAGE}{rule.pk}/").content.decode()
+    assert "attempt-25" in first and "attempt-06" in first and "attempt-05" not in first
+    assert first.index("attempt-25") < first.index("attempt-24")  # newest first
+    second = owner.get(f"{PAGE}{rule.pk}/?page=2").content.decode()
+    assert "attempt-05" in second and "attempt-01" in second and "attempt-06" not in second
+
+    member = client_for(team.amy)
+    for url in (f"{PAGE}{rule.pk}/", f"{PAGE}{rule.pk}/?page=2", PAGE):
+        html = member.get(url).content.decode()
+        assert "tok-123" not in html and "attempt-" not in html and "Webhook deliveries" not in html
+    assert "webhook" in member.get(f"{PAGE}{rule.pk}/").content.decode()  # that there is one, not where
+    assert member.post(f"{PAGE}{rule.pk}/", {**EDIT, "active": "on"}).status_code == 403
+    assert client_for(team.bob).get(f"{PAGE}{rule.pk}/").status_code == 404
+    rule.refresh_from_db()
+    assert rule.threshold == 10_000_000

@@ -11,7 +11,13 @@ pytestmark = pytest.mark.django_db
 
 
 def _team_pages(m: Market) -> list[str]:
+    from market.models import SpendAlertRule
+    from market.services.spend_alerts import spend_alert_create
+
     slug, job = m.world.alpha.slug, m.winner.pk
+    alert = SpendAlertRule.objects.filter(tenant=m.world.alpha).first() or (
+        spend_alert_create(actor=m.world.alice, tenant=m.world.alpha, kind="spend_day", threshold=1).rule
+    )
     return [
         f"/t/{slug}/",
         f"/t/{slug}/jobs/",
@@ -24,6 +30,7 @@ def _team_pages(m: Market) -> list[str]:
         f"/t/{slug}/tokens/",
         f"/t/{slug}/holds/",
         f"/t/{slug}/alerts/",
+        f"/t/{slug}/alerts/{alert.pk}/",
     ]
 
 

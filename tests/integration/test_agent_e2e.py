@@ -36,11 +36,12 @@ from market.models import (
     JournalEntry,
     Lease,
     LeaseState,
+    LeaseUsage,
     Round,
+    UsageReport,
 )
+from market.selectors.usage import charge_for
 from market.services.leases import lease_request_stop, settle_key
-from nodeagent.models import LeaseUsage, UsageReport
-from nodeagent.selectors.usage import charge_for
 from nodeagent.services.registration import bootstrap_token_create
 from tests.integration.conftest import ROOT
 from tests.integration.proxy import Proxy

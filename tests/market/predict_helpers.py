@@ -9,8 +9,7 @@ from typing import Any
 from django.utils import timezone
 
 from inventory.models import Node
-from market.models import EndReason, Job, JobState, Lease, LeaseState, Round
-from nodeagent.models import LeaseUsage
+from market.models import EndReason, Job, JobState, Lease, LeaseState, LeaseUsage, Round
 
 _seq = count(1)
 

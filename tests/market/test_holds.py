@@ -154,7 +154,7 @@ def test_extend_with_too_little_balance_warns_then_stops_at_the_hold(market):
     assert lease.commands.filter(kind=CommandKind.RELEASE).exists()
     assert _available(w.alpha) == available  # nothing extended
     # The agent measured more than the hold pays for: the charge stops at the hold.
-    from nodeagent.models import LeaseUsage
+    from market.models import LeaseUsage
 
     LeaseUsage.objects.create(lease=lease, node=w.node, gpu_seconds=2 * 3600 * 30, samples=9)
     lease_stopped(lease_id=lease.pk)

@@ -23,6 +23,7 @@ from market.models import (
     Lease,
     LeaseGpu,
     LeaseState,
+    LeaseUsage,
     Round,
 )
 from market.selectors.ledger import ledger_problems, tenant_balance
@@ -30,7 +31,6 @@ from market.selectors.policy import current_fence
 from market.services.jobs import JobFinished, job_cancel, job_submit
 from market.services.leases import lease_request_stop, lease_stopped, settle_key
 from market.services.ledger_bulk import ledger_hold
-from nodeagent.models import LeaseUsage
 from tests.conftest import World
 
 pytestmark = pytest.mark.django_db

@@ -64,7 +64,7 @@ def test_preempted_job_uses_the_work_done(world, node):
     _history(world, node, [1000, 2000, 3000, 4000])
     job = make_job(world.alpha, world.alice, name="train-10")
     ended = lease_for(job, node, state=LeaseState.ENDED)
-    from nodeagent.models import LeaseUsage
+    from market.models import LeaseUsage
 
     LeaseUsage.objects.create(lease=ended, node=node, gpu_seconds=1500, samples=5)
     got = job_runtime(job=job)

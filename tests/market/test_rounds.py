@@ -22,6 +22,7 @@ from market.models import (
     Lease,
     LeaseGpu,
     LeaseState,
+    LeaseUsage,
     Round,
     RoundPrice,
     RoundState,
@@ -30,7 +31,6 @@ from market.selectors.ledger import tenant_balance
 from market.selectors.waiting import rounds_waited_of
 from market.services import rounds
 from market.services.leases import lease_request_stop, lease_running, lease_stopped
-from nodeagent.models import LeaseUsage
 from tests.market.round_helpers import make_job
 
 

@@ -159,3 +159,26 @@ def test_update_delete_and_deliveries(market: World) -> None:
     assert owner.delete(rule_url).status_code == 204
     assert not WebhookDelivery.objects.exists()
     assert owner.get(rule_url).status_code == 404
+
+
+def test_a_new_secret_only_on_rotate_or_a_first_url(market: World) -> None:
+    owner = market.client(market.alice)
+    rule = post(owner, URL, {"kind": "spend_day", "threshold": "10"}).json()
+    rule_url = f"{URL}/{rule['id']}"
+    refused = owner.patch(rule_url, {"rotate_secret": True}, format="json")
+    assert refused.status_code == 400 and "rotate_secret" in refused.json()["fields"]  # no URL, no secret
+    first = owner.patch(rule_url, {"webhook_url": "https://example.org/a"}, format="json").json()
+    assert len(first["secret"]) >= 40  # its first URL: a secret is made
+    moved = owner.patch(rule_url, {"webhook_url": "https://example.org/b"}, format="json").json()
+    assert moved["secret"] == ""  # another URL keeps the secret the receiver checks with
+    assert SpendAlertRule.objects.get().webhook_secret == first["secret"]
+    answer = owner.patch(rule_url, {"rotate_secret": True}, format="json")
+    assert answer["Cache-Control"] == "no-store"
+    rotated = answer.json()
+    assert len(rotated["secret"]) >= 40 and rotated["secret"] != first["secret"]
+    assert SpendAlertRule.objects.get().webhook_secret == rotated["secret"]
+    assert owner.patch(rule_url, {"rotate_secret": "yes"}, format="json").status_code == 400
+    assert (
+        market.client(market.amy).patch(rule_url, {"rotate_secret": True}, format="json").status_code == 403
+    )
+    assert SpendAlertRule.objects.get().webhook_secret == rotated["secret"]

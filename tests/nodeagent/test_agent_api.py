@@ -10,9 +10,9 @@ from rest_framework.test import APIClient
 
 from accounts.models import AuditEvent
 from inventory.models import Gpu, Node
-from market.models import Command, CommandKind, EndReason, JobState, LeaseState
+from market.models import Command, CommandKind, EndReason, JobState, LeaseState, LeaseUsage, UsageReport
 from market.selectors.policy import market_policy
-from nodeagent.models import BootstrapToken, LeaseUsage, UsageReport
+from nodeagent.models import BootstrapToken
 from nodeagent.services.registration import bootstrap_token_create
 from tests.concurrency import run_together
 from tests.market.round_helpers import make_job

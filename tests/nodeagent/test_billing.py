@@ -10,8 +10,8 @@ from django.core.management import call_command
 
 from market.models import CommandKind, EndReason, EntryKind, Hold, JobState, JournalEntry, LeaseState
 from market.selectors.policy import market_policy
+from market.selectors.usage import charge_for
 from market.services.leases import lease_request_stop, settle_key
-from nodeagent.selectors.usage import charge_for
 from tests.market.round_helpers import make_job
 from tests.nodeagent.agents import counters, leased, register
 

@@ -11,11 +11,10 @@ from django.utils import timezone
 
 from accounts.models import AuditEvent
 from inventory.models import Node
-from market.models import Command, CommandKind, EndReason, JobState, LeaseState
+from market.models import Command, CommandKind, EndReason, JobState, LeaseState, LeaseUsage
 from market.selectors.book import book_snapshot
 from market.selectors.policy import market_policy
 from market.services import rounds
-from nodeagent.models import LeaseUsage
 from nodeagent.services.heartbeat import nodes_mark_down
 from nodeagent.services.lease_events import leases_release_idle
 from tests.market.round_helpers import make_job

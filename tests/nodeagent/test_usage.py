@@ -6,9 +6,9 @@ import copy
 
 import pytest
 
-from market.models import LeaseState
+from market.models import LeaseState, LeaseUsage, UsageReport
 from market.selectors.policy import market_policy
-from nodeagent.models import LeaseUsage, UsageMark, UsageReport
+from nodeagent.models import UsageMark
 from tests.nodeagent.agents import counters
 
 pytestmark = pytest.mark.django_db

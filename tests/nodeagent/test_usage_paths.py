@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from market.models import LeaseUsage, UsageReport
 from market.selectors.policy import market_policy
-from nodeagent.models import LeaseUsage, UsageMark, UsageReport
+from nodeagent.models import UsageMark
 from nodeagent.services import usage
 from nodeagent.services.usage_parse import Report, parse_report
 from tests.nodeagent.agents import counters, register

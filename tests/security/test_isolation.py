@@ -16,11 +16,11 @@ from django.test import Client
 
 from accounts.tokens import token_create
 from inventory.models import Node
-from market.models import Hold, JournalEntry, Lease
+from market.models import Hold, JournalEntry, Lease, LeaseUsage
 from market.services import rounds
 from market.services.leases import lease_running
 from market.services.spend_alerts import spend_alert_create
-from nodeagent.models import BootstrapToken, LeaseUsage
+from nodeagent.models import BootstrapToken
 from tests.conftest import World
 from tests.frontend.conftest import login
 from tests.market.round_helpers import make_job

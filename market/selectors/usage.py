@@ -1,5 +1,6 @@
 """Reads of measured usage: what a lease is charged, its summary and its series over time for its owner
-(docs/agent.md §Billing)."""
+(docs/agent.md §Billing from measurement). The rows are the market's (market.models.usage); nodeagent's
+ingestion writes them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,8 @@ from typing import Any
 from django.db.models import F, Q, Sum, Window
 from django.db.models.functions import Mod, RowNumber
 
-from market.models import Lease, LeaseGpu
+from market.models import Lease, LeaseGpu, LeaseUsage, UsageReport
 from market.selectors.policy import market_policy
-from nodeagent.models import LeaseUsage, UsageReport
-from nodeagent.services.usage_parse import LeaseCounters
 
 SECONDS_PER_HOUR = 3600
 JOULES_PER_KWH = Decimal("3.6e6")
@@ -54,7 +53,22 @@ def measured_charge(*, lease_id: int, price: int) -> int:
     )
 
 
-def usage_combined(parts: list[LeaseUsage]) -> LeaseCounters:
+@dataclass(frozen=True)
+class UsageSummary:
+    """One lease's counters summed (or sample-weighted) over its nodes: what its owner sees."""
+
+    lease: int
+    gpu_seconds: float
+    energy_j: float
+    util_avg: float
+    util_max: float
+    mem_avg_mb: float
+    mem_max_mb: float
+    samples: int
+    log_tail: str
+
+
+def usage_combined(parts: list[LeaseUsage]) -> UsageSummary:
     """One lease's rows (one per node of its gang) as one summary."""
     samples = sum(p.samples for p in parts)
 
@@ -63,7 +77,7 @@ def usage_combined(parts: list[LeaseUsage]) -> LeaseCounters:
             return 0.0
         return round(sum(value(p) * p.samples for p in parts) / samples, 2)
 
-    return LeaseCounters(
+    return UsageSummary(
         lease=parts[0].lease_id,
         gpu_seconds=sum(p.gpu_seconds for p in parts),
         energy_j=sum(p.energy_j for p in parts),
