@@ -8,11 +8,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.core import exceptions as django_exceptions
 from django.db.models import QuerySet
-from django.http import Http404
+from django.http import Http404, HttpRequest
 from rest_framework.exceptions import PermissionDenied
+from rest_framework.request import Request
 
 from accounts.models import ApiToken, Membership, Role, Tenant, User
+
+
+def caller(request: HttpRequest | Request) -> User:
+    """The signed-in user behind a request, typed as one. Every API view needs an authenticated caller (the
+    default permission) and every portal view is login_required, so an anonymous one never gets here; were one
+    to, Django's PermissionDenied is a 403 in both the API and the portal, not a 500."""
+    user = request.user
+    if not isinstance(user, User):
+        raise django_exceptions.PermissionDenied("Sign in first.")
+    return user
 
 
 def user_roles(user: User) -> dict[int, str]:

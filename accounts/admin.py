@@ -13,13 +13,13 @@ from accounts.models import ApiToken, AuditEvent, Membership, Tenant, User
 admin.site.site_header = "gpumarket admin console"
 
 
-class MembershipInline(admin.TabularInline):
+class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     model = Membership
     extra = 0
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     list_display = ["slug", "name", "weight", "active", "created_at"]
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
@@ -27,7 +27,7 @@ class TenantAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     list_display = ["prefix", "name", "user", "tenant", "created_at", "last_used_at", "revoked_at"]
     readonly_fields = ["user", "tenant", "name", "prefix", "digest", "created_at", "last_used_at"]
     list_filter = ["tenant"]
@@ -37,7 +37,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     list_display = ["created_at", "action", "tenant", "actor"]
     list_filter = ["action", "tenant"]
 

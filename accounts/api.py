@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts import tokens
-from accounts.access import access_tenant, can_manage, user_roles, visible_tenants
+from accounts.access import access_tenant, caller, can_manage, user_roles, visible_tenants
 from accounts.models import ApiToken
 from accounts.serializers import MeSerializer, TokenCreatedSerializer, TokenCreateSerializer, TokenSerializer
 from config.api import Pagination
@@ -26,7 +26,7 @@ class TokenRefused(exceptions.APIException):
 class MeView(APIView):
     @extend_schema(responses=MeSerializer, summary="The caller: user, tenants and roles")
     def get(self, request: Request) -> Response:
-        user = request.user
+        user = caller(request)
         roles = user_roles(user)
         tenants = [
             {"slug": t.slug, "name": t.name, "role": roles.get(t.pk, "admin")}
@@ -48,9 +48,9 @@ class TokenListView(APIView):
 
     @extend_schema(responses=TokenSerializer(many=True), summary="List tokens (managers see the tenant's)")
     def get(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         qs = tokens.tokens_visible(
-            viewer=request.user, tenant=tenant, manager=can_manage(request.user, tenant)
+            viewer=caller(request), tenant=tenant, manager=can_manage(caller(request), tenant)
         )
         paginator = Pagination()
         page = paginator.paginate_queryset(qs, request, view=self)
@@ -65,11 +65,13 @@ class TokenListView(APIView):
         summary="Create a token",
     )
     def post(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         body = TokenCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            issued = tokens.token_create(user=request.user, tenant=tenant, name=body.validated_data["name"])
+            issued = tokens.token_create(
+                user=caller(request), tenant=tenant, name=body.validated_data["name"]
+            )
         except tokens.TooManyTokens as exc:
             raise TokenRefused(str(exc)) from exc
         data: dict[str, Any] = dict(TokenSerializer(issued.token).data)
@@ -80,10 +82,10 @@ class TokenListView(APIView):
 class TokenDetailView(APIView):
     @extend_schema(responses={204: None}, summary="Revoke a token")
     def delete(self, request: Request, slug: str, token_id: int) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         qs = tokens.tokens_visible(
-            viewer=request.user, tenant=tenant, manager=can_manage(request.user, tenant)
+            viewer=caller(request), tenant=tenant, manager=can_manage(caller(request), tenant)
         )
         token = get_object_or_404(qs, pk=token_id)
-        tokens.token_revoke(token=token, actor=request.user)
+        tokens.token_revoke(token=token, actor=caller(request))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -19,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import require_admin
+from accounts.access import caller, require_admin
 from accounts.models import AuditEvent, Tenant, User
 from accounts.selectors import audit_events
 from config.api import Pagination, QuerySerializer
@@ -42,9 +42,13 @@ class CSVRenderer(BaseRenderer):
         return json.dumps(data).encode()
 
 
-class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True, allow_null=True)
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
+    actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True, allow_null=True
+    )
     detail = serializers.JSONField(
         read_only=True, help_text='What changed; for policy changes {"field": [old, new]}.'
     )
@@ -59,10 +63,10 @@ class AuditFilterSerializer(QuerySerializer):
     action = TextField(
         required=False, max_length=64, help_text='e.g. "policy.update", or a prefix such as "ledger".'
     )
-    tenant = serializers.SlugRelatedField(
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
         slug_field="slug", queryset=Tenant.objects.all(), required=False, help_text="A tenant's slug."
     )
-    actor = serializers.SlugRelatedField(
+    actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
         slug_field="username", queryset=User.objects.all(), required=False, help_text="A user's username."
     )
     # The ledger's instant policy (calendar edges and offsets are a 400, not a 500).
@@ -120,7 +124,7 @@ class AuditView(APIView):
         summary="The audit log, newest first (platform admins; paginated, or CSV with ?format=csv)",
     )
     def get(self, request: Request) -> Response | StreamingHttpResponse:
-        require_admin(request.user)
+        require_admin(caller(request))
         query = AuditFilterSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         paginator = self.pagination_class()

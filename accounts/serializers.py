@@ -7,13 +7,13 @@ from config.api import BodySerializer
 from config.fields import TextField
 
 
-class TenantRoleSerializer(serializers.Serializer):
+class TenantRoleSerializer(serializers.Serializer[object]):
     slug = serializers.CharField()
     name = serializers.CharField()
     role = serializers.CharField()
 
 
-class MeSerializer(serializers.Serializer):
+class MeSerializer(serializers.Serializer[object]):
     username = serializers.CharField()
     email = serializers.CharField()
     is_admin = serializers.BooleanField()
@@ -21,7 +21,7 @@ class MeSerializer(serializers.Serializer):
     tenants = TenantRoleSerializer(many=True)
 
 
-class TokenSerializer(serializers.ModelSerializer):
+class TokenSerializer(serializers.ModelSerializer[ApiToken]):
     user = serializers.CharField(source="user.username", read_only=True)
     active = serializers.SerializerMethodField()
 

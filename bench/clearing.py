@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,11 @@ def _nodes(rng: np.random.Generator, n_nodes: int, n_types: int) -> tuple[Nodes,
     for node, k in zip(busy_nodes.tolist(), busy_count.tolist(), strict=True):
         free[node, :k] = False
     nodes = Nodes(
-        tuple(f"n{i}" for i in range(n_nodes)), gtype, np.arange(n_nodes) // 32, np.full(n_nodes, 8), free
+        tuple(f"n{i}" for i in range(n_nodes)),
+        gtype,
+        (np.arange(n_nodes) // 32).astype(np.int32),
+        np.full(n_nodes, 8),
+        free,
     )
     return nodes, np.repeat(busy_nodes, busy_count)
 
@@ -49,14 +54,14 @@ def _leases(rng: np.random.Generator, nodes: Nodes, busy: np.ndarray, n_tenants:
     slot_idx = np.concatenate([np.arange(c) for c in k]) if n else np.zeros(0, dtype=np.int64)
     return Leases(
         lease=np.arange(n) + 1,
-        tenant=rng.integers(0, n_tenants, n),
+        tenant=rng.integers(0, n_tenants, n).astype(np.int32),
         gpu_type=nodes.gpu_type[node_of],
         tier=rng.choice([1, 2], n),
         start=now - rng.integers(0, 7200, n),
         preemptible=np.ones(n, dtype=bool),
         slot_ptr=np.concatenate([[0], np.cumsum(k)]),
         slot_node=np.repeat(node_of, k),
-        slot_idx=slot_idx,
+        slot_idx=slot_idx.astype(np.int32),
     )
 
 
@@ -68,7 +73,7 @@ def build_book(n_bids: int, n_types: int, n_tenants: int, seed: int = 1) -> Book
     n_nodes = max(1, int(gpus.sum()) // 2 // 8)
     nodes, busy = _nodes(rng, n_nodes, n_types)
     leases = _leases(rng, nodes, busy, n_tenants, now)
-    held = np.zeros((n_tenants, 3, n_types), dtype=np.int64)
+    held = np.zeros((n_tenants, 3, n_types), dtype=np.int32)
     np.add.at(
         held,
         (
@@ -97,7 +102,7 @@ def build_book(n_bids: int, n_types: int, n_tenants: int, seed: int = 1) -> Book
         limit = np.where(accept, limit, -1)
     bids = Bids(
         job=np.arange(n_bids) + 1,
-        tenant=rng.integers(0, n_tenants, n_bids),
+        tenant=rng.integers(0, n_tenants, n_bids).astype(np.int32),
         gpus=gpus,
         limit=limit,
         max_s=rng.integers(1, 25, n_bids) * 3600,
@@ -115,21 +120,23 @@ def build_book(n_bids: int, n_types: int, n_tenants: int, seed: int = 1) -> Book
     )
 
 
-def best_of_pair(fn: object, base: object, budget_s: float = 0.5) -> tuple[float, float]:
+def best_of_pair(
+    fn: Callable[[], object], base: Callable[[], object], budget_s: float = 0.5
+) -> tuple[float, float]:
     """Best wall times of calls of ``fn`` and of ``base``, alternating, after one untimed call of each
     (first-use costs: fresh memory pages, compiled kernels loaded). Alternating lets a noisy machine slow both
     alike, so their ratio is steadier than that of two separate series. As many pairs as fit ``budget_s`` of
     ``fn`` (5 to 200): seven, as before, left a 1 ms round 10 to 20% above its best here, where 200 settle
     it; both get the same number of tries."""
     t0 = time.perf_counter()
-    fn()  # type: ignore[operator]  # fn and base are callables, typed object
+    fn()
     repeats = min(200, max(5, int(budget_s / (time.perf_counter() - t0))))
-    base()  # type: ignore[operator]  # fn and base are callables, typed object
+    base()
     best = [float("inf"), float("inf")]
     for _ in range(repeats):
         for i, f in enumerate((fn, base)):
             t0 = time.perf_counter()
-            f()  # type: ignore[operator]  # fn and base are callables, typed object
+            f()
             best[i] = min(best[i], time.perf_counter() - t0)
     return best[0], best[1]
 

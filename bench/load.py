@@ -884,7 +884,8 @@ def main() -> None:
     with connections["default"].cursor() as cursor:
         cursor.execute("ANALYZE")
     connections.close_all()
-    stop, rounds_done, round_errors = threading.Event(), [0], []
+    stop, rounds_done = threading.Event(), [0]
+    round_errors: list[str] = []
     log = scratch / "server.log"
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -129,7 +129,7 @@ def main() -> None:
     after = _bytes()
 
     def per_1000(sizes: dict[str, int]) -> int:
-        return round((sum(sizes.values()) - sum(empty.values())) * 1000 / args.rounds)
+        return round((sum(sizes.values()) - sum(empty.values())) * 1000 / int(args.rounds))
 
     b, a = per_1000(before), per_1000(after)
     print(

@@ -19,7 +19,7 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from config.fields import SPACE, TEXT
+from config.fields import SPACE, TEXT, AnyField
 
 
 class Pagination(PageNumberPagination):
@@ -63,14 +63,14 @@ def _positive_param(params: Any, name: str, top: int) -> None:
         raise exceptions.ValidationError({name: [f"must be at most {top:,}"]})
 
 
-class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class QuerySerializer(serializers.Serializer[object]):
     """Base of every list filter: a parameter given empty (`?gpu_type=`) is a 400 naming it, not silently
     dropped as DRF does for optional fields read from a query string."""
 
     def to_internal_value(self, data: Any) -> Any:
         blank = {
             name: ["must not be empty; leave the parameter out instead"]
-            for name in self.fields
+            for name, _ in self.fields.items()  # the stubs type iterating a BindingDict as its fields, not its names
             if hasattr(data, "getlist")
             and name in data
             and any(not v.strip(SPACE) for v in data.getlist(name))
@@ -88,27 +88,27 @@ class QuerySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF'
 # (config/schema.py). The portal checks its forms with the same serializers: with context {"form": True} the
 # values are form text, so their JSON types are not checked (DRF's fields parse "2" as a number, as a form
 # needs).
-class BodySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class BodySerializer(serializers.Serializer[object]):
     refuse_unknown = False
     unknown_message = "is not a field of this request"
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping) and not self.context.get("form"):
-            writable = list(self._writable_fields)
-            errors = {
-                field.field_name: problem
-                for field in writable
+            # By name: a bound field's own field_name is typed optional.
+            writable = {name: field for name, field in self.fields.items() if not field.read_only}
+            errors: dict[str, Any] = {
+                name: problem
+                for name, field in writable.items()
                 if (problem := json_type_problem(field, field.get_value(data))) is not None
             }
             if self.refuse_unknown:
-                known = {field.field_name for field in writable}
-                errors |= {name: [self.unknown_message] for name in sorted(set(data) - known)}
+                errors |= {name: [self.unknown_message] for name in sorted(set(data) - set(writable))}
             if errors:
                 raise exceptions.ValidationError(errors)
         return super().to_internal_value(data)
 
 
-def json_type_problem(field: serializers.Field, value: Any) -> Any:  # type: ignore[type-arg]  # any DRF field, whatever its value types
+def json_type_problem(field: AnyField, value: Any) -> Any:
     """Why `value` is not of the JSON type `field` documents, as DRF error detail (a list of messages, or
     per key or index for objects and lists), or None. Absent and null are the field's to judge; fields of the
     API's own types (config/fields.py, lists of objects) check their input themselves."""

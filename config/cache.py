@@ -12,18 +12,19 @@ from typing import Any
 
 from django.core.cache.backends.redis import RedisCache as DjangoRedisCache
 from django.core.cache.backends.redis import RedisCacheClient
+from redis import Redis
 
 
 class _SharedClient(RedisCacheClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._clients: dict[int, Any] = {}
+        self._clients: dict[int, Redis] = {}
 
-    def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        pool = self._get_connection_pool(write)
+    def get_client(self, key: Any = None, *, write: bool = False) -> Redis:
+        pool = self._get_connection_pool(write)  # type: ignore[attr-defined]  # private in Django; the stubs leave it out
         client = self._clients.get(id(pool))
         if client is None:
-            client = self._clients[id(pool)] = self._client(connection_pool=pool)
+            client = self._clients[id(pool)] = self._client(connection_pool=pool)  # type: ignore[attr-defined]  # Django's private client class; the stubs leave it out
         return client
 
 

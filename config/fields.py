@@ -12,7 +12,7 @@ import re
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from functools import cache
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
@@ -21,6 +21,10 @@ from rest_framework.fields import empty
 
 from config.inputs import DECIMAL_MAX_CHARS, INSTANT_PATTERN, InputError, decimal_pattern, parse_instant
 from config.parsers import JsonNumber
+
+# Any DRF field, whatever its value types (the stubs make Field generic in four; DRF's class takes no
+# subscript at runtime, hence the string).
+AnyField: TypeAlias = "serializers.Field[Any, Any, Any, Any]"
 
 # What a text field trims and what counts as blank: ASCII whitespace only, because Python's `str.strip` and
 # ECMA's `\s` disagree about the rest (U+001C to U+001F, U+0085, U+FEFF).
@@ -76,9 +80,13 @@ class TextField(serializers.CharField):
         return value
 
 
+# Generic in its value: each subclass turns the decimal into its own (micro-credits, seconds).
+_Value = TypeVar("_Value")
+
+
 # A string in responses; in requests, oneOf a string with its pattern or a number (config/schema.py).
 @extend_schema_field(OpenApiTypes.STR)
-class DecimalStringField(serializers.Field):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class DecimalStringField(serializers.Field[_Value, object, str, object]):
     """A decimal number from `low` to `high` with at most `places` decimals, as a JSON string written plainly
     ("12.5": no sign, exponent, leading zero or spaces; the regex config.inputs.decimal_pattern builds, which
     the schema documents) or as a JSON number (12.5, 3, 1e2). A number is taken at the exact value of its
@@ -209,7 +217,7 @@ def _decimal_pattern(places: int, low: Decimal, high: Decimal) -> str:
 
 
 @extend_schema_field(OpenApiTypes.STR)  # and INSTANT_PATTERN (config/schema.py)
-class InstantField(serializers.Field):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class InstantField(serializers.Field[datetime, object, str, object]):
     """An ISO date or datetime (naive means UTC) matching config.inputs.INSTANT_PATTERN, which the schema
     documents. With end_of_day, a bare date means the end of that day."""
 

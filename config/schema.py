@@ -18,7 +18,7 @@ from drf_spectacular.plumbing import is_list_serializer
 
 class AutoSchema(openapi.AutoSchema):
     def _map_serializer_field(self, field: Any, direction: Any, bypass_extensions: bool = False) -> Any:
-        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)  # type: ignore[no-untyped-call]  # drf-spectacular leaves it unannotated
         pattern = getattr(field, "schema_pattern", None)
         if direction == "request" and pattern and isinstance(schema, dict) and not field.read_only:
             schema.setdefault("pattern", pattern)  # a validator's own pattern (a username's) says more
@@ -29,7 +29,7 @@ class AutoSchema(openapi.AutoSchema):
         return schema
 
     def _map_basic_serializer(self, serializer: Any, direction: Any) -> Any:
-        schema = super()._map_basic_serializer(serializer, direction)
+        schema = super()._map_basic_serializer(serializer, direction)  # type: ignore[no-untyped-call]  # drf-spectacular leaves it unannotated
         if direction == "request" and getattr(serializer, "refuse_unknown", False):
             schema["additionalProperties"] = False
         return schema

@@ -251,7 +251,8 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
     # Redis re-delivers an unacknowledged task after the visibility timeout: keep it well above the longest
     # task's hard limit so a slow task is never run twice at once.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": CELERY_TASK_MAX_S * 4}
+    # Typed for both branches: kombu's options differ by transport.
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {"visibility_timeout": CELERY_TASK_MAX_S * 4}
 else:
     _broker = VAR_DIR / "broker"
     for sub in ("out", "processed", "control"):

@@ -13,6 +13,10 @@ class AtomicUserRateThrottle(UserRateThrottle):
     """API_THROTTLE_USER requests per window per user (per address for anonymous callers), counted with one
     atomic INCR per request, so concurrent clients cannot overshoot the rate."""
 
+    # Set by SimpleRateThrottle.__init__ from the rate; the stubs leave them out.
+    num_requests: int
+    duration: int
+
     def allow_request(self, request: Any, view: Any) -> bool:
         if self.rate is None:
             return True

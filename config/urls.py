@@ -29,19 +29,19 @@ urlpatterns = [
 def handler404(request: Any, exception: Exception | None = None) -> HttpResponse:
     if request.path.startswith("/api/"):
         return api.json_404(request, exception)
-    return page_not_found(request, exception)  # type: ignore[arg-type]  # Django's handler stubs want an Exception, not None
+    return page_not_found(request, exception)
 
 
-def handler400(request: Any, exception: Exception | None = None) -> HttpResponse:
+def handler400(request: Any, exception: Exception) -> HttpResponse:  # Django always passes the exception
     if request.path.startswith("/api/"):
         return api.json_400(request, exception)
-    return bad_request(request, exception)  # type: ignore[arg-type]  # Django's handler stubs want an Exception, not None
+    return bad_request(request, exception)
 
 
-def handler403(request: Any, exception: Exception | None = None) -> HttpResponse:
+def handler403(request: Any, exception: Exception) -> HttpResponse:  # Django always passes the exception
     if request.path.startswith("/api/"):
         return api.json_403(request, exception)
-    return permission_denied(request, exception)  # type: ignore[arg-type]  # Django's handler stubs want an Exception, not None
+    return permission_denied(request, exception)
 
 
 def handler500(request: Any) -> HttpResponse:

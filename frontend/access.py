@@ -8,15 +8,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import wraps
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 
-from accounts.access import can_manage, user_roles, visible_tenants
+from accounts.access import caller, can_manage, user_roles, visible_tenants
 from accounts.models import Role, Tenant, User
+
+# Whatever the view returns: a page, or a streamed download (the audit CSV).
+_Response = TypeVar("_Response", bound=HttpResponseBase)
 
 ROLE_NAMES = {Role.MANAGER: "owner", Role.MEMBER: "member"}
 
@@ -29,7 +33,7 @@ class Seat:
 
 
 def seat(request: HttpRequest, slug: str) -> Seat:
-    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; only login_required views call this
+    user = caller(request)
     tenant = visible_tenants(user).filter(slug=slug).first()
     if tenant is None:
         raise Http404("No such team.")
@@ -49,20 +53,20 @@ def my_tenants(user: User) -> list[Tenant]:
 
 def page(request: HttpRequest, template: str, context: dict[str, Any], s: Seat | None = None) -> HttpResponse:
     """Render a portal page with what the layout needs: the seat and the switcher's teams."""
-    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; only login_required views call this
+    user = caller(request)
     console = request.path.startswith("/console/")
     return render(
         request, template, {"seat": s, "my_tenants": my_tenants(user), "console": console, **context}
     )
 
 
-def admin_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def admin_only(view: Callable[..., _Response]) -> Callable[..., _Response]:
     """Console pages: log in first; a signed-in user who is not a platform admin gets 403."""
 
     @login_required
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        if not request.user.is_staff:
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> _Response:
+        if not caller(request).is_staff:
             raise PermissionDenied("Only platform admins may open the console.")
         return view(request, *args, **kwargs)
 

@@ -8,6 +8,7 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from accounts.access import caller
 from config.admin import ReadOnlyAdmin
 from config.errors import PolicyError
 from inventory.models import GpuType
@@ -16,10 +17,9 @@ from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.guarantees import guarantee_check, guarantee_set
 
 
-class PostingInline(admin.TabularInline):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
+class PostingInline(admin.TabularInline):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     model = Posting
-    fields = ["account", "amount"]
-    readonly_fields = fields
+    readonly_fields = fields = ("account", "amount")
     extra = 0
     can_delete = False
 
@@ -58,7 +58,7 @@ class PostingAdmin(ReadOnlyAdmin):
 
 # Saving a guarantee goes through market.services.guarantees, which keeps a type's guarantees within the
 # cluster's GPUs of it (/admin/market/guarantee/).
-class GuaranteeForm(forms.ModelForm):
+class GuaranteeForm(forms.ModelForm):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     class Meta:
         model = Guarantee
         fields = ["tenant", "gpu_type", "gpus"]
@@ -74,23 +74,23 @@ class GuaranteeForm(forms.ModelForm):
 
 
 @admin.register(Guarantee)
-class GuaranteeAdmin(admin.ModelAdmin):
+class GuaranteeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     form = GuaranteeForm
     list_display = ["tenant", "gpu_type", "gpus"]
     list_filter = ["gpu_type"]
 
     def save_model(self, request: HttpRequest, obj: Guarantee, form: Any, change: bool) -> None:
-        guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin site admits staff Users only
+        guarantee_set(tenant=obj.tenant, gpu_type=obj.gpu_type, gpus=obj.gpus, actor=caller(request))
 
 
-class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
+class GpuTypeForm(forms.ModelForm):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     class Meta:
         model = GpuType
         fields = ["name", "memory_gb", "reserve_price", "max_price"]
 
 
 @admin.register(GpuType)
-class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs make it generic in its model; left unparametrised
+class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
     """Prices are micro-credits per GPU-hour; saving goes through the service so it is checked, audited and recorded
     as a policy version."""
 
@@ -104,7 +104,7 @@ class GpuTypeAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # django-stubs 
                 memory_gb=obj.memory_gb,
                 reserve_price=obj.reserve_price,
                 max_price=obj.max_price,
-                actor=request.user,
+                actor=caller(request),
             )
         except PolicyError as exc:
             self.message_user(request, f"{exc.field}: {exc.message}", level="error")

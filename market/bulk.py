@@ -13,6 +13,7 @@ order, as Django's own bulk_create gives them.
 from __future__ import annotations
 
 import json
+import typing
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -21,6 +22,7 @@ from typing import Any
 import psycopg
 from django.db import connection, models
 from django.db.models.expressions import RawSQL
+from django.db.models.options import Options
 
 _PG_TYPES = {
     "AutoField": "integer",
@@ -60,9 +62,9 @@ def insert(model: type[models.Model], columns: Mapping[str, Sequence[Any]], *, i
         made = model._default_manager.bulk_create(rows, batch_size=2000)
         return [obj.pk for obj in made] if ids else []
     meta = model._meta
-    fields = [meta.get_field(name) for name in columns]  # get_field knows attnames ("round_id") too
+    fields = [_field(meta, name) for name in columns]  # get_field knows attnames ("round_id") too
     texts = [_copy_texts(values, _cast(f)) for values, f in zip(columns.values(), fields, strict=True)]
-    names = [f.column for f in fields]
+    names = [_column(f) for f in fields]
     connection.ensure_connection()
     # psycopg's own cursor: Django's wrapper has no COPY.
     with psycopg.Cursor(connection.connection) as cursor:
@@ -97,33 +99,33 @@ def upsert(
         rows = [
             model(**dict(zip(names, values, strict=True))) for values in zip(*columns.values(), strict=True)
         ]
-        fields = [model._meta.get_field(name).name for name in unique]
+        unique_fields = [model._meta.get_field(name).name for name in unique]
         model._default_manager.bulk_create(
             rows,
             batch_size=2000,
             update_conflicts=bool(update),
             ignore_conflicts=not update,
-            unique_fields=fields if update else None,
+            unique_fields=unique_fields if update else None,
             update_fields=[model._meta.get_field(name).name for name in update] if update else None,
         )
         return
     meta = model._meta
     quote = connection.ops.quote_name
-    fields = [meta.get_field(name) for name in columns]
+    fields = [_field(meta, name) for name in columns]
     casts = [_cast(f) for f in fields]
     params = [_literal(values, cast) for values, cast in zip(columns.values(), casts, strict=True)]
     sources = ", ".join(f"unnest(%s::{cast}[])" for cast in casts)
-    conflict = ", ".join(quote(meta.get_field(name).column) for name in unique)
+    conflict = ", ".join(quote(_column(_field(meta, name))) for name in unique)
     action = (
         "DO UPDATE SET "
         + ", ".join(
-            f"{quote(c)} = EXCLUDED.{quote(c)}" for c in (meta.get_field(name).column for name in update)
+            f"{quote(c)} = EXCLUDED.{quote(c)}" for c in (_column(_field(meta, name)) for name in update)
         )
         if update
         else "DO NOTHING"
     )
     sql = (
-        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(f.column) for f in fields)}) "
+        f"INSERT INTO {quote(meta.db_table)} ({', '.join(quote(_column(f)) for f in fields)}) "
         f"SELECT * FROM ROWS FROM ({sources}) ON CONFLICT ({conflict}) {action}"
     )
     connection.ensure_connection()
@@ -148,12 +150,12 @@ def update(model: type[models.Model], pks: Sequence[int], columns: Mapping[str, 
         )
     meta = model._meta
     quote = connection.ops.quote_name
-    fields = [meta.get_field(name) for name in columns]
+    fields = [_field(meta, name) for name in columns]
     casts = [_cast(meta.pk), *(_cast(f) for f in fields)]
     params = [_literal(values, cast) for values, cast in zip([pks, *columns.values()], casts, strict=True)]
     sources = ", ".join(f"unnest(%s::{cast}[])" for cast in casts)
     names = ["pk", *(f"v{i}" for i in range(len(fields)))]
-    sets = ", ".join(f"{quote(f.column)} = v.v{i}" for i, f in enumerate(fields))
+    sets = ", ".join(f"{quote(_column(f))} = v.v{i}" for i, f in enumerate(fields))
     table = quote(meta.db_table)
     sql = (
         f"UPDATE {table} SET {sets} FROM ROWS FROM ({sources}) AS v({', '.join(names)}) "
@@ -170,6 +172,21 @@ def _length(columns: Mapping[str, Sequence[Any]]) -> int:
     if len(lengths) != 1:
         raise ValueError(f"columns of unequal length: { {k: len(v) for k, v in columns.items()} }")
     return lengths.pop()
+
+
+def _field(meta: Options[Any], name: str) -> models.Field[Any, Any]:
+    """The model's field by name or attname. Only concrete fields are columns to write: a reverse relation or
+    generic key named here is a caller's mistake."""
+    field = meta.get_field(name)
+    if not isinstance(field, models.Field):
+        raise ValueError(f"{meta.db_table} has no column for {name!r}")
+    return field
+
+
+def _column(field: models.Field[Any, Any]) -> str:
+    if not field.column:  # a field with no column of its own
+        raise ValueError(f"{field.name} has no column")
+    return str(field.column)
 
 
 def _cast(field: Any) -> str:
@@ -227,7 +244,7 @@ def _literal(values: Sequence[Any], cast: str) -> str:
         return "{" + ",".join("NULL" if v is None else ("t" if v else "f") for v in values) + "}"
     texts = _texts(values, cast)
     if None not in texts:
-        plain: list[str] = texts  # type: ignore[assignment]  # no None left in texts (checked just above)
+        plain = typing.cast(list[str], texts)  # no None in texts: checked just above
         joined = "".join(plain)
         if '"' not in joined and "\\" not in joined:  # nothing to escape: quote them all in one join
             return '{"' + '","'.join(plain) + '"}'

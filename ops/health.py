@@ -46,7 +46,7 @@ def check_broker() -> Check:
             return Check(True, "redis")
         except Exception as exc:
             return Check(False, _failure(exc))
-    folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
+    folder = Path(str(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]))
     if folder.is_dir() and _writable(folder):
         return Check(True, "filesystem broker (no REDIS_URL)")
     return Check(False, f"filesystem broker folder {folder} is missing or not writable")

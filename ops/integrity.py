@@ -40,7 +40,7 @@ def unchecked_keys() -> list[tuple[type[Model], ForeignKey[Any, Any]]]:
         (model, field)
         for model in apps.get_models()
         for field in model._meta.concrete_fields
-        if isinstance(field, ForeignKey) and not field.db_constraint
+        if isinstance(field, ForeignKey) and not field.db_constraint  # type: ignore[attr-defined]  # django-stubs have it only as an argument
     ]
 
 
@@ -49,6 +49,8 @@ def orphans(sample: int = 5) -> list[Orphans]:
     found = []
     for model, field in unchecked_keys():
         target = field.related_model
+        if isinstance(target, str):  # "self": the registry has resolved it to the model by now
+            target = model
         exists = target._default_manager.filter(**{field.target_field.attname: OuterRef(field.attname)})
         lost = (
             model._default_manager.filter(**{f"{field.attname}__isnull": False})

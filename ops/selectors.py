@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Exists, F, OuterRef, Q, Sum
+from django.db.models import Count, Exists, F, Func, OuterRef, Q, Sum
 from django.db.models.functions import Coalesce
 
 from inventory.models import Gpu, Node
@@ -97,7 +97,7 @@ def round_step_histograms() -> dict[str, StepHistogram]:
         _clear=F("clear_ms"),
         _commit=F("commit_ms"),
     )
-    aggs = {"n": Count("pk")}
+    aggs: dict[str, Func] = {"n": Count("pk")}
     for step in ROUND_STEPS:
         aggs[f"{step}_sum"] = Coalesce(Sum(f"_{step}"), 0)
         for i, bound in enumerate(ROUND_BUCKETS):

@@ -103,7 +103,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.browser)
     if "pg_restart" in (config.getoption("markexpr") or ""):
         return
-    chosen, left = [], []
+    chosen: list[pytest.Item] = []
+    left: list[pytest.Item] = []
     for item in items:
         (left if item.get_closest_marker("pg_restart") else chosen).append(item)
     if left:
@@ -141,7 +142,7 @@ def world(db: None, settings: Any) -> World:
         Tenant.objects.create(name=n.title(), slug=n, weight=w)
         for n, w in [("alpha", 1), ("beta", 2), ("gamma", 3)]
     ]
-    people = {}
+    people: dict[str, User] = {}
     for tenant, (owner, member) in zip(
         tenants, [("alice", "amy"), ("bob", "bea"), ("carl", "cara")], strict=True
     ):
@@ -149,9 +150,17 @@ def world(db: None, settings: Any) -> World:
         people[member] = _user(member)
         Membership.objects.create(user=people[owner], tenant=tenant, role=Role.MANAGER)
         Membership.objects.create(user=people[member], tenant=tenant, role=Role.MEMBER)
+    alpha, beta, gamma = tenants
     return World(
-        *tenants,
-        **people,
+        alpha,
+        beta,
+        gamma,
+        alice=people["alice"],
+        amy=people["amy"],
+        bob=people["bob"],
+        bea=people["bea"],
+        carl=people["carl"],
+        cara=people["cara"],
         admin=_user("root", staff=True),
         h100=GpuType.objects.create(name="H100", memory_gb=80, reserve_price=2_000_000, max_price=20_000_000),
         a100=GpuType.objects.create(name="A100", memory_gb=80, reserve_price=1_200_000, max_price=12_000_000),

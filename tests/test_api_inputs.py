@@ -14,7 +14,7 @@ import pytest
 from rest_framework import serializers
 
 from config.api import BodySerializer
-from config.fields import TEXT, TEXT_OR_BLANK, InstantField, TextField
+from config.fields import TEXT, TEXT_OR_BLANK, AnyField, InstantField, TextField
 from config.inputs import INSTANT_PATTERN, InputError, decimal_pattern, parse_instant
 from market.api.jobs_serializers import HoursField, JobFilterSerializer
 from market.api.ledger_serializers import CreditsField
@@ -33,7 +33,7 @@ def _valid(pattern: str, text: str) -> bool:
     return bool(jsonschema_rs.validator_for({"type": "string", "pattern": pattern}).is_valid(text))
 
 
-def _takes(field: serializers.Field, value: Any) -> bool:  # type: ignore[type-arg]  # any DRF field, whatever its value types
+def _takes(field: AnyField, value: Any) -> bool:
     try:
         field.run_validation(value)
     except serializers.ValidationError:
@@ -87,10 +87,10 @@ def test_instant_pattern_is_the_calendar_from_1970_to_8999() -> None:
                     month,
                     day,
                 )
-    day = date(1970, 1, 1)
-    while day < date(1975, 1, 1):  # every day of a leap cycle and then some
-        assert pattern.fullmatch(day.isoformat())
-        day += timedelta(days=1)
+    each = date(1970, 1, 1)
+    while each < date(1975, 1, 1):  # every day of a leap cycle and then some
+        assert pattern.fullmatch(each.isoformat())
+        each += timedelta(days=1)
 
 
 INSTANTS = [
@@ -136,6 +136,7 @@ def test_text_is_taken_as_its_schema_says(blank: bool) -> None:
 
 def test_a_job_state_list_is_taken_as_its_pattern_says() -> None:
     field = JobFilterSerializer().fields["state"]
+    assert isinstance(field, TextField)
     for text in [
         "running",
         "running,pending",

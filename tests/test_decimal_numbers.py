@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import json
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import pytest
 from hypothesis import given, settings
@@ -17,9 +17,10 @@ from rest_framework import serializers
 from config.fields import DecimalStringField
 from config.money import MICRO
 from config.parsers import JSONParser, canonical_json
-from market.api.jobs_serializers import HOURS_MIN, HoursField
+from market.api.jobs_serializers import HoursField
 from market.api.ledger_serializers import CREDITS_MAX, CreditsField
 from market.models import Bid, Job
+from market.services.jobs import HOURS_MIN
 from tests.conftest import World
 
 URL = "/api/v1/tenants/alpha/jobs"
@@ -38,12 +39,12 @@ def _spellings(number: Decimal) -> list[str]:
     return sorted(texts)
 
 
-def _field_cases() -> list[tuple[DecimalStringField, int]]:
+def _field_cases() -> list[tuple[DecimalStringField[int], int]]:
     return [(HoursField(), 4), (CreditsField(), 6), (CreditsField(allow_zero=True), 6)]
 
 
 @st.composite
-def _in_bounds(draw: st.DrawFn, field_places: tuple[DecimalStringField, int]) -> Decimal:
+def _in_bounds(draw: st.DrawFn, field_places: tuple[DecimalStringField[int], int]) -> Decimal:
     field, places = field_places
     low, high = field.bounds()
     step = Decimal(1).scaleb(-places)
@@ -138,7 +139,11 @@ def market(world: World) -> World:
     return world
 
 
-def _submit(world: World, raw: str, **headers: str) -> Any:
+class _Headers(TypedDict, total=False):
+    HTTP_IDEMPOTENCY_KEY: str
+
+
+def _submit(world: World, raw: str, **headers: Unpack[_Headers]) -> Any:
     return world.client(world.alice).post(URL, raw, content_type="application/json", **headers)
 
 

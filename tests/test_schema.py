@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import call_command
+from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
@@ -13,12 +14,12 @@ def test_openapi_schema_generates_without_warnings(
     call_command("spectacular", "--fail-on-warn", "--validate", "--file", str(tmp_path) + "/schema.yml")
 
 
-def test_schema_and_docs_are_served(client: object) -> None:
-    assert client.get("/api/schema/").status_code == 200  # type: ignore[attr-defined]  # pytest-django's client fixture, typed object
-    assert client.get("/api/docs/").status_code == 200  # type: ignore[attr-defined]  # pytest-django's client fixture, typed object
+def test_schema_and_docs_are_served(client: Client) -> None:
+    assert client.get("/api/schema/").status_code == 200
+    assert client.get("/api/docs/").status_code == 200
 
 
-def test_unknown_api_path_is_json_404(client: object) -> None:
-    resp = client.get("/api/v1/nope")  # type: ignore[attr-defined]  # pytest-django's client fixture, typed object
+def test_unknown_api_path_is_json_404(client: Client) -> None:
+    resp = client.get("/api/v1/nope")
     assert resp.status_code == 404
     assert resp.json()["error"] == "not_found"

@@ -35,8 +35,8 @@ def test_env_int_rejects_junk_and_small_values(monkeypatch: pytest.MonkeyPatch) 
     assert env_int("X_UNSET", 7) == 7
 
 
-def test_secret_from_file(monkeypatch: pytest.MonkeyPatch, tmp_path: pytest.TempPathFactory) -> None:
-    path = tmp_path / "s"  # type: ignore[operator]  # tmp_path is a Path; annotated as its factory
+def test_secret_from_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = tmp_path / "s"
     path.write_text("s3cret\n")
     monkeypatch.delenv("X_SECRET", raising=False)
     monkeypatch.setenv("X_SECRET_FILE", str(path))

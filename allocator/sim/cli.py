@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 import numpy as np
 from tqdm import tqdm
@@ -28,6 +28,13 @@ from allocator.sim.state import SimState
 
 # tqdm shows nothing for runs shorter than this, so quick runs stay quiet without --quiet.
 PROGRESS_DELAY_S = 3.0
+
+
+class Out(Protocol):
+    """Where the summaries go: a text stream, or the Django command's OutputWrapper (no TextIO)."""
+
+    def write(self, s: str, /) -> object: ...
+    def flush(self) -> object: ...
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -147,7 +154,7 @@ def run_policy(
     return state, summarize(state, policy, wall)
 
 
-def run(args: argparse.Namespace, stdout: TextIO) -> list[dict[str, Any]]:
+def run(args: argparse.Namespace, stdout: Out) -> list[dict[str, Any]]:
     random.seed(args.seed)
     np.random.seed(args.seed)
     # getattr: the Django command (call_command) builds its own namespace and may not forward the flag.

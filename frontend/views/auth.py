@@ -7,15 +7,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
-from accounts.access import visible_tenants
-from accounts.models import User
+from accounts.access import caller, visible_tenants
 from frontend.access import my_tenants, page
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
     """The last team used, else the first; an admin in no team goes to the console."""
-    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; login_required leaves a User
+    user = caller(request)
     teams = my_tenants(user)
     remembered = request.session.get("tenant")
     if remembered and visible_tenants(user).filter(slug=remembered).exists():
@@ -30,6 +29,6 @@ def home(request: HttpRequest) -> HttpResponse:
 @login_required
 @require_POST
 def switch(request: HttpRequest) -> HttpResponse:
-    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; login_required leaves a User
+    user = caller(request)
     tenant = visible_tenants(user).filter(slug=request.POST.get("tenant", "")).first()
     return redirect("frontend:dashboard", slug=tenant.slug) if tenant else redirect("frontend:home")

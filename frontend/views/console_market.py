@@ -7,11 +7,13 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db.models import Field, Model
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
 from django.utils.safestring import SafeString
 
+from accounts.access import caller
 from accounts.models import Tenant
 from accounts.selectors import audit_events
 from config.errors import PolicyError
@@ -123,6 +125,11 @@ def fairness(request: HttpRequest) -> HttpResponse:
     )
 
 
+def _help(obj: Model, name: str) -> str:
+    field = obj._meta.get_field(name)
+    return str(field.help_text) if isinstance(field, Field) else ""  # the knobs are all plain fields
+
+
 def _shown(field: str, value: int) -> str:
     """A knob's value as the form shows it: credits for a money knob, else the number."""
     return format_credits(value).replace(",", "") if field in MONEY_KNOBS else str(value)
@@ -156,7 +163,7 @@ def _policy_form(request: HttpRequest) -> dict[str, str]:
         return errors
     try:
         # One policy version for the form, knobs and prices together; a refused part undoes the rest.
-        with policy_versioned(actor=request.user, reason=request.POST.get("reason", "")):  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+        with policy_versioned(actor=caller(request), reason=request.POST.get("reason", "")):
             _policy_write(request, changes, prices)
     except _Refused as refused:
         return refused.errors
@@ -175,7 +182,9 @@ class _Refused(Exception):
 
 def _policy_write(request: HttpRequest, changes: dict[str, int], prices: dict[GpuType, list[int]]) -> None:
     try:
-        policy_update(actor=request.user, **changes)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+        policy_update(
+            actor=caller(request), reason="", **changes
+        )  # the form's reason is the enclosing version's
     except PolicyError as exc:
         if exc.field in MONEY_KNOBS:  # the service speaks micro-credits, the form credits
             low, high = (format_credits(v) for v in POLICY_LIMITS[exc.field])
@@ -184,8 +193,12 @@ def _policy_write(request: HttpRequest, changes: dict[str, int], prices: dict[Gp
     for t, (reserve, top) in prices.items():
         try:
             gpu_type_policy_save(
-                name=t.name, memory_gb=t.memory_gb, reserve_price=reserve, max_price=top, actor=request.user
-            )  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+                name=t.name,
+                memory_gb=t.memory_gb,
+                reserve_price=reserve,
+                max_price=top,
+                actor=caller(request),
+            )
         except PolicyError as exc:
             field = f"{'reserve' if exc.field == 'reserve_price' else 'max'}-{t.name}"
             raise _Refused({field: exc.message}) from exc
@@ -253,7 +266,7 @@ def market(request: HttpRequest) -> HttpResponse:
             "low": _shown(f, lo),
             "high": _shown(f, hi),
             "money": f in MONEY_KNOBS,
-            "help": policy._meta.get_field(f).help_text,
+            "help": _help(policy, f),
             "error": errors.get(f, ""),
             "label": POLICY_LABELS[f],
         }

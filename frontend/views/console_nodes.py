@@ -18,9 +18,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect
 from django.views.decorators.http import require_POST
 
+from accounts.access import caller
 from frontend.access import admin_only, page
 from frontend.forms import flatten
-from inventory.models import GpuType, Node
+from inventory.models import Gpu, GpuType, Node
 from market.models import LIVE_LEASE_STATES, Lease, LeaseGpu, LeaseState
 from nodeagent.api.serializers import BootstrapCreateSerializer
 from nodeagent.errors import NodeError
@@ -56,16 +57,14 @@ def _rows(nodes: list[Node]) -> list[dict[str, Any]]:
     rows = []
     for node in nodes:
         report = reports.get(node.pk)
-        gpus = [
-            {"gpu": g, "sample": report.gpus.get(g.uuid) if report else None}
-            for g in node.gpu_rows  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
-        ]
+        gpu_rows: list[Gpu] = node.gpu_rows  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+        gpus = [{"gpu": g, "sample": report.gpus.get(g.uuid) if report else None} for g in gpu_rows]
         rows.append(
             {
                 "node": node,
                 "gpus": gpus,
                 "report_at": report.sent_at if report else None,
-                "unhealthy": sum(1 for g in node.gpu_rows if not g.healthy and not g.absent),  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+                "unhealthy": sum(1 for g in gpu_rows if not g.healthy and not g.absent),
                 "leases": leases.get(node.pk, []),
                 "actions": _actions(node),
             }
@@ -125,7 +124,7 @@ def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
         raise Http404("No such node action.")
     node = get_object_or_404(Node, name=name)
     try:
-        service(node=node, actor=request.user)
+        service(node=node, actor=caller(request))
     except NodeError as exc:
         messages.error(request, f"Refused: {exc.message}.")
     else:
@@ -144,7 +143,7 @@ def bootstrap_token(request: HttpRequest) -> HttpResponse:
     v = body.validated_data
     try:
         issued = bootstrap_token_create(
-            actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
+            actor=caller(request),
             name=v["name"],
             gpu_type=v["gpu_type"],
             topology_domain=v["topology_domain"],

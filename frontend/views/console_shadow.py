@@ -11,6 +11,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from accounts.access import caller
 from config.errors import PolicyError
 from frontend.access import admin_only, page
 from market.models import PolicyVersion
@@ -105,7 +106,7 @@ def shadow_toggle(request: HttpRequest, number: int, action: str) -> HttpRespons
         raise Http404("No such action.")
     service = shadow_start if action == "start" else shadow_stop
     try:
-        service(actor=request.user, version=version)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
+        service(actor=caller(request), version=version)
     except PolicyError as exc:
         messages.error(request, f"Not {'started' if action == 'start' else 'stopped'}: {exc.message}.")
     else:

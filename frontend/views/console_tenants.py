@@ -12,6 +12,7 @@ from django.db import IntegrityError
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
+from accounts.access import caller
 from accounts.models import Membership, Role, Tenant, User
 from accounts.services import membership_remove, membership_set, tenant_create
 from config.errors import PolicyError
@@ -41,7 +42,7 @@ def tenants(request: HttpRequest) -> HttpResponse:
     form = TenantCreate(request.POST or None)
     if request.method == "POST" and form.is_valid():
         try:
-            tenant = tenant_create(actor=request.user, **form.cleaned_data)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
+            tenant = tenant_create(actor=caller(request), **form.cleaned_data)
         except IntegrityError:
             form.add_error("slug", "A team with this name or slug exists already.")
         except PolicyError as exc:
@@ -90,7 +91,7 @@ def _policy_post(request: HttpRequest, tenant: Tenant, types: list[GpuType]) -> 
     if not errors:
         try:
             tenant_policy_update(
-                actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+                actor=caller(request),
                 tenant=tenant,
                 weight=weight,
                 guardrail=guardrail,
@@ -109,10 +110,10 @@ def _member_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
     if user is None:
         return {"username": f"no user called {username!r}"}
     if role == "remove":
-        membership_remove(tenant=tenant, user=user, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+        membership_remove(tenant=tenant, user=user, actor=caller(request))
         return {}
     try:
-        membership_set(tenant=tenant, user=user, role=role, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+        membership_set(tenant=tenant, user=user, role=role, actor=caller(request))
     except PolicyError as exc:
         return form_errors(exc)
     return {}
@@ -131,7 +132,7 @@ def _money_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
         return errors
     move = ledger.ledger_refund if kind == "refund" else ledger.ledger_topup
     try:
-        move(tenant=tenant, amount=amount, key=key, actor=request.user, memo=memo)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+        move(tenant=tenant, amount=amount, key=key, actor=caller(request), memo=memo)
     except ledger.LedgerError as exc:  # an amount or key names its field; the rest show beside the amount
         errors |= form_errors(exc, whole="amount")
     return errors
@@ -145,7 +146,7 @@ def _allowance_post(request: HttpRequest, tenant: Tenant) -> dict[str, str]:
         return errors
     try:
         allowance_set(
-            actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; the admin_only console views call this
+            actor=caller(request),
             tenant=tenant,
             amount=amount,
             period=request.POST.get("allowance_period", ""),

@@ -12,6 +12,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from accounts.access import caller
 from accounts.models import Tenant, User
 from config.errors import PolicyError
 from frontend.access import admin_only, page
@@ -27,7 +28,7 @@ PER_PAGE = 25
 
 
 def _user(request: HttpRequest) -> User:
-    user: User = request.user  # type: ignore[assignment]  # request.user: User | AnonymousUser; admin_only leaves a staff User
+    user = caller(request)
     return user
 
 

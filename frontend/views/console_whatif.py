@@ -10,6 +10,7 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from accounts.access import caller
 from config.errors import PolicyError
 from config.money import format_credits
 from frontend import whatif_form
@@ -149,7 +150,7 @@ def whatif(request: HttpRequest) -> HttpResponse:
         if not errors and parsed.since and parsed.until:
             try:
                 run = whatif_request(
-                    actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
+                    actor=caller(request),
                     since=parsed.since,
                     until=parsed.until,
                     proposal=parsed.proposal,
@@ -246,7 +247,7 @@ def whatif_plot(request: HttpRequest, run_id: int, name: str) -> HttpResponse:
 def whatif_apply_view(request: HttpRequest, run_id: int) -> HttpResponse:
     _run(run_id)
     try:
-        whatif_apply(actor=request.user, run_id=run_id)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
+        whatif_apply(actor=caller(request), run_id=run_id)
     except WhatIfError as exc:
         messages.error(request, f"Not applied: {exc}.")
     else:

@@ -8,6 +8,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 
+from accounts.access import caller
 from frontend.access import page, seat
 from market.models import OnHoldEnd
 from market.selectors.holds import MIN_HOLD_SECONDS, WARN_BEFORE, hold_policy
@@ -28,7 +29,7 @@ def holds(request: HttpRequest, slug: str) -> HttpResponse:
             try:
                 hold_policy_set(
                     tenant=s.tenant,
-                    actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+                    actor=caller(request),
                     sized_by_prediction=request.POST.get("sized_by_prediction") == "on",
                     on_hold_end=choice,
                 )

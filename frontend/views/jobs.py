@@ -16,7 +16,7 @@ from django.utils.safestring import SafeString
 from django.views.decorators.http import require_POST
 from rest_framework import serializers
 
-from accounts.access import owner_or_manager
+from accounts.access import caller, owner_or_manager
 from config.errors import PolicyError
 from config.idempotency import form_digest_before_issue_26, request_digest
 from config.money import AmountError, parse_credits
@@ -78,7 +78,7 @@ def _submit(s: Seat, request: HttpRequest, key: str, body: dict[str, Any]) -> Jo
     try:
         return services.job_submit(
             tenant=s.tenant,
-            submitter=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+            submitter=caller(request),
             idempotency_key=key,
             request_digest=request_digest(body),
             **submit_args(body, form=True),
@@ -176,7 +176,7 @@ def guidance(request: HttpRequest, slug: str) -> HttpResponse:
     """The guidance fragment for the submit form's current inputs (fetched by site.js as they change)."""
     s = seat(request, slug)
     types = list(GpuType.objects.order_by("name"))
-    rows = bid_rows(request.GET, types)  # type: ignore[arg-type]  # request.GET is a QueryDict; bid_rows reads it as a mapping of lists
+    rows = bid_rows(request.GET, types)
     return render(
         request,
         "frontend/_guidance.html",
@@ -241,7 +241,7 @@ def estimate(request: HttpRequest, slug: str) -> JsonResponse:
         return JsonResponse({"errors": {"gpus": "must be a whole number"}}, status=400)
     if not 1 <= gpus <= ESTIMATE_MAX_GPUS:
         return JsonResponse({"errors": {"gpus": f"must be between 1 and {ESTIMATE_MAX_GPUS}"}}, status=400)
-    limits = _draft_limits(types, bid_rows(request.GET, types))  # type: ignore[arg-type]  # request.GET is a QueryDict; bid_rows reads it as a mapping of lists
+    limits = _draft_limits(types, bid_rows(request.GET, types))
     found = draft_estimate(tenant=s.tenant, name=name, command=command, gpus=gpus, limits=limits)
     return JsonResponse(
         {**_estimate_json(found), "warning": _max_hours_warning(found, request.GET.get("max_hours"))}
@@ -286,25 +286,31 @@ def _usage_charts(lease: Lease) -> list[SafeString]:
             Series(node, [(p.at.timestamp(), value(p)) for p in points]) for node, points in series.items()
         ]
 
-    size = {"width": 420, "height": 180}
+    width, height = 420, 180
     # GiB for what real jobs use; MB when it all stays under one GiB, so the axis does not read 0.01.
     big = any(p.mem_used_mb >= 1024 for points in series.values() for p in points)
     scale, unit = (1024, "GiB") if big else (1, "MB")
     return [
         line_chart(
-            lines(lambda p: p.util_pct), title=f"Lease {lease.pk}: GPU utilisation", y_unit="%", **size
+            lines(lambda p: p.util_pct),
+            title=f"Lease {lease.pk}: GPU utilisation",
+            y_unit="%",
+            width=width,
+            height=height,
         ),
         line_chart(
             lines(lambda p: round(p.mem_used_mb / scale, 2)),
             title=f"Lease {lease.pk}: GPU memory used",
             y_unit=unit,
-            **size,
+            width=width,
+            height=height,
         ),
         line_chart(
             lines(lambda p: round(p.energy_j / 3600, 2)),
             title=f"Lease {lease.pk}: energy used",
             y_unit="Wh",
-            **size,
+            width=width,
+            height=height,
         ),
     ]
 
@@ -337,9 +343,9 @@ def _job_page(
     request: HttpRequest, s: Any, found: Any, rows: list[BidRow] | None, errors: dict[str, str]
 ) -> HttpResponse:
     types = list(GpuType.objects.order_by("name"))
-    user = request.user
+    user = caller(request)
     may_change = owner_or_manager(
-        user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+        user,
         owner_id=found.submitter_id,
         tenant=s.tenant,
         manages=s.manages,
@@ -385,7 +391,7 @@ def amend(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     try:
         body = BidAmendSerializer(data={"bids": bids_payload(rows)})
         body.is_valid(raise_exception=True)
-        services.bid_amend(job=found, actor=request.user, bids=body.validated_data["bids"])  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+        services.bid_amend(job=found, actor=caller(request), bids=body.validated_data["bids"])
     except serializers.ValidationError as exc:
         errors = flatten(exc.detail)
     except (PolicyError, services.JobError) as exc:
@@ -408,7 +414,7 @@ def cancel(request: HttpRequest, slug: str, job_id: int) -> HttpResponse:
     if found is None:
         raise Http404("No such job.")
     try:
-        services.job_cancel(job=found, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+        services.job_cancel(job=found, actor=caller(request))
     except services.JobError as exc:
         messages.error(request, str(exc))
     else:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, time, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -35,7 +35,8 @@ class SpendFilter(forms.Form):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         names = GpuType.objects.order_by("name").values_list("name", flat=True)
-        self.fields["gpu_type"].choices = [("", "any"), *((n, n) for n in names)]
+        gpu_type = cast(forms.ChoiceField, self.fields["gpu_type"])  # declared a ChoiceField just above
+        gpu_type.choices = [("", "any"), *((n, n) for n in names)]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}

@@ -9,6 +9,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_POST
 
+from accounts.access import caller
 from accounts.models import ApiToken
 from accounts.tokens import token_create, token_revoke, tokens_visible
 from frontend.access import Seat, page, seat
@@ -19,7 +20,7 @@ NAME_MAX = 100
 def _visible(request: HttpRequest, s: Seat) -> QuerySet[ApiToken]:
     """The API's rule (accounts.tokens.tokens_visible): admins see every token of the team, owners everyone's
     but platform admins', members their own."""
-    return tokens_visible(viewer=request.user, tenant=s.tenant, manager=s.manages)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+    return tokens_visible(viewer=caller(request), tenant=s.tenant, manager=s.manages)
 
 
 @login_required
@@ -33,7 +34,7 @@ def tokens(request: HttpRequest, slug: str) -> HttpResponse:
         elif len(name) > NAME_MAX:
             error = f"At most {NAME_MAX} characters."
         else:
-            secret = token_create(user=request.user, tenant=s.tenant, name=name).secret  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+            secret = token_create(user=caller(request), tenant=s.tenant, name=name).secret
     return page(
         request, "frontend/tokens.html", {"tokens": _visible(request, s), "error": error, "secret": secret}, s
     )
@@ -46,6 +47,6 @@ def token_revoke_view(request: HttpRequest, slug: str, token_id: int) -> HttpRes
     token = _visible(request, s).filter(pk=token_id).first()
     if token is None:
         raise Http404("No such token.")
-    token_revoke(token=token, actor=request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; login_required leaves a User
+    token_revoke(token=token, actor=caller(request))
     messages.success(request, f"Token {token.prefix}… revoked.")
     return redirect("frontend:tokens", slug=s.tenant.slug)

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import require_admin
+from accounts.access import caller, require_admin
 from config.api import BodySerializer, Pagination
 from config.errors import PolicyError
 from config.fields import TextField
@@ -23,7 +23,7 @@ from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy_versions import REASON_MAX
 
 
-class GpuTypeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class GpuTypeSerializer(serializers.ModelSerializer[GpuType]):
     reserve_price_credits = serializers.SerializerMethodField()
     max_price_credits = serializers.SerializerMethodField()
 
@@ -69,7 +69,7 @@ def _save(request: Request, data: dict[str, Any]) -> GpuType:
     body = GpuTypeWriteSerializer(data=data)
     body.is_valid(raise_exception=True)
     try:
-        return gpu_type_policy_save(actor=request.user, **body.validated_data)
+        return gpu_type_policy_save(actor=caller(request), **body.validated_data)
     except PolicyError as exc:
         raise api_exception(exc) from exc
 
@@ -87,7 +87,7 @@ class GpuTypeListView(APIView):
         request=GpuTypeWriteSerializer, responses={201: GpuTypeSerializer}, summary="Add a GPU type"
     )
     def post(self, request: Request) -> Response:
-        require_admin(request.user)
+        require_admin(caller(request))
         if GpuType.objects.filter(name=request.data.get("name")).exists():
             raise serializers.ValidationError(
                 {"name": ["a GPU type with this name exists; PUT to change it"]}
@@ -102,7 +102,7 @@ class GpuTypeDetailView(APIView):
 
     @extend_schema(request=GpuTypeWriteSerializer, responses=GpuTypeSerializer, summary="Change a GPU type")
     def put(self, request: Request, name: str) -> Response:
-        require_admin(request.user)
+        require_admin(caller(request))
         get_object_or_404(GpuType, name=name)
         data = {**request.data, "name": name} if isinstance(request.data, dict) else request.data
         return Response(GpuTypeSerializer(_save(request, data)).data)

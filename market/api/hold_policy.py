@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import access_tenant
+from accounts.access import access_tenant, caller
 from config.api import BodySerializer
 from market.models import HoldPolicy, OnHoldEnd
 from market.selectors.holds import hold_policy
@@ -39,7 +39,7 @@ def _render(policy: HoldPolicy) -> dict[str, object]:
 class HoldPolicyView(APIView):
     @extend_schema(responses=HoldPolicySerializer, summary="The tenant's hold sizing (any member)")
     def get(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         return Response(_render(hold_policy(tenant=tenant)))
 
     @extend_schema(
@@ -51,11 +51,11 @@ class HoldPolicyView(APIView):
         summary="Change the tenant's hold sizing (managers); applies to holds taken from the next round",
     )
     def patch(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         body = HoldPolicySerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            policy = hold_policy_set(tenant=tenant, actor=request.user, **body.validated_data)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; IsAuthenticated (the default) refused anonymous ones
+            policy = hold_policy_set(tenant=tenant, actor=caller(request), **body.validated_data)
         except HoldPolicyRefused as exc:
             raise exceptions.PermissionDenied(str(exc)) from exc
         return Response(_render(policy))

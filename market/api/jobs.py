@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import access_tenant
+from accounts.access import access_tenant, caller
 from accounts.models import ApiToken, Tenant
 from config.api import Pagination
 from config.errors import PolicyError
@@ -112,7 +112,7 @@ class JobListView(APIView):
         summary="The tenant's jobs, newest first (paginated)",
     )
     def get(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         query = JobFilterSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         f = query.validated_data
@@ -134,7 +134,7 @@ class JobListView(APIView):
         summary="Submit a job with its bid",
     )
     def post(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         key = _idempotency_key(request)
         digest = request_digest(request.data) if key else ""
         try:
@@ -143,7 +143,7 @@ class JobListView(APIView):
             types = {t.name: t for t, _ in args["bids"]}
             job, created = services.job_submit(
                 tenant=tenant,
-                submitter=request.user,
+                submitter=caller(request),
                 idempotency_key=key,
                 request_digest=digest,
                 first_response=lambda job: _render(job, gpu_types=types),
@@ -157,10 +157,10 @@ class JobListView(APIView):
             )
         except (services.JobError, PolicyError, serializers.ValidationError) as exc:
             # A replay gets what the first submit got, even if its body would not pass the checks today.
-            job = _replay(tenant, key, digest)
-            if job is None:
+            replayed = _replay(tenant, key, digest)
+            if replayed is None:
                 raise api_exception(exc) if not isinstance(exc, serializers.ValidationError) else exc from exc
-            created = False
+            job, created = replayed, False
         if not created:  # a replay, or a concurrent submit with this key got there first
             return Response(_first_response(job), status=status.HTTP_201_CREATED)
         return Response(job.first_response or _render(job, gpu_types=types), status=status.HTTP_201_CREATED)
@@ -179,12 +179,12 @@ class JobDetailView(APIView):
         summary="One job: current bid, bid history, round outcomes (latest 100), leases and charges",
     )
     def get(self, request: Request, slug: str, job_id: int) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         job = job_detail(tenant=tenant, job_id=job_id)
         if job is None:
             raise Http404("No such job.")
         job.estimate = None if job.state in TERMINAL_STATES else job_estimate(job=job)  # type: ignore[attr-defined]  # an attribute the view adds for the serializer
-        return Response(_render(job, JobDetailSerializer, admin=request.user.is_staff))
+        return Response(_render(job, JobDetailSerializer, admin=caller(request).is_staff))
 
 
 class BidAmendView(APIView):
@@ -198,12 +198,12 @@ class BidAmendView(APIView):
         summary="Replace a pending job's bid (a new version; earlier ones are kept)",
     )
     def post(self, request: Request, slug: str, job_id: int) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         job = _job(tenant, job_id)
         body = BidAmendSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            job = services.bid_amend(job=job, actor=request.user, bids=body.validated_data["bids"])
+            job = services.bid_amend(job=job, actor=caller(request), bids=body.validated_data["bids"])
         except (services.JobError, PolicyError) as exc:
             raise api_exception(exc) from exc
         return Response(_render(job))
@@ -220,11 +220,11 @@ class JobCancelView(APIView):
         summary="Cancel a job: at once while pending, else its leases are stopped and settled",
     )
     def post(self, request: Request, slug: str, job_id: int) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         job = _job(tenant, job_id)
         request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
         try:
-            job = services.job_cancel(job=job, actor=request.user)
+            job = services.job_cancel(job=job, actor=caller(request))
         except services.JobError as exc:
             raise api_exception(exc) from exc
         return Response(_render(job))

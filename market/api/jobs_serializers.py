@@ -7,8 +7,8 @@ import copy
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime
-from decimal import ROUND_HALF_UP, ROUND_UP, Decimal
-from typing import Any, TypeVar
+from decimal import ROUND_HALF_UP, Decimal
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from django.conf import settings
 from django.contrib.auth.validators import UnicodeUsernameValidator
@@ -17,7 +17,7 @@ from rest_framework import serializers
 
 from config.api import BodySerializer, QuerySerializer
 from config.errors import PolicyError
-from config.fields import DecimalStringField, TextField
+from config.fields import AnyField, DecimalStringField, TextField
 from config.money import format_credits
 from inventory.models import GpuType
 from market.api.ledger_serializers import CreditsField
@@ -32,24 +32,33 @@ from market.selectors.usage import job_log_tail, usage_combined
 from market.selectors.waiting import rounds_waited
 from market.services.jobs import (
     GRACE_MAX_SECONDS,
-    MIN_SECONDS,
+    GRACE_OUT_OF_RANGE,
+    HOURS_DECIMALS,
+    HOURS_MIN,
     NAME_MAX_CHARS,
+    NAME_TOO_LONG,
+    NOT_BLANK,
+    NOT_WHOLE,
+    TOO_FEW_GPUS,
+    TOO_FEW_HOURS,
     check_bid_count,
     check_command,
+    too_many_hours,
 )
 
-HOURS_DECIMALS = 4
+if TYPE_CHECKING:
+    from django.db.models import Model
+
+    from accounts.models import Tenant, User
+    from market.models import Hold
+
 T = TypeVar("T")
 
 
 # Requests
 
 
-# The fewest hours with HOURS_DECIMALS decimals that make at least MIN_SECONDS: 0.0167.
-HOURS_MIN = (Decimal(MIN_SECONDS) / 3600).quantize(Decimal(1).scaleb(-HOURS_DECIMALS), rounding=ROUND_UP)
-
-
-class HoursField(DecimalStringField):
+class HoursField(DecimalStringField[int]):
     """Hours as a decimal string ("1.5") or a JSON number (1.5), at most 4 decimals, from HOURS_MIN (a minute)
     to JOB_MAX_HOURS (config/fields.DecimalStringField); becomes whole seconds, rounded half up."""
 
@@ -66,10 +75,10 @@ class HoursField(DecimalStringField):
         return int((hours * 3600).to_integral_value(rounding=ROUND_HALF_UP))
 
     def too_low(self, low: Decimal) -> str:
-        return f"must be at least 1 minute ({HOURS_MIN} hours)"
+        return TOO_FEW_HOURS
 
     def too_high(self, high: Decimal) -> str:
-        return f"must be at most {high} hours"
+        return too_many_hours()
 
     def to_representation(self, value: int) -> str:
         return hours_text(value)
@@ -89,13 +98,15 @@ class BidEntrySerializer(BodySerializer):
     )
 
 
-class BidsField(serializers.ListSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class BidsField(serializers.ListSerializer[object]):
     """The preference-ordered bid entries, with each type name resolved to its GpuType (one query).
 
     Gives [(GpuType, micro-credits), ...]. Errors name the entry (`bids[1].limit`): DRF's own list errors
     are keyed by index, which would read `bids.1.limit`. Duplicates and price bounds are the service's to
     check (it checks them for every caller).
     """
+
+    child: BidEntrySerializer  # always one (the base types it optional)
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(child=BidEntrySerializer(), allow_empty=False, **kwargs)
@@ -146,19 +157,30 @@ def _unknown_type(name: str, types: dict[str, GpuType]) -> str:
 class JobSubmitSerializer(BodySerializer):
     """Body of a submit. Fields not listed here are ignored."""
 
-    name = TextField(max_length=NAME_MAX_CHARS)
+    # The fields' own checks (blank, bounds, kind) read as the service's (market.services.jobs).
+    name = TextField(
+        max_length=NAME_MAX_CHARS, error_messages={"blank": NOT_BLANK, "max_length": NAME_TOO_LONG}
+    )
     command = TextField(
         trim_whitespace=False,
+        error_messages={"blank": NOT_BLANK},
         help_text="What the agent runs; at most JOB_COMMAND_MAX_CHARS characters (8192 by default).",
     )
     gpus = serializers.IntegerField(
-        min_value=1, help_text="GPUs wanted as one gang; at most the largest node group of an accepted type."
+        min_value=1,
+        error_messages={"min_value": TOO_FEW_GPUS, "invalid": NOT_WHOLE},
+        help_text="GPUs wanted as one gang; at most the largest node group of an accepted type.",
     )
     bids = BidsField(help_text="Acceptable GPU types with a limit price each, most preferred first.")
     max_hours = HoursField(help_text="Longest the job may run, hours (> 0, at least 1 minute, 4 decimals).")
     grace_seconds = serializers.IntegerField(
         min_value=0,
         max_value=GRACE_MAX_SECONDS,
+        error_messages={
+            "min_value": GRACE_OUT_OF_RANGE,
+            "max_value": GRACE_OUT_OF_RANGE,
+            "invalid": NOT_WHOLE,
+        },
         required=False,
         allow_null=True,
         help_text="SIGTERM to SIGKILL on preemption or cancel; the market's default when left out.",
@@ -200,7 +222,7 @@ class JobFilterSerializer(QuerySerializer):
 # Responses
 
 
-class LimitSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class LimitSerializer(serializers.Serializer[object]):
     gpu_type = serializers.CharField()
     limit = serializers.IntegerField(help_text="Micro-credits per GPU-hour.")
     limit_credits = serializers.SerializerMethodField()
@@ -209,14 +231,18 @@ class LimitSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF'
         return format_credits(entry["limit"])
 
 
-class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class JobSerializer(serializers.ModelSerializer[Job]):
     """A job with its current bid. `warnings` names bid entries that cannot win as they stand (a limit below
     the type's reserve price)."""
 
     # The views pass the GPU types as context["gpu_types"] ({name: GpuType}): one query for a whole page.
 
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    submitter = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    submitter: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     max_hours = serializers.SerializerMethodField()
     bids = LimitSerializer(many=True, source="limits", read_only=True)
     warnings = serializers.SerializerMethodField()
@@ -248,14 +274,18 @@ class JobSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # D
         ]
         read_only_fields = fields
 
-    def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]  # any DRF field, whatever its value types
+    # Each class's own built fields (see get_fields), set on first use: declared, not assigned, so that a
+    # subclass does not find its parent's in its __dict__.
+    _built_fields: ClassVar[dict[str, AnyField]]
+
+    def get_fields(self) -> dict[str, AnyField]:
         # ModelSerializer builds every field from the model again on each use, a fifth of a submit's own work
         # (bench/api.py). The fields depend only on the class, so each class builds them once and each use
         # gets a copy, as DRF copies declared fields.
         cls = type(self)
         if "_built_fields" not in cls.__dict__:
-            cls._built_fields = super().get_fields()  # type: ignore[attr-defined]  # a class-level cache of the built fields, set here
-        return copy.deepcopy(cls._built_fields)  # type: ignore[attr-defined,no-any-return]  # a class-level cache of the built fields, set here
+            cls._built_fields = super().get_fields()
+        return copy.deepcopy(cls._built_fields)
 
     def get_max_hours(self, job: Job) -> str:
         return hours_text(job.max_seconds)
@@ -282,8 +312,10 @@ def bid_warnings(limits: list[dict[str, Any]], types: dict[str, GpuType]) -> lis
     return out
 
 
-class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True)
+class BidVersionSerializer(serializers.ModelSerializer[Bid]):
+    actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
     bids = LimitSerializer(many=True, source="limits", read_only=True)
 
     class Meta:
@@ -292,9 +324,11 @@ class BidVersionSerializer(serializers.ModelSerializer):  # type: ignore[type-ar
         read_only_fields = fields
 
 
-class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
     round = serializers.IntegerField(source="round_id", read_only=True)
-    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
     price_credits = serializers.SerializerMethodField()
     would_have_won = serializers.SerializerMethodField(
         help_text="For reason outbid: the price that would have won (micro-credits per GPU-hour)."
@@ -329,7 +363,7 @@ class OutcomeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg] 
         return None if figure is None else format_credits(figure)
 
 
-class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class LeaseGpuSerializer(serializers.ModelSerializer[LeaseGpu]):
     index = serializers.IntegerField(source="gpu.index", read_only=True)
     uuid = serializers.CharField(source="gpu.uuid", read_only=True)
 
@@ -339,7 +373,7 @@ class LeaseGpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]
         read_only_fields = fields
 
 
-class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class LeaseUsageSerializer(serializers.Serializer[object]):
     """What the node agents measured, cumulative from the job's start, summed over the gang's nodes."""
 
     gpu_seconds = serializers.FloatField(help_text="GPUs held x seconds: what the lease is charged for.")
@@ -351,7 +385,7 @@ class LeaseUsageSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
     samples = serializers.IntegerField()
 
 
-class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class PreemptionSerializer(serializers.Serializer[object]):
     """Why a round preempted the lease (market.selectors.preemptions.Preemption). The job it made room for is
     behind the tenant wall: its id only when it is this tenant's own job, or for a platform admin, who also
     sees its tenant."""
@@ -361,7 +395,7 @@ class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
         help_text="The allocator's rule: reclaim_guarantee (another tenant's guarantee) or fair_share "
         "(another tenant's entitlement, fair reclaim).",
     )
-    label = serializers.CharField(help_text='The rule in words, e.g. "Guarantee reclaim".')
+    label = serializers.CharField(help_text='The rule in words, e.g. "Guarantee reclaim".')  # type: ignore[assignment]  # the stubs see Field.label; DRF's metaclass takes declared fields off the class
     round = serializers.IntegerField(help_text="The round that preempted it.")
     for_own_tenant = serializers.BooleanField(help_text="Whether the job it made room for is this tenant's.")
     for_job = serializers.IntegerField(
@@ -383,9 +417,13 @@ class PreemptionSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
     )
 
 
-class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    node = serializers.SlugRelatedField(slug_field="name", read_only=True)
-    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class LeaseSerializer(serializers.ModelSerializer[Lease]):
+    node: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     bound_gpus = LeaseGpuSerializer(many=True, source="gpus_bound", read_only=True)
     price_credits = serializers.SerializerMethodField()
     hold_amount = serializers.SerializerMethodField(help_text="Micro-credits held for this lease.")
@@ -476,12 +514,12 @@ class LeaseSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  #
         return None if lease.charged is None else format_credits(lease.charged)
 
 
-class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class ChargeSerializer(serializers.ModelSerializer[JournalEntry]):
     """A ledger entry of one of the job's holds. `amount`: for a hold what it held, for a settle what it
     charged; `released`: what went back to available (the rest of the hold at settle, all of it at release)."""
 
     lease = serializers.SerializerMethodField()
-    hold = serializers.SlugRelatedField(slug_field="key", read_only=True)
+    hold: serializers.SlugRelatedField[Hold] = serializers.SlugRelatedField(slug_field="key", read_only=True)
     amount = serializers.SerializerMethodField()
     amount_credits = serializers.SerializerMethodField()
     released = serializers.SerializerMethodField()
@@ -507,7 +545,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  
         return int(entry.lease_id)  # type: ignore[attr-defined]  # lease_id is set on each entry by market.selectors.jobs.hold_entries
 
     def get_amount(self, entry: JournalEntry) -> int:
-        held = entry.hold.amount if entry.hold_id else entry.amount
+        held = entry.hold.amount if entry.hold is not None else entry.amount
         # A hold entry shows what it moved: the first one the whole hold, an extension what it added.
         return {"hold": entry.amount, "settle": min(entry.amount, held), "release": 0}.get(
             entry.kind, entry.amount
@@ -517,7 +555,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  
         return format_credits(self.get_amount(entry))
 
     def get_released(self, entry: JournalEntry) -> int:
-        if entry.kind not in ("settle", "release") or not entry.hold_id:
+        if entry.kind not in ("settle", "release") or entry.hold is None:
             return 0
         return entry.hold.amount - self.get_amount(entry)
 
@@ -525,7 +563,7 @@ class ChargeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  
         return format_credits(self.get_released(entry))
 
 
-class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class RuntimePredictionSerializer(serializers.Serializer[object]):
     """allocator.predict.Prediction: runtimes of the similar finished jobs that ran at least `done_seconds`."""
 
     median_seconds = serializers.FloatField(source="median_s")
@@ -538,13 +576,13 @@ class RuntimePredictionSerializer(serializers.Serializer):  # type: ignore[type-
     )
 
 
-class StartEstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class StartEstimateSerializer(serializers.Serializer[object]):
     gpu_type = serializers.CharField()
     at = serializers.DateTimeField(allow_null=True, help_text="Estimated start; null when none can be given.")
     text = serializers.CharField(help_text="The estimate and what it is based on.")
 
 
-class TypeSpeedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class TypeSpeedSerializer(serializers.Serializer[object]):
     """market.selectors.speed.TypeSpeed: one GPU type for this job, against the first choice of its bid."""
 
     gpu_type = serializers.CharField()
@@ -605,7 +643,7 @@ class TypeSpeedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # 
         return self._interval(row, 1)
 
 
-class SpeedGuideSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class SpeedGuideSerializer(serializers.Serializer[object]):
     """market.selectors.speed.SpeedGuide: every GPU type's speed, runtime, cost and same-work limit."""
 
     reference = serializers.CharField(help_text="The bid's first GPU type; speeds are relative to it.")
@@ -618,7 +656,7 @@ class SpeedGuideSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
     text = serializers.CharField()
 
 
-class EstimateSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class EstimateSerializer(serializers.Serializer[object]):
     """market.selectors.job_estimate.Estimate: what the job will likely take and cost, and when it may start."""
 
     prediction = RuntimePredictionSerializer(

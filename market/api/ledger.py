@@ -10,7 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import access_tenant, require_admin
+from accounts.access import access_tenant, caller, require_admin
 from config.api import Pagination
 from market.api.errors import api_exception
 from market.api.ledger_serializers import (
@@ -26,7 +26,7 @@ from market.services import ledger as services
 class BalanceView(APIView):
     @extend_schema(responses=BalanceSerializer, summary="The tenant's balance (micro-credits and credits)")
     def get(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         return Response(BalanceSerializer(BalanceSerializer.from_balance(tenant_balance(tenant=tenant))).data)
 
 
@@ -39,7 +39,7 @@ class LedgerView(APIView):
         summary="The tenant's journal entries, newest first (paginated)",
     )
     def get(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
         query = LedgerFilterSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         f = query.validated_data
@@ -67,12 +67,12 @@ class _MoneyMoveView(APIView):
     """POST {amount, key?, memo?}: admin only, keyed."""
 
     def move(self, request: Request, slug: str, service: Any) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
-        require_admin(request.user)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
+        require_admin(caller(request))
         body = MoneyMoveSerializer(data=request.data, context={"request": request})
         body.is_valid(raise_exception=True)
         try:
-            entry = service(tenant=tenant, actor=request.user, **body.validated_data)
+            entry = service(tenant=tenant, actor=caller(request), **body.validated_data)
         except services.LedgerError as exc:
             raise api_exception(exc) from exc
         code = status.HTTP_200_OK if entry.replayed else status.HTTP_201_CREATED

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rest_framework import serializers
 
@@ -13,11 +13,15 @@ from config.money import MAX_AMOUNT, MICRO, format_credits
 from market.models import EntryKind, JournalEntry, Posting
 from market.services.ledger import KEY_MAX_LENGTH, key_as_given
 
+if TYPE_CHECKING:
+    from accounts.models import Tenant, User
+    from market.models import Hold
+
 # The most one amount may be: MAX_AMOUNT, a billion credits.
 CREDITS_MAX = Decimal(MAX_AMOUNT) / MICRO
 
 
-class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class BalanceSerializer(serializers.Serializer[object]):
     available = serializers.IntegerField(help_text="Micro-credits free to hold.")
     held = serializers.IntegerField(help_text="Micro-credits held for running leases.")
     spent = serializers.IntegerField(help_text="Net micro-credits charged (settlements minus refunds).")
@@ -31,7 +35,7 @@ class BalanceSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DR
         return figures | {f"{name}_credits": format_credits(value) for name, value in figures.items()}
 
 
-class CreditsField(DecimalStringField):
+class CreditsField(DecimalStringField[int]):
     """Credits as a decimal string ("12.5") or a JSON number (12.5), at most 6 decimals, positive, at most
     CREDITS_MAX (config/fields.DecimalStringField); becomes micro-credits. With allow_zero, "0" is
     taken too (a GPU type's reserve price may be free). Read-only, it renders micro-credits as credits."""
@@ -96,7 +100,7 @@ class LedgerFilterSerializer(QuerySerializer):
         return attrs
 
 
-class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class PostingSerializer(serializers.ModelSerializer[Posting]):
     account = serializers.CharField(source="account.label")
 
     class Meta:
@@ -104,12 +108,18 @@ class PostingSerializer(serializers.ModelSerializer):  # type: ignore[type-arg] 
         fields = ["account", "amount"]
 
 
-class EntrySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class EntrySerializer(serializers.ModelSerializer[JournalEntry]):
     amount_credits = serializers.SerializerMethodField()
     key = serializers.SerializerMethodField(help_text="The key as its caller gave it.")
-    hold = serializers.SlugRelatedField(slug_field="key", read_only=True, allow_null=True)
-    actor = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    hold: serializers.SlugRelatedField[Hold] = serializers.SlugRelatedField(
+        slug_field="key", read_only=True, allow_null=True
+    )
+    actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True, allow_null=True
+    )
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
     postings = PostingSerializer(many=True, read_only=True)
 
     class Meta:

@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import access_tenant, require_admin
+from accounts.access import access_tenant, caller, require_admin
 from accounts.models import Tenant
 from config.api import BodySerializer
 from config.errors import PolicyError
@@ -36,7 +36,7 @@ from market.services.policy_versions import REASON_MAX
 # Market policy
 
 
-class MarketPolicySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class MarketPolicySerializer(serializers.ModelSerializer[MarketPolicy]):
     class Meta:
         model = MarketPolicy
         fields = [*POLICY_LIMITS, "updated_at"]
@@ -93,11 +93,11 @@ class MarketPolicyView(APIView):
         summary="Change market policy knobs (platform admins; audited)",
     )
     def patch(self, request: Request) -> Response:
-        require_admin(request.user)
+        require_admin(caller(request))
         body = MarketPolicyPatchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            policy = policy_update(actor=request.user, **body.validated_data)
+            policy = policy_update(actor=caller(request), **body.validated_data)
         except PolicyError as exc:
             raise api_exception(exc) from exc
         return Response(MarketPolicySerializer(policy).data)
@@ -106,13 +106,13 @@ class MarketPolicyView(APIView):
 # Tenant policy
 
 
-class HeldGpusSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class HeldGpusSerializer(serializers.Serializer[object]):
     gpu_type = serializers.CharField()
     tier = serializers.CharField(help_text="G (guaranteed), B (borrowed) or S (spot).")
     gpus = serializers.IntegerField()
 
 
-class TenantPolicySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class TenantPolicySerializer(serializers.Serializer[object]):
     tenant = serializers.CharField()
     weight = serializers.IntegerField(help_text="Share of the excess GPUs relative to other tenants.")
     guardrail = serializers.IntegerField(
@@ -175,7 +175,7 @@ class TenantPolicyView(APIView):
         responses=TenantPolicySerializer, summary="The tenant's weight, guardrail, guarantees and GPUs held"
     )
     def get(self, request: Request, slug: str) -> Response:
-        return _tenant_policy_response(access_tenant(request.user, slug, auth=request.auth))
+        return _tenant_policy_response(access_tenant(caller(request), slug, auth=request.auth))
 
     @extend_schema(
         request=TenantPolicyPatchSerializer,
@@ -183,12 +183,12 @@ class TenantPolicyView(APIView):
         summary="Change the tenant's weight, guardrail or guarantees (platform admins; all or nothing)",
     )
     def patch(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(request.user, slug, auth=request.auth)
-        require_admin(request.user)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
+        require_admin(caller(request))
         body = TenantPolicyPatchSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         try:
-            tenant = tenant_policy_update(actor=request.user, tenant=tenant, **body.validated_data)
+            tenant = tenant_policy_update(actor=caller(request), tenant=tenant, **body.validated_data)
         except PolicyError as exc:
             raise api_exception(exc) from exc
         return _tenant_policy_response(tenant)

@@ -43,13 +43,13 @@ def _admin(request: Request) -> User:
 # Versions
 
 
-class VersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class VersionSerializer(serializers.ModelSerializer[PolicyVersion]):
     actor: serializers.SlugRelatedField[User] = serializers.SlugRelatedField(
         slug_field="username", read_only=True, allow_null=True
     )
     # DRF's stubs type Field.parent as the enclosing serializer; DRF's metaclass takes a declared field of that
     # name out of the class, so at run time it is this field.
-    parent: serializers.SlugRelatedField[PolicyVersion] = serializers.SlugRelatedField(  # type: ignore[assignment]
+    parent: serializers.SlugRelatedField[PolicyVersion] = serializers.SlugRelatedField(  # type: ignore[assignment]  # the stubs see Field.parent (above)
         slug_field="number", read_only=True, allow_null=True
     )
     detail = serializers.JSONField(
@@ -62,7 +62,7 @@ class VersionSerializer(serializers.ModelSerializer):  # type: ignore[type-arg] 
         read_only_fields = fields
 
 
-class ChangeSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class ChangeSerializer(serializers.Serializer[object]):
     path = serializers.CharField(help_text='Dotted path in the snapshot, e.g. "tenants.beta.weight".')
     old = serializers.JSONField(allow_null=True, help_text="The value in force now (null: absent).")
     new = serializers.JSONField(allow_null=True, help_text="This version's value (null: absent).")
@@ -214,7 +214,7 @@ class ReasonSerializer(BodySerializer):
     reason = _reason()
 
 
-class RevertResultSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class RevertResultSerializer(serializers.Serializer[object]):
     version = VersionSerializer(
         allow_null=True, help_text="The revert version (or the one in force if unchanged)."
     )
@@ -263,7 +263,7 @@ class RevertView(APIView):
 # Canaries
 
 
-class CanarySerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class CanarySerializer(serializers.ModelSerializer[PolicyCanary]):
     version: serializers.SlugRelatedField[PolicyVersion] = serializers.SlugRelatedField(
         slug_field="number", read_only=True
     )

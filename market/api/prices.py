@@ -21,7 +21,7 @@ from market.models import RoundPrice
 from market.selectors.prices import price_board, price_history
 
 
-class PriceBoardSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class PriceBoardSerializer(serializers.Serializer[object]):
     gpu_type = serializers.CharField()
     reserve = serializers.IntegerField(help_text="Reserve price r: the lowest a bid may be to win.")
     reserve_credits = CreditsField(source="reserve", read_only=True)
@@ -35,7 +35,7 @@ class PriceBoardSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
     last_round_at = serializers.DateTimeField(allow_null=True, help_text="The last round's slot.")
 
 
-class RoundPriceSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class RoundPriceSerializer(serializers.ModelSerializer[RoundPrice]):
     """What one round published for one GPU type; `next_posted` is where the posted price went next."""
 
     gpu_type = serializers.CharField(source="gpu_type.name", read_only=True)

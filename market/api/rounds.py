@@ -14,7 +14,7 @@ from market.models import Round, RoundState
 from market.selectors.rounds import round_get, rounds_list
 
 
-class RoundSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class RoundSerializer(serializers.ModelSerializer[Round]):
     prices = RoundPriceSerializer(many=True, read_only=True)
 
     class Meta:

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import require_admin
+from accounts.access import caller, require_admin
 from config.api import Pagination
 from config.errors import PolicyError
 from market.api.errors import api_exception
@@ -28,7 +28,7 @@ from market.selectors.shadow_diff import SUMMARY_KEYS
 from market.services.shadow import shadow_start, shadow_stop
 
 
-class ShadowRunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class ShadowRunSerializer(serializers.ModelSerializer[ShadowRun]):
     version = serializers.IntegerField(
         source="version.number", read_only=True, help_text="The version's number."
     )
@@ -41,7 +41,7 @@ class ShadowRunSerializer(serializers.ModelSerializer):  # type: ignore[type-arg
         read_only_fields = fields
 
 
-class ShadowRoundSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class ShadowRoundSerializer(serializers.Serializer[object]):
     """One live round cleared again under the version (market.selectors.shadow.shadow_round_view)."""
 
     round = serializers.IntegerField()
@@ -83,7 +83,7 @@ ShadowSummarySerializer = inline_serializer(
 
 
 def _version(request: Request, number: int) -> PolicyVersion:
-    require_admin(request.user)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; DRF's authentication leaves a User
+    require_admin(caller(request))
     version = PolicyVersion.objects.filter(number=number).first()
     if version is None:
         raise exceptions.NotFound("No such policy version.")
@@ -122,7 +122,7 @@ class ShadowStartView(APIView):
     def post(self, request: Request, number: int) -> Response:
         version = _version(request, number)
         try:
-            run = shadow_start(actor=request.user, version=version)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; require_admin passed
+            run = shadow_start(actor=caller(request), version=version)
         except PolicyError as exc:
             raise api_exception(exc) from exc
         return Response(ShadowRunSerializer(run).data, status=status.HTTP_201_CREATED)
@@ -133,7 +133,7 @@ class ShadowStopView(APIView):
     def post(self, request: Request, number: int) -> Response:
         version = _version(request, number)
         try:
-            run = shadow_stop(actor=request.user, version=version)  # type: ignore[arg-type]  # request.user: User | AnonymousUser; require_admin passed
+            run = shadow_stop(actor=caller(request), version=version)
         except PolicyError as exc:
             raise api_exception(exc) from exc
         return Response(ShadowRunSerializer(run).data)

@@ -12,8 +12,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import access_tenant, can_manage
-from accounts.models import Tenant, User
+from accounts.access import access_tenant, caller, can_manage
+from accounts.models import Tenant
 from config.api import BodySerializer, Pagination
 from config.errors import PolicyError
 from config.fields import DecimalStringField, TextField
@@ -47,7 +47,7 @@ class RuleWriteSerializer(BodySerializer):
     unknown_message = "is not a spend alert setting"
 
     kind = serializers.ChoiceField(choices=AlertKind.choices)
-    threshold = DecimalStringField(
+    threshold: DecimalStringField[Decimal] = DecimalStringField(
         places=6, low=Decimal(1) / MICRO, high=Decimal(10**9), help_text=THRESHOLD_HELP
     )
     action = serializers.ChoiceField(
@@ -72,7 +72,7 @@ class RuleWriteSerializer(BodySerializer):
 
 class RuleUpdateSerializer(RuleWriteSerializer):
     kind = None  # type: ignore[assignment]  # the kind stays: a new kind is a new rule
-    threshold = DecimalStringField(
+    threshold: DecimalStringField[Decimal] = DecimalStringField(
         places=6, low=Decimal(1) / MICRO, high=Decimal(10**9), required=False, help_text=THRESHOLD_HELP
     )
     active = serializers.BooleanField(required=False, help_text="An inactive rule is not evaluated.")
@@ -82,7 +82,7 @@ class RuleUpdateSerializer(RuleWriteSerializer):
     )
 
 
-class RuleSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class RuleSerializer(serializers.Serializer[object]):
     id = serializers.IntegerField()
     kind = serializers.CharField()
     threshold = serializers.CharField(help_text="Credits, or hours for runway_hours.")
@@ -105,7 +105,7 @@ class CreatedSerializer(RuleSerializer):
     )
 
 
-class DeliverySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class DeliverySerializer(serializers.Serializer[object]):
     id = serializers.IntegerField()
     alert = serializers.IntegerField(source="firing_id")
     period = serializers.CharField(source="firing.period")
@@ -140,10 +140,6 @@ def render(rule: SpendAlertRule, *, manages: bool, secret: str | None = None) ->
         data["secret"] = secret
         return dict(CreatedSerializer(data).data)
     return dict(RuleSerializer(data).data)
-
-
-def _user(request: Request) -> User:
-    return request.user  # type: ignore[return-value]  # IsAuthenticated (the default) refused anonymous callers
 
 
 class TooManyRules(exceptions.APIException):
@@ -182,8 +178,8 @@ def _secret_answer(response: Response) -> Response:
 class RuleListView(APIView):
     @extend_schema(responses=RuleSerializer(many=True), summary="The team's spend alerts (any member)")
     def get(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(_user(request), slug, auth=request.auth)
-        manages = can_manage(_user(request), tenant)
+        tenant = access_tenant(caller(request), slug, auth=request.auth)
+        manages = can_manage(caller(request), tenant)
         return Response([render(r, manages=manages) for r in tenant_rules(tenant=tenant)])
 
     @extend_schema(
@@ -197,14 +193,14 @@ class RuleListView(APIView):
         summary="Create a spend alert (managers); the webhook secret is in this answer only",
     )
     def post(self, request: Request, slug: str) -> Response:
-        tenant = access_tenant(_user(request), slug, auth=request.auth, manage=True)
+        tenant = access_tenant(caller(request), slug, auth=request.auth, manage=True)
         body = RuleWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         args = _rule_args(None, body.validated_data)
         key = _write(check_idempotency_key, key=request.headers.get("Idempotency-Key", ""))
         created = _write(
             services.spend_alert_create,
-            actor=_user(request),
+            actor=caller(request),
             tenant=tenant,
             client_key=key,
             request_digest=request_digest(request.data) if key else "",
@@ -220,9 +216,9 @@ def _rule(
     request: Request, slug: str, rule_id: int, *, manage: bool = False
 ) -> tuple[Tenant, SpendAlertRule]:
     """The team's rule (another team's id is a 404 whoever asks), then, to change it, the manager check."""
-    tenant = access_tenant(_user(request), slug, auth=request.auth)
+    tenant = access_tenant(caller(request), slug, auth=request.auth)
     rule = tenant_rule(tenant=tenant, rule_id=rule_id)
-    if manage and not can_manage(_user(request), tenant):
+    if manage and not can_manage(caller(request), tenant):
         raise exceptions.PermissionDenied("Only the team's managers or platform admins may do this.")
     return tenant, rule
 
@@ -231,7 +227,7 @@ class RuleDetailView(APIView):
     @extend_schema(responses=RuleSerializer, summary="One spend alert (any member)")
     def get(self, request: Request, slug: str, rule_id: int) -> Response:
         tenant, rule = _rule(request, slug, rule_id)
-        return Response(render(rule, manages=can_manage(_user(request), tenant)))
+        return Response(render(rule, manages=can_manage(caller(request), tenant)))
 
     @extend_schema(
         request=RuleUpdateSerializer,
@@ -247,7 +243,7 @@ class RuleDetailView(APIView):
         rotate = bool(changes.pop("rotate_secret", False))
         changed = _write(
             services.spend_alert_update,
-            actor=_user(request),
+            actor=caller(request),
             rule=rule,
             changes=changes,
             rotate_secret=rotate,
@@ -261,7 +257,7 @@ class RuleDetailView(APIView):
     )
     def delete(self, request: Request, slug: str, rule_id: int) -> Response:
         _, rule = _rule(request, slug, rule_id, manage=True)
-        _write(services.spend_alert_delete, actor=_user(request), rule=rule)
+        _write(services.spend_alert_delete, actor=caller(request), rule=rule)
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
@@ -274,7 +270,7 @@ class RuleLiftView(APIView):
     def post(self, request: Request, slug: str, rule_id: int) -> Response:
         _, rule = _rule(request, slug, rule_id, manage=True)
         request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
-        rule = _write(services.spend_alert_lift, actor=_user(request), rule=rule)
+        rule = _write(services.spend_alert_lift, actor=caller(request), rule=rule)
         return Response(render(rule, manages=True))
 
 

@@ -62,7 +62,7 @@ class Account(models.Model):
 
     @property
     def label(self) -> str:
-        return f"{self.tenant.slug if self.tenant_id else 'platform'}:{self.kind}"
+        return f"{self.tenant.slug if self.tenant is not None else 'platform'}:{self.kind}"
 
 
 class EntryKind(models.TextChoices):

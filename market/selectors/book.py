@@ -50,7 +50,10 @@ class Snapshot:
         return zlib.compress(json.dumps(doc, separators=(",", ":")).encode(), 1)
 
     @classmethod
-    def load(cls, blob: bytes) -> Snapshot:
+    def load(cls, blob: bytes | memoryview | None) -> Snapshot:
+        """From dump's bytes, or a round's stored book (Round.book, null before its freeze)."""
+        if blob is None:
+            raise ValueError("no book: the round was never frozen")
         doc = json.loads(zlib.decompress(blob))
         versions = {int(job): int(v) for job, v in doc["bid_versions"].items()}
         return cls(book=Book.from_json(doc["book"]), bid_versions=versions)
@@ -62,9 +65,9 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
     type_ix = {t.pk: i for i, t in enumerate(types)}
     gpu_types = GpuTypes(
         names=tuple(t.name for t in types),
-        reserve=[t.reserve_price for t in types],
-        posted=[t.current_posted for t in types],
-        max_price=[t.max_price for t in types],
+        reserve=np.array([t.reserve_price for t in types], dtype=np.int64),
+        posted=np.array([t.current_posted for t in types], dtype=np.int64),
+        max_price=np.array([t.max_price for t in types], dtype=np.int64),
     )
 
     node_rows = list(
@@ -117,8 +120,8 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
     up = np.array([row[4] == Node.State.UP for row in node_rows], dtype=np.bool_)
     nodes = Nodes(
         names=tuple(row[1] for row in node_rows),
-        gpu_type=[type_ix[row[2]] for row in node_rows],
-        domain=[domains[row[3]] for row in node_rows],
+        gpu_type=np.array([type_ix[row[2]] for row in node_rows], dtype=np.int32),
+        domain=np.array([domains[row[3]] for row in node_rows], dtype=np.int32),
         capacity=np.maximum(capacity, 1),
         free=(present & ~busy & up[:, None]) if width else np.zeros((len(node_rows), 1), dtype=np.bool_),
     )
@@ -133,11 +136,13 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
     balance = dict(Account.objects.filter(kind=AccountKind.AVAILABLE).values_list("tenant_id", "balance"))
     book_tenants = Tenants(
         names=tuple(slug for _pk, slug, _w, _g in tenants),
-        weight=[float(weight) for _pk, _s, weight, _g in tenants],
+        weight=np.array([float(weight) for _pk, _s, weight, _g in tenants], dtype=np.float64),
         guarantee=guarantee,
         held=held,
-        balance=[balance.get(pk, 0) for pk, *_rest in tenants],
-        guardrail=[NO_PRICE if guardrail is None else guardrail for *_rest, guardrail in tenants],
+        balance=np.array([balance.get(pk, 0) for pk, *_rest in tenants], dtype=np.int64),
+        guardrail=np.array(
+            [NO_PRICE if guardrail is None else guardrail for *_rest, guardrail in tenants], dtype=np.int64
+        ),
         owed=_owed(tenant_ix, type_ix),
     )
 
@@ -217,17 +222,17 @@ def _leases(
     ptr[1:] = np.cumsum([len(s) for s in slots])
     flat = [slot for s in slots for slot in s]
     return Leases(
-        lease=[row[0] for row in rows],
-        tenant=[tenant_ix[row[1]] for row in rows],
-        gpu_type=[type_ix[row[2]] for row in rows],
-        tier=[_TIER_INDEX[row[3]] for row in rows],
-        start=[int(row[4].timestamp()) for row in rows],
-        preemptible=[row[5] for row in rows],
+        lease=np.array([row[0] for row in rows], dtype=np.int64),
+        tenant=np.array([tenant_ix[row[1]] for row in rows], dtype=np.int32),
+        gpu_type=np.array([type_ix[row[2]] for row in rows], dtype=np.int32),
+        tier=np.array([_TIER_INDEX[row[3]] for row in rows], dtype=np.int8),
+        start=np.array([int(row[4].timestamp()) for row in rows], dtype=np.int64),
+        preemptible=np.array([row[5] for row in rows], dtype=np.bool_),
         # The last checkpoint its agent reported, else its start (nothing saved: all of it would be lost).
-        checkpoint=[int((row[6] or row[4]).timestamp()) for row in rows],
+        checkpoint=np.array([int((row[6] or row[4]).timestamp()) for row in rows], dtype=np.int64),
         slot_ptr=ptr,
-        slot_node=[s[0] for s in flat],
-        slot_idx=[s[1] for s in flat],
+        slot_node=np.array([s[0] for s in flat], dtype=np.int32),
+        slot_idx=np.array([s[1] for s in flat], dtype=np.int32),
     )
 
 
@@ -257,7 +262,7 @@ def _bids(
     )
     bids = Bids(
         job=cols["job"],
-        tenant=tenant,
+        tenant=tenant.astype(np.int32),
         gpus=cols["gpus"],
         limit=cols["limit"].reshape(len(jobs), n_types),
         max_s=max_s,

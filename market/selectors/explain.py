@@ -111,7 +111,8 @@ def _sentence(job: Job, o: BidOutcome, price: RoundPrice | None, limit: int | No
 def explain_outcomes(job: Job, outcomes: Iterable[BidOutcome], history: Sequence[object]) -> list[Explained]:
     """The outcomes (newest first, as given) each with its sentence and its round's price for its type."""
     rows = list(outcomes)
-    prices = {
+    # Keyed as the outcomes ask: an outcome's type may be gone (null), and then no price matches.
+    prices: dict[tuple[int, int | None], RoundPrice] = {
         (p.round_id, p.gpu_type_id): p
         for p in RoundPrice.objects.filter(round_id__in={o.round_id for o in rows})
     }

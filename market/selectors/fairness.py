@@ -20,8 +20,8 @@ from datetime import datetime
 
 import numpy as np
 
+from allocator.fairshare import jain_excess
 from allocator.reference.tiers import entitlement
-from allocator.sim.metrics import jain_excess
 from market.models import BidOutcome, EndReason, Lease, Round, RoundState
 from market.selectors.book import Snapshot
 
@@ -82,7 +82,7 @@ def fairness(*, since: datetime | None = None, until: datetime | None = None) ->
     compliant_rounds: dict[str, int] = defaultdict(int)
     held_rows, guarantee_rows, waiting_rows, weight_rows = [], [], [], []
     for round_id, slot, blob in chosen:
-        book = Snapshot.load(bytes(blob)).book
+        book = Snapshot.load(blob).book
         t, ty, b = book.tenants, book.types, book.bids
         n_t, n_ty = len(t.names), len(ty.names)
         held = t.held.sum(axis=1).astype(np.int64)  # [tenant, type]

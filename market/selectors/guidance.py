@@ -31,7 +31,7 @@ class Guidance:
 
 def recent_spot(gpu_type: GpuType) -> list[int]:
     rows = RoundPrice.objects.filter(gpu_type=gpu_type, spot__isnull=False).order_by("-round__slot")
-    return [int(s) for s in rows.values_list("spot", flat=True)[:RECENT_ROUNDS]]
+    return [s for s in rows.values_list("spot", flat=True)[:RECENT_ROUNDS] if s is not None]
 
 
 def bid_guidance(*, tenant: Tenant, gpu_type: GpuType, limit: int | None, gpus: int = 1) -> Guidance:

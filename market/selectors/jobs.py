@@ -7,6 +7,7 @@ latest outcomes (capped, with a total count), its leases with their GPUs, and th
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 from django.core.cache import cache
 from django.db import connection
@@ -15,7 +16,7 @@ from django.db.models.functions import Coalesce
 
 from accounts.models import Tenant
 from inventory.models import GpuType
-from market.models import Bid, BidOutcome, Job, JournalEntry, Lease, LeaseGpu
+from market.models import Bid, BidOutcome, Hold, Job, JournalEntry, Lease, LeaseGpu
 from market.selectors.preemptions import attach_claimants
 from market.selectors.waiting import with_rounds_waited
 
@@ -107,8 +108,9 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
     )
     if job is None:
         return None
-    job.charges = hold_entries(leases=job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
-    attach_claimants(job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+    lease_rows = job.lease_rows  # django-stubs type the Prefetch(to_attr=...) attributes
+    job.charges = hold_entries(leases=lease_rows)  # type: ignore[attr-defined]  # an attribute the selector adds for the serializer
+    attach_claimants(lease_rows)
     return job
 
 
@@ -126,9 +128,10 @@ def hold_entries(*, leases: Iterable[Lease]) -> list[JournalEntry]:
     for lease in by_key.values():
         lease.hold_amount = None  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
     for entry in entries:
-        lease = by_key[entry.hold.key]
+        hold = cast(Hold, entry.hold)  # every entry has one: the query filtered on its key
+        lease = by_key[hold.key]
         entry.lease_id = lease.pk  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
-        lease.hold_amount = entry.hold.amount  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
+        lease.hold_amount = hold.amount  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
     return entries
 
 

@@ -77,7 +77,7 @@ def _sample(tenant_id: int | None) -> list[Finished]:
             types.get(pk, ""),
         )
         for pk, slug, name, command, gpus, ended in reversed(rows)
-        if seconds.get(pk, 0) > 0
+        if seconds.get(pk, 0) > 0 and ended is not None  # never None: filtered above, typed nullable
     ]
 
 

@@ -4,6 +4,7 @@ ingestion writes them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_CEILING, Decimal
@@ -71,18 +72,18 @@ def usage_combined(parts: list[LeaseUsage]) -> UsageSummary:
     """One lease's rows (one per node of its gang) as one summary."""
     samples = sum(p.samples for p in parts)
 
-    def weighted(attr: str) -> float:
+    def weighted(value: Callable[[LeaseUsage], float]) -> float:
         if not samples:
             return 0.0
-        return round(sum(float(getattr(p, attr)) * p.samples for p in parts) / samples, 2)
+        return round(sum(value(p) * p.samples for p in parts) / samples, 2)
 
     return UsageSummary(
         lease=parts[0].lease_id,
         gpu_seconds=sum(p.gpu_seconds for p in parts),
         energy_j=sum(p.energy_j for p in parts),
-        util_avg=weighted("util_avg"),
+        util_avg=weighted(lambda p: p.util_avg),
         util_max=max(p.util_max for p in parts),
-        mem_avg_mb=weighted("mem_avg_mb"),
+        mem_avg_mb=weighted(lambda p: p.mem_avg_mb),
         mem_max_mb=max(p.mem_max_mb for p in parts),
         samples=samples,
         log_tail="\n".join(p.log_tail for p in parts if p.log_tail),

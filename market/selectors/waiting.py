@@ -15,11 +15,10 @@ when it is cancelled. A preempted job that returns to pending starts again from 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 from django.db.models import Case, F, IntegerField, OuterRef, Q, QuerySet, Subquery, When
 from django.db.models.expressions import Expression
+from numpy.typing import ArrayLike
 
 from market.models import Job, JobState, Round
 
@@ -63,9 +62,7 @@ def rounds_waited_of(job: Job) -> int:
     return job.waited_before + Round.objects.filter(COUNTS, pk__gt=job.wait_round).count()
 
 
-def rounds_waited_before(
-    *, round_id: int, waited_before: Sequence[int], wait_round: Sequence[int]
-) -> np.ndarray:
+def rounds_waited_before(*, round_id: int, waited_before: ArrayLike, wait_round: ArrayLike) -> np.ndarray:
     """The counts of pending jobs as round `round_id` sees them (rounds before it), for its book: one query
     for the counting round ids, then a binary search per job."""
     marks = np.asarray(wait_round, dtype=np.int64)

@@ -8,7 +8,8 @@ the API spells it (`bids[1].limit`); a refused action raises a JobError whose `c
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from decimal import ROUND_UP, Decimal
+from typing import Any, TypedDict
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -41,6 +42,23 @@ NAME_MAX_CHARS = 200
 IDEMPOTENCY_KEY_MAX_CHARS = 200
 MIN_SECONDS = 60
 GRACE_MAX_SECONDS = 3600
+# max_hours has at most 4 decimals; the fewest hours with them that make MIN_SECONDS: 0.0167.
+HOURS_DECIMALS = 4
+HOURS_MIN = (Decimal(MIN_SECONDS) / 3600).quantize(Decimal(1).scaleb(-HOURS_DECIMALS), rounding=ROUND_UP)
+
+# What a value outside the limits reads as. The checks below raise these; the API's serializer gives them for
+# what its fields check before calling the service (a blank, a bound, a value of the wrong kind), and the
+# portal's forms go through that serializer: one message for one bad value at every door (issue 26 §4).
+NOT_BLANK = "must be a non-blank string"
+NOT_WHOLE = "must be a whole number"
+NAME_TOO_LONG = f"must be at most {NAME_MAX_CHARS} characters"
+TOO_FEW_GPUS = "must be at least 1"
+TOO_FEW_HOURS = f"must be at least 1 minute ({HOURS_MIN} hours)"
+GRACE_OUT_OF_RANGE = f"must be between 0 and {GRACE_MAX_SECONDS} seconds"
+
+
+def too_many_hours() -> str:
+    return f"must be at most {settings.JOB_MAX_HOURS} hours"  # the setting read when used: tests change it
 
 
 class JobError(Exception):
@@ -88,15 +106,15 @@ class BidsCapped(JobError):
 
 def _check_name(name: object) -> str:
     if not isinstance(name, str) or not name.strip():
-        raise PolicyError("name", "must be a non-blank string")
+        raise PolicyError("name", NOT_BLANK)
     if len(name) > NAME_MAX_CHARS:
-        raise PolicyError("name", f"must be at most {NAME_MAX_CHARS} characters")
+        raise PolicyError("name", NAME_TOO_LONG)
     return name
 
 
 def check_command(command: object) -> str:
     if not isinstance(command, str) or not command.strip():
-        raise PolicyError("command", "must be a non-blank string")
+        raise PolicyError("command", NOT_BLANK)
     limit = settings.JOB_COMMAND_MAX_CHARS
     if len(command) > limit:
         raise PolicyError("command", f"is {len(command)} characters; at most {limit} are allowed")
@@ -137,9 +155,9 @@ def _check_bids(bids: Sequence[tuple[GpuType, int]]) -> list[dict[str, Any]]:
 def _check_gpus(gpus: object, gpu_types: Sequence[GpuType], *, field: str = "gpus") -> int:
     """At least 1 and at most the largest gang any of the accepted types can ever place."""
     if isinstance(gpus, bool) or not isinstance(gpus, int):
-        raise PolicyError(field, "must be a whole number")
+        raise PolicyError(field, NOT_WHOLE)
     if gpus < 1:
-        raise PolicyError(field, "must be at least 1")
+        raise PolicyError(field, TOO_FEW_GPUS)
     largest = largest_gangs(gpu_types=gpu_types)
     best = max(gpu_types, key=lambda t: largest[t.pk])
     if gpus > largest[best.pk]:
@@ -156,9 +174,9 @@ def _check_max_seconds(max_seconds: object) -> int:
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, int):
         raise PolicyError("max_hours", "must be a number of hours")
     if max_seconds < MIN_SECONDS:
-        raise PolicyError("max_hours", "must be at least 1 minute")
+        raise PolicyError("max_hours", TOO_FEW_HOURS)
     if max_seconds > top:
-        raise PolicyError("max_hours", f"must be at most {settings.JOB_MAX_HOURS} hours")
+        raise PolicyError("max_hours", too_many_hours())
     return max_seconds
 
 
@@ -166,9 +184,9 @@ def _check_grace(grace_seconds: object) -> int:
     if grace_seconds is None:
         return market_policy_cached().default_grace_s
     if isinstance(grace_seconds, bool) or not isinstance(grace_seconds, int):
-        raise PolicyError("grace_seconds", "must be a whole number of seconds")
+        raise PolicyError("grace_seconds", NOT_WHOLE)
     if not 0 <= grace_seconds <= GRACE_MAX_SECONDS:
-        raise PolicyError("grace_seconds", f"must be between 0 and {GRACE_MAX_SECONDS} seconds")
+        raise PolicyError("grace_seconds", GRACE_OUT_OF_RANGE)
     return grace_seconds
 
 
@@ -191,6 +209,17 @@ def _check_pending_limit(tenant: Tenant) -> None:
         raise TooManyPending(
             f"{tenant.slug} already has {cap} pending jobs, the most a tenant may have; cancel some or wait."
         )
+
+
+class _JobFields(TypedDict):
+    """A submit's checked values, as Job's columns."""
+
+    name: str
+    command: str
+    limits: list[dict[str, Any]]
+    gpus: int
+    max_seconds: int
+    grace_seconds: int
 
 
 def _check_spend_alerts(
@@ -267,7 +296,7 @@ def job_submit(
     if not member_checked:
         _check_member(submitter, tenant)
     _check_pending_limit(tenant)
-    fields = {
+    fields: _JobFields = {
         "name": _check_name(name),
         "command": check_command(command),
         "limits": _check_bids(bids),
@@ -294,7 +323,7 @@ def _job_create(
     idempotency_key: str,
     request_digest: str,
     first_response: Callable[[Job], dict[str, Any]] | None,
-    fields: dict[str, Any],
+    fields: _JobFields,
 ) -> Job:
     job = Job.objects.create(
         tenant=tenant,
@@ -306,7 +335,7 @@ def _job_create(
     )
     # Its value stays in the database: left unloaded, it is read back only if something asks for it.
     del job.__dict__["wait_round"]
-    job.rounds_waited = 0  # a new wait
+    job.rounds_waited = 0  # type: ignore[attr-defined]  # the annotation with_rounds_waited gives listed jobs; a new one has waited none
     Bid.objects.create(job=job, version=1, limits=job.limits, actor=submitter, created_at=job.submitted_at)
     if idempotency_key and first_response is not None:
         job.first_response = first_response(job)

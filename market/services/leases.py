@@ -136,7 +136,7 @@ def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: dateti
     entry = ledger_settle(hold_key=lease.hold_key, charge=charge, key=settle_key(lease.pk))
     LeaseGpu.objects.filter(lease=lease, active=True).update(active=False)
     lease.state, lease.ended_at, lease.end_reason = LeaseState.ENDED, now, final
-    lease.charged = entry.hold.charged if entry.hold_id else charge
+    lease.charged = entry.hold.charged if entry.hold is not None else charge
     lease.save(update_fields=["state", "ended_at", "end_reason", "charged"])
     _job_after_lease(lease.job_id, final, now)
     return lease

@@ -103,7 +103,7 @@ def _fingerprint(entry: JournalEntry) -> _Request:
         kind=entry.kind,
         tenant_id=None if closes_hold else entry.tenant_id,
         amount=entry.amount,
-        hold_key=entry.hold.key if entry.hold_id else None,
+        hold_key=entry.hold.key if entry.hold is not None else None,
         memo=entry.memo,
     )
 

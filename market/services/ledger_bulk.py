@@ -108,7 +108,8 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
             key__in=bulk.any_of([r.key for r in requests], "text")
         )
     }
-    replayed, conflicted = [], []
+    replayed: list[str] = []
+    conflicted: list[str] = []
     fresh: list[HoldRequest] = []
     for r in requests:
         if r.key in existing:

@@ -166,7 +166,7 @@ def _freeze(rnd: Round, memo: _Memo) -> None:
 
 def _snapshot(rnd: Round, memo: _Memo) -> Snapshot:
     if memo.snapshot is None:
-        memo.snapshot = Snapshot.load(bytes(rnd.book))
+        memo.snapshot = Snapshot.load(rnd.book)
     return memo.snapshot
 
 

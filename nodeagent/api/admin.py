@@ -17,7 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from accounts.access import require_admin
+from accounts.access import caller, require_admin
 from config.api import Pagination
 from inventory.models import Node
 from nodeagent.api import serializers as s
@@ -37,13 +37,13 @@ class BootstrapTokenView(APIView):
         summary="Create a one-time bootstrap token for a new node (platform admins; shown once; audited)",
     )
     def post(self, request: Request) -> Response:
-        require_admin(request.user)
+        require_admin(caller(request))
         body = s.BootstrapCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         v = body.validated_data
         try:
             issued = bootstrap_token_create(
-                actor=request.user,
+                actor=caller(request),
                 name=v["name"],
                 gpu_type=v["gpu_type"],
                 topology_domain=v["topology_domain"],
@@ -64,7 +64,7 @@ class NodeListView(APIView):
         summary="Nodes with their GPUs' health and last heartbeat (platform admins; paginated)",
     )
     def get(self, request: Request) -> Response:
-        require_admin(request.user)
+        require_admin(caller(request))
         query = s.NodeFilterSerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         paginator = self.pagination_class()
@@ -79,7 +79,7 @@ def _node(name: str) -> Node:
 class NodeDetailView(APIView):
     @extend_schema(responses=s.NodeSerializer, summary="One node with its GPUs (platform admins)")
     def get(self, request: Request, name: str) -> Response:
-        require_admin(request.user)
+        require_admin(caller(request))
         return Response(s.NodeSerializer(_node(name)).data)
 
 
@@ -89,9 +89,9 @@ class NodeActionView(APIView):
     service: Callable[..., Node]
 
     def post(self, request: Request, name: str) -> Response:
-        require_admin(request.user)
+        require_admin(caller(request))
         try:
-            type(self).service(node=_node(name), actor=request.user)
+            type(self).service(node=_node(name), actor=caller(request))
         except NodeError as exc:
             raise refused(exc) from exc
         return Response(s.NodeSerializer(_node(name)).data)

@@ -31,7 +31,7 @@ from market.selectors.policy import current_fence
 from market.services import command_wake
 from nodeagent.api import long_poll
 from nodeagent.api import serializers as s
-from nodeagent.api.auth import IsNode, NodeAuthentication
+from nodeagent.api.auth import IsNode, NodeAuthentication, agent_of
 from nodeagent.api.errors import refused
 from nodeagent.errors import NodeError
 from nodeagent.selectors.nodes import node_command, node_lease, pending_commands
@@ -76,7 +76,7 @@ class RegisterView(AgentView):
                 done = node_reregister(node=request.auth, agent_version=version, gpus=gpus)
             else:
                 registered = node_register(
-                    raw_token=request.user.raw,
+                    raw_token=agent_of(request).raw,
                     name=body.validated_data.get("name", ""),
                     agent_version=version,
                     gpus=gpus,

@@ -33,6 +33,14 @@ class Agent:
         )
 
 
+def agent_of(request: Request) -> Agent:
+    """request.user on an agent endpoint. DRF's stubs type it as a User; NodeAuthentication sets an Agent."""
+    agent: object = request.user
+    if not isinstance(agent, Agent):
+        raise exceptions.NotAuthenticated()
+    return agent
+
+
 class NodeAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
 

@@ -15,14 +15,14 @@ from nodeagent.services.usage_parse import LOG_TAIL_MAX, MAX_GPUS, MAX_LEASES
 # Agent requests
 
 
-class GpuInfoSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class GpuInfoSerializer(serializers.Serializer[object]):
     uuid = serializers.CharField(max_length=96)
     index = serializers.IntegerField(min_value=0, max_value=255)
     model = serializers.CharField(max_length=128, allow_blank=True)
     memory_mb = serializers.IntegerField(min_value=0, max_value=10**8)
 
 
-class RegisterSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class RegisterSerializer(serializers.Serializer[object]):
     name = serializers.RegexField(
         r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
         max_length=128,
@@ -37,13 +37,13 @@ class RegisterSerializer(serializers.Serializer):  # type: ignore[type-arg]  # D
         return [GpuInfo(**g) for g in self.validated_data["gpus"]]
 
 
-class GpuHealthSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class GpuHealthSerializer(serializers.Serializer[object]):
     uuid = serializers.CharField(max_length=96)
     healthy = serializers.BooleanField()
     error = serializers.CharField(max_length=500, allow_blank=True, default="")
 
 
-class HeartbeatSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class HeartbeatSerializer(serializers.Serializer[object]):
     boot_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
     gpus = GpuHealthSerializer(many=True, required=False, default=list)
     leases = serializers.ListField(
@@ -55,23 +55,23 @@ class HeartbeatSerializer(serializers.Serializer):  # type: ignore[type-arg]  # 
     )
 
 
-class CommandsQuerySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class CommandsQuerySerializer(serializers.Serializer[object]):
     after = serializers.IntegerField(min_value=0, default=0, help_text="The last command id already seen.")
     wait = serializers.IntegerField(
         min_value=0, max_value=25, default=0, help_text="Seconds to hold the request until a command exists."
     )
 
 
-class AckSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class AckSerializer(serializers.Serializer[object]):
     result = serializers.ChoiceField(choices=["applied", "refused"])
     detail = serializers.CharField(max_length=500, allow_blank=True, default="")
 
 
-class StartedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class StartedSerializer(serializers.Serializer[object]):
     at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
 
-class CountersSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class CountersSerializer(serializers.Serializer[object]):
     """Cumulative from the job's start on this node."""
 
     gpu_seconds = serializers.FloatField(min_value=0, help_text="GPUs held x seconds since the job started.")
@@ -103,7 +103,7 @@ class CountersJSONField(serializers.JSONField):
     rules as in a usage report)."""
 
 
-class ExitedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class ExitedSerializer(serializers.Serializer[object]):
     at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     exit_code = serializers.IntegerField(allow_null=True, min_value=-(2**31), max_value=2**31 - 1)
     signal = serializers.IntegerField(
@@ -115,13 +115,13 @@ class ExitedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF
     usage = CountersJSONField(required=False, allow_null=True, default=None, help_text="The final counters.")
 
 
-class ProcessSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class ProcessSerializer(serializers.Serializer[object]):
     pid = serializers.IntegerField(min_value=0)
     used_mb = serializers.FloatField(min_value=0)
     lease = serializers.IntegerField(allow_null=True, help_text="null: no lease of this node covers the GPU.")
 
 
-class GpuSampleSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class GpuSampleSerializer(serializers.Serializer[object]):
     uuid = serializers.CharField(max_length=96)
     at = serializers.DateTimeField()
     healthy = serializers.BooleanField()
@@ -132,7 +132,7 @@ class GpuSampleSerializer(serializers.Serializer):  # type: ignore[type-arg]  # 
     processes = ProcessSerializer(many=True)
 
 
-class UsageReportSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class UsageReportSerializer(serializers.Serializer[object]):
     """Documents the report for the schema; nodeagent.services.usage_parse checks it (field by field, fast)."""
 
     boot_epoch = serializers.IntegerField(min_value=0)
@@ -145,7 +145,7 @@ class UsageReportSerializer(serializers.Serializer):  # type: ignore[type-arg]  
 # Agent responses
 
 
-class RegisteredSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class RegisteredSerializer(serializers.Serializer[object]):
     node = serializers.IntegerField()
     name = serializers.CharField()
     credential = serializers.CharField(required=False, help_text="gpn_…, only on the first registration.")
@@ -153,13 +153,13 @@ class RegisteredSerializer(serializers.Serializer):  # type: ignore[type-arg]  #
     poll_seconds = serializers.IntegerField()
 
 
-class HeartbeatReplySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class HeartbeatReplySerializer(serializers.Serializer[object]):
     state = serializers.ChoiceField(choices=Node.State.choices)
     fence = serializers.IntegerField(help_text="The newest round's id.")
     server_time = serializers.DateTimeField()
 
 
-class CommandSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class CommandSerializer(serializers.Serializer[object]):
     id = serializers.IntegerField()
     kind = serializers.CharField()
     lease = serializers.IntegerField(source="lease_id")
@@ -168,15 +168,15 @@ class CommandSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DR
     payload = serializers.JSONField()
 
 
-class CommandsSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class CommandsSerializer(serializers.Serializer[object]):
     commands = CommandSerializer(many=True)
 
 
-class AckedSerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class AckedSerializer(serializers.Serializer[object]):
     acked = serializers.IntegerField()
 
 
-class LeaseReplySerializer(serializers.Serializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class LeaseReplySerializer(serializers.Serializer[object]):
     lease = serializers.IntegerField(source="pk")
     state = serializers.CharField()
     end_reason = serializers.CharField()
@@ -195,15 +195,17 @@ class BootstrapCreateSerializer(BodySerializer):
         allow_blank=True,
         default="",
     )
-    gpu_type = serializers.SlugRelatedField(
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
         slug_field="name", queryset=GpuType.objects.all(), required=False, allow_null=True, default=None
     )
     topology_domain = TextField(max_length=64, required=False, allow_blank=True, default="")
     ttl_hours = serializers.IntegerField(min_value=1, max_value=720, default=24)
 
 
-class BootstrapTokenSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+class BootstrapTokenSerializer(serializers.ModelSerializer[BootstrapToken]):
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
     token = serializers.SerializerMethodField(help_text="The secret, shown this once.")
 
     class Meta:
@@ -215,15 +217,17 @@ class BootstrapTokenSerializer(serializers.ModelSerializer):  # type: ignore[typ
         return str(self.context["secret"])
 
 
-class GpuSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
+class GpuSerializer(serializers.ModelSerializer[Gpu]):
     class Meta:
         model = Gpu
         fields = ["index", "uuid", "model", "memory_mb", "healthy", "error", "absent"]
         read_only_fields = fields
 
 
-class NodeSerializer(serializers.ModelSerializer):  # type: ignore[type-arg]  # DRF's stubs make it generic; left unparametrised
-    gpu_type = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class NodeSerializer(serializers.ModelSerializer[Node]):
+    gpu_type: serializers.SlugRelatedField[GpuType] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     gpus = GpuSerializer(many=True, source="gpu_rows", read_only=True)
 
     class Meta:

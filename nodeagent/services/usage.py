@@ -89,7 +89,7 @@ def _pg_upsert(
         return int(cur.rowcount)
 
 
-def _adapter(field: models.Field) -> Any:  # type: ignore[type-arg]  # any model field, whatever its value types
+def _adapter(field: models.Field[Any, Any]) -> Any:  # any model field, whatever its value types
     kind = field.get_internal_type()
     if kind == "JSONField":
         return lambda v: json.dumps(v, separators=(",", ":"))

@@ -91,14 +91,15 @@ def _num(data: dict[str, Any], key: str, high: float = 1e15) -> float:
 def _when(data: dict[str, Any], key: str) -> tuple[datetime, str]:
     """The time and its text as sent (kept as it is in the stored samples)."""
     value = data.get(key)
+    text: str | None = value if type(value) is str and len(value) <= 40 else None
     try:
         # fromisoformat (C) reads what the agent sends ("...+00:00" or "...Z") at a tenth of a regex's cost.
-        parsed = datetime.fromisoformat(value) if type(value) is str and len(value) <= 40 else None
+        parsed = datetime.fromisoformat(text) if text is not None else None
     except ValueError:
         parsed = None
-    if parsed is None or parsed.tzinfo is None:
+    if text is None or parsed is None or parsed.tzinfo is None:
         raise _Bad(key, "must be an ISO 8601 time with a zone")
-    return parsed, value  # type: ignore[return-value]  # value is the str that fromisoformat just read
+    return parsed, text
 
 
 def _list(data: dict[str, Any], key: str, most: int) -> list[Any]:

@@ -195,6 +195,7 @@ def test_with_job_user_the_job_runs_unprivileged_and_cannot_read_the_credential(
     root.chmod(0o755)  # the job user must reach its checkpoint directory
     agent = AgentProcess(server, tmp_path, **{"job-user": "nobody", "checkpoint-root": root})
     agent.start()
+    assert agent.proc is not None
     if os.geteuid() != 0:
         assert agent.proc.wait(20) == 1 and "--job-user needs the agent to run as root" in agent.log
         return

@@ -36,7 +36,13 @@ def _leases(
     rng: np.random.Generator, free: np.ndarray, gtype: np.ndarray, n_tenants: int, now: int
 ) -> Leases:
     """Occupy some slots with leases of 1..4 GPUs on one node."""
-    lease, tenant, ltype, tier, start, pre, ptr, snode, sidx = [], [], [], [], [], [], [0], [], []
+    lease: list[int] = []
+    tenant: list[int] = []
+    ltype: list[int] = []
+    tier: list[int] = []
+    start: list[int] = []
+    pre: list[bool] = []
+    ptr, snode, sidx = [0], [], []
     for node in range(free.shape[0]):
         slots = np.flatnonzero(free[node])
         while slots.size and rng.random() < 0.35:
@@ -54,7 +60,17 @@ def _leases(
             ptr.append(ptr[-1] + k)
     if not lease:
         return Leases.empty()
-    return Leases(lease, tenant, ltype, tier, start, np.array(pre, dtype=bool), ptr, snode, sidx)
+    return Leases(
+        np.array(lease, dtype=np.int64),
+        np.array(tenant, dtype=np.int32),
+        np.array(ltype, dtype=np.int32),
+        np.array(tier, dtype=np.int8),
+        np.array(start, dtype=np.int64),
+        np.array(pre, dtype=bool),
+        np.array(ptr, dtype=np.int64),
+        np.array(snode, dtype=np.int32),
+        np.array(sidx, dtype=np.int32),
+    )
 
 
 def make_book(s: Shape) -> Book:
@@ -66,7 +82,7 @@ def make_book(s: Shape) -> Book:
     gtype[: s.n_types] = np.arange(min(s.n_types, s.n_nodes))
     free = np.arange(8)[None, :] < cap[:, None]
     leases = _leases(rng, free, gtype, s.n_tenants, now)
-    held = np.zeros((s.n_tenants, 3, s.n_types), dtype=np.int64)
+    held = np.zeros((s.n_tenants, 3, s.n_types), dtype=np.int32)
     owner = leases.slot_owner
     np.add.at(held, (leases.tenant[owner], leases.tier[owner], leases.gpu_type[owner]), 1)
     reserve = rng.integers(1, 4, s.n_types) * MICRO
@@ -96,14 +112,20 @@ def make_book(s: Shape) -> Book:
         accept[np.arange(s.n_bids), rng.integers(0, s.n_types, s.n_bids)] = True
     bids = Bids(
         job=rng.permutation(s.n_bids) + 100,
-        tenant=rng.integers(0, s.n_tenants, s.n_bids),
+        tenant=rng.integers(0, s.n_tenants, s.n_bids).astype(np.int32),
         gpus=gpus,
         limit=np.where(accept, limit, -1).reshape(s.n_bids, s.n_types),
         max_s=rng.integers(1, 5, s.n_bids) * 3600,
         submit=rng.integers(0, 5, s.n_bids),
         waited=rng.choice([0, 0, 0, 9], s.n_bids),
     )
-    nodes = Nodes(tuple(f"n{i}" for i in range(s.n_nodes)), gtype, rng.integers(0, 3, s.n_nodes), cap, free)
+    nodes = Nodes(
+        tuple(f"n{i}" for i in range(s.n_nodes)),
+        gtype.astype(np.int32),
+        rng.integers(0, 3, s.n_nodes).astype(np.int32),
+        cap.astype(np.int32),
+        free,
+    )
     policy = Policy(min_runtime_s=600, starve_rounds=5, price_step_bp=500, max_reservations=2)
     return Book(
         now=now, round=3, types=types, nodes=nodes, tenants=tenants, bids=bids, leases=leases, policy=policy
@@ -125,7 +147,7 @@ def make_hoarded_book(s: Shape, *, hoarders: int = 1, full: bool = False) -> Boo
     n = len(ls)
     leases = Leases(
         ls.lease,
-        (ls.tenant if full else np.arange(n)) % min(hoarders, s.n_tenants),
+        ((ls.tenant if full else np.arange(n)) % min(hoarders, s.n_tenants)).astype(np.int32),
         ls.gpu_type,
         np.full(n, 1, dtype=np.int8),
         np.full(n, book.now - 86400),
@@ -135,7 +157,7 @@ def make_hoarded_book(s: Shape, *, hoarders: int = 1, full: bool = False) -> Boo
         ls.slot_idx,
     )
     held = np.zeros_like(book.tenants.held)
-    np.add.at(held, (leases.tenant[leases.slot_owner], 1, leases.gpu_type[leases.slot_owner]), 1)
+    np.add.at(held[:, 1, :], (leases.tenant[leases.slot_owner], leases.gpu_type[leases.slot_owner]), 1)
     guarantee = book.tenants.guarantee.copy()
     guarantee[:hoarders] = 0
     weight = book.tenants.weight.copy()
@@ -166,11 +188,11 @@ def _fill(nodes: Nodes, rng: np.random.Generator) -> Leases:
     return Leases(
         np.arange(len(parts)) + 1,
         np.array(pair_of, dtype=np.int32),
-        np.array([t for t, _ in parts]),
+        np.array([t for t, _ in parts], dtype=np.int32),
         np.ones(len(parts), dtype=np.int8),
         np.zeros(len(parts), dtype=np.int64),
         np.ones(len(parts), dtype=bool),
         ptr,
-        np.array([n for _, g in parts for n, _ in g]),
-        np.array([x for _, g in parts for _, x in g]),
+        np.array([n for _, g in parts for n, _ in g], dtype=np.int32),
+        np.array([x for _, g in parts for _, x in g], dtype=np.int32),
     )

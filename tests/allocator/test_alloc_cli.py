@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from allocator import MICRO, Bids, Book, BookError, clear, hold_of
@@ -129,7 +130,15 @@ def test_bids_from_rows_and_direct_construction_errors() -> None:
     )
     assert bids.max_s.tolist() == [7200] and bids.limit.tolist() == [[5]]
     with pytest.raises(BookError) as err:
-        Bids([1, 2], [0, 0], [1, 0], [[5], [5]], [60, 60], [0, 0], [0, 0])
+        Bids(
+            np.array([1, 2]),
+            np.array([0, 0], dtype=np.int32),
+            np.array([1, 0], dtype=np.int32),
+            np.array([[5], [5]]),
+            np.array([60, 60]),
+            np.array([0, 0]),
+            np.array([0, 0], dtype=np.int32),
+        )
     assert err.value.field == "bids[1].gpus"
 
 

@@ -10,12 +10,12 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from alloc_books import Shape, make_book, make_hoarded_book, shapes
 from hypothesis import HealthCheck, example, given, settings
 
 from allocator import FAIR_SHARE, Bids, Book, clear
 from allocator.invariants import CHECKS, check
 from allocator.result_json import result_from_json
+from tests.allocator.alloc_books import Shape, make_book, make_hoarded_book, shapes
 
 FAST = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -100,7 +100,7 @@ def test_raising_a_winning_bid_never_makes_it_lose(shape: Shape) -> None:
         )
 
 
-def Bids_with(book: Book, limit: np.ndarray) -> object:
+def Bids_with(book: Book, limit: np.ndarray) -> Bids:
     b = book.bids
     return type(b)(b.job, b.tenant, b.gpus, limit, b.max_s, b.submit, b.waited)
 
@@ -135,7 +135,15 @@ def test_market_order_packed_keys_match_lexsort(span: int, in_order: bool) -> No
     price[::5] = price[3]  # ties
     submit = np.arange(n) if in_order else rng.integers(0, 40, n)
     job = np.arange(n) + 1 if in_order else rng.permutation(n) + 1
-    bids = Bids(job, np.zeros(n), np.ones(n), price[:, None], np.full(n, 3600), submit, np.zeros(n))
+    bids = Bids(
+        job,
+        np.zeros(n, dtype=np.int32),
+        np.ones(n, dtype=np.int32),
+        price[:, None],
+        np.full(n, 3600),
+        submit,
+        np.zeros(n, dtype=np.int32),
+    )
     ranks = TieRank(bids)
     assert ranks.identity == in_order
     rank = np.empty(n, dtype=np.int64)

@@ -4,6 +4,8 @@ give exactly what the plain loop gives."""
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,8 +29,8 @@ def first_fit_loop(size: list[int], cap: list[int], seg: list[int]) -> list[bool
 
 @settings(max_examples=400, deadline=None)
 @given(SIZES, st.lists(st.integers(0, 40), min_size=1, max_size=6), st.randoms())
-def test_first_fit_is_the_loop(size: list[int], cap: list[int], rnd: object) -> None:
-    seg = [rnd.randrange(len(cap)) for _ in size]  # type: ignore[attr-defined]  # st.randoms() draws a random.Random, typed object here
+def test_first_fit_is_the_loop(size: list[int], cap: list[int], rnd: random.Random) -> None:
+    seg = [rnd.randrange(len(cap)) for _ in size]
     got = first_fit(
         np.array(size, dtype=np.int64), np.array(cap, dtype=np.int64), np.array(seg, dtype=np.int64)
     )
@@ -86,7 +88,13 @@ def test_best_fit_in_one_pass_is_one_search_per_gang(free: list[int], k: int, ga
     free GPUs that holds the gang, ties by node index."""
     n = len(free)
     slots = np.arange(8)[None, :] < np.array(free)[:, None]
-    nodes = Nodes(tuple(f"n{i}" for i in range(n)), np.zeros(n), np.zeros(n), np.full(n, 8), slots)
+    nodes = Nodes(
+        tuple(f"n{i}" for i in range(n)),
+        np.zeros(n, dtype=np.int32),
+        np.zeros(n, dtype=np.int32),
+        np.full(n, 8, dtype=np.int32),
+        slots,
+    )
     floor = Floor.of(nodes, 1)
     placed = best_fit(floor, 0, k, np.arange(gangs, dtype=np.int64), 0)
     left, want = list(free), []

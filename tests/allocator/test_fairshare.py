@@ -91,11 +91,22 @@ def test_windows_are_separate() -> None:
 
 
 def _book(balance_b: int, owed=None, half_life: int = 86400) -> Book:
-    types = GpuTypes(("h100",), [MICRO], [MICRO], [10 * MICRO])
-    nodes = Nodes(("n0",), [0], [0], [8], np.ones((1, 8), dtype=bool))
+    types = GpuTypes(("h100",), np.array([MICRO]), np.array([MICRO]), np.array([10 * MICRO]))
+    i32 = np.int32
+    nodes = Nodes(
+        ("n0",), np.array([0], i32), np.array([0], i32), np.array([8], i32), np.ones((1, 8), dtype=bool)
+    )
     held = np.zeros((2, 3, 1), dtype=np.int32)
     owed = np.zeros((2, 1)) if owed is None else owed
-    tenants = Tenants(("a", "b"), [1.0, 1.0], [[0], [0]], held, [100 * MICRO, balance_b], [-1, -1], owed)
+    tenants = Tenants(
+        ("a", "b"),
+        np.array([1.0, 1.0]),
+        np.array([[0], [0]], i32),
+        held,
+        np.array([100 * MICRO, balance_b]),
+        np.array([-1, -1]),
+        owed,
+    )
     bids = Bids.from_rows(
         [
             {"job": 1, "tenant": "a", "gpus": 2, "limits": {"h100": MICRO}, "max_s": 3600},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -36,9 +37,9 @@ class Case:
     extra: dict[str, object] = field(default_factory=dict)
 
 
-def same(runtimes: list[float], speed: float, **kw: object) -> list[Finished]:
+def same(runtimes: list[float], speed: float, **kw: Any) -> list[Finished]:
     """Each runtime on A100 and the same job on H100 at `speed` times the pace."""
-    return [run(r, "A100", **kw) for r in runtimes] + [run(r / speed, "H100", **kw) for r in runtimes]  # type: ignore[arg-type]
+    return [run(r, "A100", **kw) for r in runtimes] + [run(r / speed, "H100", **kw) for r in runtimes]
 
 
 CASES = [

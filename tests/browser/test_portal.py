@@ -46,7 +46,7 @@ def _history(world: World, *, minutes_ago: tuple[int, ...]) -> None:
     lease ending after each and a new job of each tenant, so holdings change from round to round."""
     from django.utils import timezone
 
-    from market.models import Lease, LeaseState, Round
+    from market.models import EndReason, Lease, LeaseState, Round
     from market.services.leases import lease_stopped
     from market.services.rounds import round_advance
     from tests.market.round_helpers import make_job
@@ -56,7 +56,9 @@ def _history(world: World, *, minutes_ago: tuple[int, ...]) -> None:
         round_advance(round_id=rnd.pk)
         ended = Lease.objects.filter(state=LeaseState.ALLOCATED).order_by("pk").first()
         if ended is not None:  # it ran a quarter of an hour
-            lease_stopped(lease_id=ended.pk, reason="completed", now=ended.started_at + timedelta(minutes=15))
+            lease_stopped(
+                lease_id=ended.pk, reason=EndReason.COMPLETED, now=ended.started_at + timedelta(minutes=15)
+            )
         for tenant, user in ((world.alpha, world.amy), (world.beta, world.bea)):
             make_job(tenant, user, gpus=2, limits={world.h100: 3}, name=f"{tenant.slug}-{minutes}")
 
@@ -64,7 +66,7 @@ def _history(world: World, *, minutes_ago: tuple[int, ...]) -> None:
 def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     world: World, live_server: Any, page: Any, worker_queue: str, tmp_path: Path
 ) -> None:
-    from market.models import Job, Lease
+    from market.models import EndReason, Job, Lease
     from market.services.allowance import allowance_set, allowances_apply
     from market.services.leases import lease_running, lease_stopped
 
@@ -117,7 +119,7 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     assert "epoch 2/3 loss 0.40" in page.locator("pre.log").inner_text()
     shot(page, tmp_path, "job-running", docs=True)
     # ... and the exit: 4 GPUs x 0.5 h measured x 2.00 credits.
-    lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(minutes=30))
+    lease_stopped(lease_id=lease.pk, reason=EndReason.COMPLETED, now=lease.started_at + timedelta(minutes=30))
     page.reload()
     assert page.locator("[data-field=state]").inner_text() == "Completed"
     assert page.locator("[data-field=charged]").first.inner_text() == "4.00"
@@ -321,7 +323,7 @@ def test_a_bad_form_shows_the_error_beside_the_field(
     page.fill("#bids-0-limit", "lots")
     page.click("form button:has-text('Submit job')")
     # The API's own messages (market/api/jobs_serializers.py), each beside its field.
-    assert "greater than or equal to 1" in page.locator("#id_gpus-error").inner_text()
+    assert "must be at least 1" in page.locator("#id_gpus-error").inner_text()
     assert page.locator("#bids-0-limit-error").inner_text()
     assert page.locator("#id_gpus").get_attribute("aria-invalid") == "true"
     shot(page, tmp_path, "form-errors")
@@ -330,7 +332,7 @@ def test_a_bad_form_shows_the_error_beside_the_field(
 def test_the_spend_csv_downloads_and_parses(
     world: World, live_server: Any, page: Any, tmp_path: Path
 ) -> None:
-    from market.models import Lease
+    from market.models import EndReason, Lease
     from market.services.leases import lease_stopped
     from market.services.rounds import round_tick
     from tests.market.round_helpers import make_job
@@ -341,7 +343,7 @@ def test_the_spend_csv_downloads_and_parses(
     round_tick()
     lease = Lease.objects.get(job=job)
     report_usage(lease, seconds=3600, every=600)  # an hour measured on its 2 GPUs
-    lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
+    lease_stopped(lease_id=lease.pk, reason=EndReason.COMPLETED, now=lease.started_at + timedelta(hours=1))
     login(page, live_server.url, "alice")
     page.goto(f"{live_server.url}/t/alpha/spend/")
     page.select_option("#id_gpu_type", "H100")
@@ -380,10 +382,12 @@ def test_a_preempted_job_says_why_to_its_team_and_the_console_names_the_claimant
     guarantee_set(tenant=world.alpha, gpu_type=world.h100, gpus=8)
     victim_job = make_job(world.beta, world.bea, gpus=8, limits={world.h100: 6}, name="beta-sweep")
     r1 = round_tick()
+    assert r1 is not None
     victim = Lease.objects.get(job=victim_job)
     lease_running(lease_id=victim.pk, now=victim.started_at)
     claimant = make_job(world.alpha, world.amy, gpus=8, limits={world.h100: 3}, name="alpha-secret-run")
     r2 = round_tick(now=timezone.now() + timedelta(seconds=r1.period_s))
+    assert r2 is not None
     victim.refresh_from_db()
     assert victim.state == LeaseState.STOPPING and victim.preempt_reason == "reclaim_guarantee"
     login(page, live_server.url, "bea")
@@ -397,6 +401,7 @@ def test_a_preempted_job_says_why_to_its_team_and_the_console_names_the_claimant
         r"SIGTERM and has 30 seconds to save a checkpoint before SIGKILL, then goes back to the queue\.",
         being,
     ), being
+    assert victim.stop_requested_at is not None
     lease_stopped(lease_id=victim.pk, now=victim.stop_requested_at + timedelta(seconds=25))
     page.reload()
     sentence = page.locator(f"[data-field=ended-{victim.pk}]").inner_text()

@@ -32,13 +32,15 @@ def arm(point: str) -> None:
     elif point == "AFTER_CLEARED":
         rounds._STEPS[RoundState.CLEARED] = _die
     elif point == "MID_COMMIT":
-        real = rounds.commit_result
+        from market.services.round_commit import commit_result as real
 
         def commit_then_die(**kwargs: Any) -> Any:
             real(**kwargs)
             _die()
 
-        rounds.commit_result = commit_then_die
+        vars(rounds)["commit_result"] = (
+            commit_then_die  # the name rounds calls (imported there, not exported)
+        )
     else:
         raise SystemExit(f"unknown kill point {point!r}")
 

@@ -183,8 +183,7 @@ def test_the_bank_balances_after_a_storm(world: World) -> None:
         assert balance.available + balance.held + balance.spent == topups
     for rnd in Round.objects.filter(state=RoundState.DISPATCHED).exclude(book=b""):
         decided = {
-            hold_key(rnd.pk, r.job): r.hold
-            for r in clear(Snapshot.load(bytes(rnd.book)).book).winner_records()
+            hold_key(rnd.pk, r.job): r.hold for r in clear(Snapshot.load(rnd.book).book).winner_records()
         }
         held = dict(Hold.objects.filter(key__startswith=f"round:{rnd.pk}:").values_list("key", "amount"))
         assert set(held) <= set(decided) and all(decided[k] == v for k, v in held.items())

@@ -89,13 +89,13 @@ def test_redis_restarted_mid_round(
     worker = start_worker(queue, log)
     try:
         with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
-            round_tick.apply_async(queue=queue, connection=conn)
+            round_tick.apply_async(queue=queue, connection=conn)  # type: ignore[call-arg]  # Celery passes it on to send_task; celery-types leave it out
         rnd = wait_for(lambda: Round.objects.first(), 60, "the worker to start a round")
         # Restart Redis under the round: the broker loses its (unpersisted) queue and the worker's connection.
         private_redis.restart()
         wait_for(lambda: _finished(rnd.pk), 60, "the round to finish")
         with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
-            round_tick.apply_async(queue=queue, connection=conn)  # the next beat, after the restart
+            round_tick.apply_async(queue=queue, connection=conn)  # type: ignore[call-arg]  # the next beat, after the restart; Celery passes connection on to send_task, celery-types leave it out
         wait_for(lambda: worker.poll() is None and _queue_empty(port, queue), 60, "the next tick to run")
     finally:
         stop_worker(worker)

@@ -59,7 +59,7 @@ def _finished(rnd_id: int) -> Round | None:
 
 def _assert_written_once(rnd: Round) -> None:
     assert rnd.state == RoundState.DISPATCHED, rnd.error
-    result = clear(Snapshot.load(bytes(rnd.book)).book)
+    result = clear(Snapshot.load(rnd.book).book)
     assert result.digest == rnd.digest
     decided = {hold_key(rnd.pk, w.job): w.hold for w in result.winner_records()}
     assert decided and dict(Hold.objects.values_list("key", "amount")) == decided
@@ -109,7 +109,7 @@ def test_two_beats_at_once_and_a_task_delivered_twice(busy: Any, tmp_path: Path)
         rnd = wait_for(lambda: Round.objects.filter(state=RoundState.DISPATCHED).first(), 90, "a round")
         before = (Lease.objects.count(), Hold.objects.count(), rnd.digest)
         for _ in range(2):
-            round_advance.apply_async(args=[rnd.pk], queue=queue)
+            round_advance.apply_async(args=(rnd.pk,), queue=queue)
         wait_for(lambda: _broker_empty(queue), 60, "both deliveries to be taken")
     finally:
         for w in workers:
@@ -123,4 +123,4 @@ def _broker_empty(queue: str) -> bool:
     from config.celery import app
 
     with app.connection_for_write() as conn:
-        return conn.default_channel.client.llen(queue) == 0
+        return bool(conn.default_channel.client.llen(queue) == 0)  # type: ignore[attr-defined]  # kombu's stubs type the channel generically; the Redis transport's has its client

@@ -186,7 +186,9 @@ def test_a_bootstrap_token_is_shown_once_and_bad_input_is_refused_beside_the_fie
     html = bad.content.decode()
     assert bad.status_code == 400 and 'id="id_name-error"' in html and 'id="id_ttl_hours-error"' in html
     assert 'value="bad name!"' in html and not BootstrapToken.objects.exists()
-    taken = admin.post("/console/nodes/bootstrap-token/", {"name": market.world.h100.nodes.first().name})
+    registered = market.world.h100.nodes.first()
+    assert registered is not None
+    taken = admin.post("/console/nodes/bootstrap-token/", {"name": registered.name})
     assert taken.status_code == 400 and "is already registered" in taken.content.decode()
     made = admin.post(
         "/console/nodes/bootstrap-token/",

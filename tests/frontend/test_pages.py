@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from market.models import Allowance, BidOutcome, Job, JournalEntry, Round, RoundPrice
+from market.models import Allowance, BidOutcome, EndReason, Job, JournalEntry, Round, RoundPrice
 from tests.conftest import World
 from tests.frontend.conftest import Market, login, report_usage
 from tests.market.round_helpers import make_job
@@ -232,7 +232,7 @@ def test_audit_csv_streams_the_filtered_rows(market: Market) -> None:
     client = login(Client(), market.world.admin)
     response = client.get("/console/audit.csv?action=ledger.")
     assert response.streaming
-    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))  # type: ignore[arg-type]  # streaming_content may be async in the stubs; this response is sync
+    rows = list(csv.DictReader(io.StringIO(response.getvalue().decode())))
     assert [r["action"] for r in rows] == ["ledger.topup"] and rows[0]["tenant"] == "alpha"
 
 
@@ -242,10 +242,10 @@ def test_spend_csv_has_the_rows_of_the_page_with_job_and_type(market: Market) ->
 
     lease = Lease.objects.get(job=market.winner)
     report_usage(lease, seconds=3600, every=600)  # its agent measured an hour on its 2 GPUs
-    lease_stopped(lease_id=lease.pk, reason="completed", now=lease.started_at + timedelta(hours=1))
+    lease_stopped(lease_id=lease.pk, reason=EndReason.COMPLETED, now=lease.started_at + timedelta(hours=1))
     client = login(Client(), market.world.amy)
     response = client.get("/t/alpha/spend.csv?gpu_type=H100")
-    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))  # type: ignore[arg-type]  # streaming_content may be async in the stubs; this response is sync
+    rows = list(csv.DictReader(io.StringIO(response.getvalue().decode())))
     assert [(r["kind"], r["job"], r["gpu_type"], r["charged"]) for r in rows] == [
         ("settle", str(market.winner.pk), "H100", "4.000000"),  # 2 GPUs x 1 h at p = 2.00 (tier B)
         ("hold", str(market.winner.pk), "H100", "0.000000"),

@@ -70,7 +70,7 @@ def start(log: Path, **env: str) -> Server:
     full = {
         **os.environ,
         "DATABASE_URL": database_url(),
-        "REDIS_URL": settings.REDIS_URL,
+        "REDIS_URL": settings.REDIS_URL or "",
         "SECRET_KEY": "asgi-test-only",
         "DEBUG": "0",
         "TLS": "0",

@@ -179,7 +179,7 @@ def run_round(cluster: dict[str, Any]) -> None:
     latest = Round.objects.order_by("-slot").first()
     slot = (latest.slot + timedelta(seconds=300)) if latest else timezone.now()
     rnd = Round.objects.create(slot=slot, period_s=300)
-    round_advance.apply_async(args=[rnd.pk], queue=cluster["queue"])
+    round_advance.apply_async(args=(rnd.pk,), queue=cluster["queue"])
     wait_until(lambda: Round.objects.get(pk=rnd.pk).state in ("dispatched", "failed"), "the round")
     rnd.refresh_from_db()
     assert rnd.state == "dispatched", rnd.error

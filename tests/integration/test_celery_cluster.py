@@ -15,7 +15,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from io import StringIO
 from pathlib import Path
 
@@ -25,6 +25,7 @@ from django.core.management import call_command
 from django.db.models import Count
 from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
+from rest_framework.test import APIClient
 
 from accounts.models import AuditEvent
 from market.models import (
@@ -133,7 +134,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         print(running.logs())
 
 
-def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]  # test helpers with untyped arguments
+def _wait(condition: Callable[[], object], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -142,7 +143,7 @@ def _wait(condition, timeout: float, what: str) -> None:  # type: ignore[no-unty
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def _submit(client, slug: str, n: int) -> int:  # type: ignore[no-untyped-def]  # test helpers with untyped arguments
+def _submit(client: APIClient, slug: str, n: int) -> int:
     body = {
         "name": f"{slug}-{n}",
         "command": "python train.py",
@@ -152,7 +153,7 @@ def _submit(client, slug: str, n: int) -> int:  # type: ignore[no-untyped-def]  
     }
     response = client.post(f"/api/v1/tenants/{slug}/jobs", body, format="json", HTTP_IDEMPOTENCY_KEY=f"k{n}")
     assert response.status_code == 201, response.json()
-    return response.json()["id"]
+    return int(response.json()["id"])
 
 
 def test_two_workers_and_a_beat_clear_a_stream_of_rounds(world, cluster, settings) -> None:

@@ -55,7 +55,7 @@ def test_worker_clears_a_round_with_jobs_of_three_tenants(world, worker_queue):
     assert rnd.state == RoundState.DISPATCHED, rnd.error
 
     # Holds are exactly what the allocator decided for the frozen book.
-    result = clear(Snapshot.load(bytes(rnd.book)).book)
+    result = clear(Snapshot.load(rnd.book).book)
     assert result.digest == rnd.digest
     decided = {hold_key(rnd.pk, w.job): w.hold for w in result.winner_records()}
     assert decided and dict(Hold.objects.values_list("key", "amount")) == decided

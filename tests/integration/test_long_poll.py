@@ -248,7 +248,8 @@ def test_no_wake_is_lost_while_polls_come_and_go(world, serve):
     for thread in threads:
         thread.start()
     time.sleep(2)  # all polling (the gauge is per worker without a shared metrics folder)
-    rng, written = random.Random(7), {}
+    rng = random.Random(7)
+    written: dict[int, float] = {}
     for lease in rng.sample(leases, 80):
         lease_request_stop(lease_id=lease.pk, kind=CommandKind.RELEASE, reason=EndReason.CANCELLED, fence=1)
         now = time.monotonic()

@@ -138,6 +138,7 @@ def test_settle_charges_and_releases_the_rest_in_one_entry(world: World) -> None
         ("held", -60),
         ("revenue", 25),
     ]
+    assert h.hold is not None
     h.hold.refresh_from_db()
     assert (h.hold.state, h.hold.charged) == (HoldState.SETTLED, 25)
 

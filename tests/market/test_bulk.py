@@ -149,7 +149,7 @@ def test_update_sets_each_rows_values_on_both_paths(world, monkeypatch):
     jobs = [make_job(world.alpha, world.alice, name=f"j{i}") for i in range(4)]
     now = timezone.now()
     pks = [jobs[2].pk, jobs[0].pk, jobs[3].pk]
-    columns = {
+    columns: dict[str, list[object]] = {
         "state": [JobState.ALLOCATED, JobState.CANCELLED, JobState.ALLOCATED],
         "waited_before": [0, 5, 0],
         "updated_at": [now, now - timedelta(hours=1), now],

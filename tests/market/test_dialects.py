@@ -79,8 +79,8 @@ def test_the_books_pending_columns_are_the_same_on_both(world):
     assert on_postgres[3]["limit"] == [[] for _ in pending]
 
 
-def _places(jobs: dict[str, Job], at: Any) -> list[Any]:
-    places = [queue_places(job) for job in jobs.values()]
+def _places(jobs: dict[str, Job], at: Any) -> list[object]:
+    places: list[object] = [queue_places(job) for job in jobs.values()]
     # Bids not submitted yet (job_id 0): every tie submitted earlier is ahead of them.
     for name in ("H100", "A100", "V100", "B200"):
         for limit in (0, 1, 2_000_000, 3_000_000, 10**12):

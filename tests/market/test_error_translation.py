@@ -10,7 +10,7 @@ from django.test import Client
 from rest_framework import serializers
 
 from config.errors import PolicyError
-from market.api.errors import Refusal, Refused, api_exception, form_errors, refusal
+from market.api.errors import Refusal, Refused, ServiceError, api_exception, form_errors, refusal
 from market.services import jobs, ledger
 from tests.conftest import World
 from tests.frontend.conftest import login
@@ -18,7 +18,7 @@ from tests.ledger.factories import fund, hold, settle
 
 # What each door answered before the mapping was one (market/api/jobs.py _refused, market/api/ledger.py
 # api_error and _STATUS, market/api/policy.py _policy_error; the portal's except clauses).
-TABLE = [
+TABLE: list[tuple[ServiceError, Refusal]] = [
     (PolicyError("gpus", "must be at least 1"), Refusal("gpus", "must be at least 1", 400, "invalid")),
     (ledger.InvalidAmount("must be positive"), Refusal("amount", "must be positive", 400, "invalid")),
     (ledger.InvalidAmount("bad", field="charge"), Refusal("charge", "bad", 400, "invalid")),
@@ -39,13 +39,13 @@ TABLE = [
 
 
 @pytest.mark.parametrize(("exc", "expected"), TABLE, ids=[type(e).__name__ for e, _ in TABLE])
-def test_each_refusal_has_one_answer(exc: Exception, expected: Refusal) -> None:
-    assert refusal(exc) == expected  # type: ignore[arg-type]  # the table holds every refusal type as Exception
-    api = api_exception(exc)  # type: ignore[arg-type]  # the table holds every refusal type as Exception
+def test_each_refusal_has_one_answer(exc: ServiceError, expected: Refusal) -> None:
+    assert refusal(exc) == expected
+    api = api_exception(exc)
     if expected.field is not None:
         assert isinstance(api, serializers.ValidationError)
         assert api.detail == {expected.field: [expected.message]}
-        assert form_errors(exc) == {expected.field: expected.message}  # type: ignore[arg-type]  # the table holds every refusal type as Exception
+        assert form_errors(exc) == {expected.field: expected.message}
     else:
         assert isinstance(api, Refused)
         assert (api.status_code, api.get_codes(), str(api.detail)) == (
@@ -53,7 +53,7 @@ def test_each_refusal_has_one_answer(exc: Exception, expected: Refusal) -> None:
             expected.code,
             expected.message,
         )
-        assert form_errors(exc, whole="amount") == {"amount": expected.message}  # type: ignore[arg-type]  # the table holds every refusal type as Exception
+        assert form_errors(exc, whole="amount") == {"amount": expected.message}
 
 
 @pytest.mark.django_db

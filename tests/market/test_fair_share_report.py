@@ -51,13 +51,17 @@ def store(world: World, rounds: list[list[Row]], *, start: datetime = T0, period
     return made
 
 
-def by_tenant(report) -> dict[str, tuple]:
+# A tenant's (compliance 24 h, 1 h, per round, shortfall): None where it had no demand.
+Figures = tuple[float | None, ...]
+
+
+def by_tenant(report) -> dict[str, Figures]:
     return {
         t.tenant: (t.compliance_24h, t.compliance_1h, t.round_compliance, t.shortfall) for t in report.tenants
     }
 
 
-CASES = {
+CASES: dict[str, tuple[list[list[Row]], str | None, dict[str, Figures], tuple[str, str]]] = {
     # beta waits for one gang of 8 with a target of 4: short every round, but no gang of its fits its share.
     "gangs larger than the target": (
         [[Row("alpha", 8, 0, None, 4), Row("beta", 0, 8, 8, 4)]] * 3,

@@ -22,6 +22,7 @@ from market.selectors.ledger import ledger_problems
 from market.services import leases as lease_services
 from market.services import rounds
 from market.services.guarantees import guarantee_set
+from market.services.ledger import ledger_settle
 from tests.market.round_helpers import make_job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +34,9 @@ def _backend_waits_on_lock(pids: set[int]) -> bool:
             "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s) AND wait_event_type = 'Lock'",
             [list(pids)],
         )
-        return cursor.fetchone()[0] > 0
+        row = cursor.fetchone()
+    assert row is not None
+    return int(row[0]) > 0
 
 
 def test_commit_retiering_a_lease_and_its_settlement_do_not_deadlock(world, monkeypatch):
@@ -56,7 +59,7 @@ def test_commit_retiering_a_lease_and_its_settlement_do_not_deadlock(world, monk
     rnd.refresh_from_db()
 
     locked, go = threading.Event(), threading.Event()
-    real_settle = lease_services.ledger_settle
+    real_settle = ledger_settle  # what market.services.leases calls, patched there below
     pids: dict[str, int] = {}
     outcome: dict[str, object] = {}
 
@@ -97,6 +100,7 @@ def test_commit_retiering_a_lease_and_its_settlement_do_not_deadlock(world, monk
     assert not isinstance(outcome["stop"], Exception), outcome["stop"]
     assert not isinstance(outcome["commit"], Exception), outcome["commit"]
     finished = outcome["commit"]
+    assert isinstance(finished, Round)
     assert finished.state == RoundState.DISPATCHED, finished.error
     lease.refresh_from_db()
     assert lease.state == LeaseState.ENDED

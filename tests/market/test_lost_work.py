@@ -79,6 +79,7 @@ def test_the_commit_records_the_work_lost_and_reclaim_takes_the_lease_that_loses
     r2, victim, kept, before = _reclaim(w)
     assert victim.preempted_round_id == r2.pk
     assert victim.job.name == "b0" and kept.pk != victim.pk
+    assert victim.last_checkpoint_at is not None and victim.lost_gpu_s is not None
     since_checkpoint = 8 * (before - victim.last_checkpoint_at).total_seconds()
     assert since_checkpoint <= victim.lost_gpu_s <= since_checkpoint + 8 * 5
     kept.refresh_from_db()
@@ -99,6 +100,8 @@ def test_the_api_portal_console_and_metrics_show_the_work_lost(market, settings:
     assert (p["lost_gpu_s"], p["lost_gpu_hours"], p["lost_work"]) == (lost, round(lost / 3600, 4), words)
     assert f", losing {words} of work since its last checkpoint: the job is sent SIGTERM" in p["text"]
     assert lease["last_checkpoint_at"] is not None
+
+    assert victim.stop_requested_at is not None
 
     lease_stopped(lease_id=victim.pk, now=victim.stop_requested_at + timedelta(seconds=20))
     job = job_detail(tenant=w.beta, job_id=victim.job_id)

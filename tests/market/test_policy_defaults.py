@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, fields
 
 import pytest
+from django.db.models import Field
 
 from allocator.book import Policy
 from allocator.sim.policies.market import MarketOptions
@@ -16,6 +17,7 @@ from market.selectors.policy import market_policy
 def test_every_knob_of_the_clearing_is_a_policy_column_with_its_default() -> None:
     for knob in fields(Policy):
         column = MarketPolicy._meta.get_field(knob.name)
+        assert isinstance(column, Field), knob.name
         assert column.default == getattr(Policy(), knob.name), knob.name
 
 

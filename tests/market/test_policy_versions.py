@@ -42,7 +42,8 @@ def test_each_writer_records_one_version_and_a_no_op_none(world):
     allowance_set(actor=world.admin, tenant=world.beta, amount=10, period="week", cap=100, reason="top-up")
     guarantee_set(tenant=world.alpha, gpu_type=world.h100, gpus=1, actor=world.admin)
     assert len(_numbers()) == start + 4
-    assert current_version().snapshot == policy_snapshot()  # type: ignore[union-attr]
+    version = current_version()
+    assert version is not None and version.snapshot == policy_snapshot()
 
     policy_update(actor=world.admin, min_runtime_s=900)
     tenant_policy_update(actor=world.admin, tenant=world.beta, weight=5, guarantees={"H100": 2})

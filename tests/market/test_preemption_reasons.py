@@ -55,7 +55,7 @@ def _next_round(after: Round, *, stop_after: str | None = None) -> Round:
     slot = rounds.slot_of(after.slot + timedelta(seconds=after.period_s), after.period_s)
     rnd = Round.objects.create(slot=slot, period_s=after.period_s)
     if stop_after is not None:
-        assert rounds.round_advance(round_id=rnd.pk, stop_after=stop_after).state == stop_after
+        assert rounds.round_advance(round_id=rnd.pk, stop_after=RoundState(stop_after)).state == stop_after
     done = rounds.round_advance(round_id=rnd.pk)
     assert done.state == RoundState.DISPATCHED, done.error
     return done
@@ -109,7 +109,8 @@ def test_fair_reclaim_records_fair_share(market: World) -> None:
 def _detail(w: World, user: Any, job: Job) -> dict[str, Any]:
     resp = w.client(user, tenant=job.tenant).get(f"/api/v1/tenants/{job.tenant.slug}/jobs/{job.pk}")
     assert resp.status_code == 200, resp.content
-    return resp.json()  # type: ignore[no-any-return]  # the test client's json() is untyped
+    body: dict[str, Any] = resp.json()
+    return body
 
 
 def test_api_shows_the_rule_within_the_tenant_wall(market: World) -> None:
@@ -196,6 +197,7 @@ def test_a_claimant_of_the_same_tenant_is_named_to_its_members(market: World) ->
 def test_portal_sentence_once_stopped(market: World) -> None:
     w = market
     r2, victim, _ = _guarantee_reclaim(w)
+    assert victim.stop_requested_at is not None
     lease_stopped(lease_id=victim.pk, now=victim.stop_requested_at + timedelta(seconds=20))
     job = job_detail(tenant=w.beta, job_id=victim.job_id)
     assert job is not None

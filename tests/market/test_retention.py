@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from market.models import BidOutcome, Command, CommandState, Lease, Round, RoundPrice
+from market.models import BidOutcome, Command, CommandState, Lease, Round, RoundPrice, RoundState
 from market.selectors.policy import market_policy
 from market.services.retention import retention_prune
 from market.services.rounds import round_advance, slot_of
@@ -44,7 +44,7 @@ def test_old_books_outcomes_and_commands_go_summaries_stay(world: World) -> None
 
     assert (stats.books, stats.outcomes, stats.commands) == (2, 2, 1)
     assert Round.objects.filter(book__isnull=True).count() == 2
-    assert bytes(Round.objects.get(pk=recent.pk).book)
+    assert Round.objects.get(pk=recent.pk).book
     # The loser keeps its newest outcome (the recent round's), the winner its only one (it won the first).
     assert list(BidOutcome.objects.filter(job=loser).values_list("round_id", flat=True)) == [recent.pk]
     assert BidOutcome.objects.filter(job=winner, round=old1).exists()
@@ -59,7 +59,7 @@ def test_a_round_in_progress_keeps_its_book(world: World) -> None:
     world.nodes(world.h100, 1, size=2)
     make_job(world.alpha, world.alice, gpus=1, limits={world.h100: 3})
     rnd = Round.objects.create(slot=slot_of(timezone.now() - timedelta(days=60), 300), period_s=300)
-    round_advance(round_id=rnd.pk, stop_after="frozen")
+    round_advance(round_id=rnd.pk, stop_after=RoundState.FROZEN)
     assert retention_prune().books == 0
     assert Round.objects.get(pk=rnd.pk).book is not None
 

@@ -54,7 +54,8 @@ def test_one_round_three_tenants(market):
     c = make_job(w.gamma, w.carl, gpus=2, limits={w.h100: 3})
     low = make_job(w.gamma, w.cara, gpus=1, limits={w.h100: 1})  # below the 2-credit reserve
     rnd = rounds.round_tick()
-    assert rnd is not None and rnd.state == RoundState.DISPATCHED, rnd.error
+    assert rnd is not None
+    assert rnd.state == RoundState.DISPATCHED, rnd.error
     assert len(rnd.digest) == 64 and rnd.bids == 4 and rnd.winners == 3
     for job in (a, b, c):
         job.refresh_from_db()
@@ -81,9 +82,11 @@ def test_repeated_tick_does_nothing(market):
     w = market
     make_job(w.alpha, w.alice, gpus=2, limits={w.h100: 5})
     first = rounds.round_tick()
+    assert first is not None
     make_job(w.alpha, w.alice, gpus=2, limits={w.h100: 5})
     again = rounds.round_tick()
-    assert again is not None and again.pk == first.pk
+    assert again is not None
+    assert again.pk == first.pk
     assert Round.objects.count() == 1 and Lease.objects.count() == 1
 
 
@@ -91,8 +94,10 @@ def test_next_period_runs_next_round(market):
     w = market
     make_job(w.alpha, w.alice, gpus=2, limits={w.h100: 5})
     first = rounds.round_tick()
+    assert first is not None
     make_job(w.beta, w.bob, gpus=2, limits={w.h100: 5})
     second = rounds.round_tick(now=timezone.now() + timedelta(seconds=first.period_s))
+    assert second is not None
     assert second.pk != first.pk and second.winners == 1
     assert Lease.objects.count() == 2
 
@@ -116,7 +121,7 @@ def test_interrupted_round_completes_with_same_hash(market, stop_after):
     from allocator import clear
     from market.selectors.book import Snapshot
 
-    assert clear(Snapshot.load(bytes(done.book)).book).digest == done.digest
+    assert clear(Snapshot.load(done.book).book).digest == done.digest
     ledger_ok()
 
 
@@ -169,12 +174,14 @@ def test_reclaim_preempts_and_settles(market, settings):
     # beta borrows the whole cluster while alpha is idle.
     spot = [make_job(w.beta, w.bob, gpus=8, limits={w.h100: 6}, name=f"b{i}") for i in range(2)]
     r1 = rounds.round_tick()
+    assert r1 is not None
     assert r1.winners == 2
     for job in spot:
         lease_running(lease_id=job.leases.get().pk)
     # alpha returns and reclaims its guarantee.
     mine = make_job(w.alpha, w.alice, gpus=8, limits={w.h100: 3})
     r2 = rounds.round_tick(now=timezone.now() + timedelta(seconds=r1.period_s))
+    assert r2 is not None
     assert r2.preemptions == 1 and r2.winners == 1, (r2.error, r2.counters)
     victim = Lease.objects.get(state=LeaseState.STOPPING)
     assert victim.end_reason == "preempted"
@@ -198,6 +205,7 @@ def test_expired_lease_is_released(market):
     w = market
     job = make_job(w.alpha, w.alice, gpus=1, limits={w.h100: 5}, hours=0.5)
     r1 = rounds.round_tick()
+    assert r1 is not None
     lease = job.leases.get()
     later = timezone.now() + timedelta(hours=1)
     rounds.round_tick(now=later)

@@ -46,7 +46,8 @@ def _waited(job: Job) -> int:
 
 def _listed(job: Job) -> int:
     """The count as the job list annotates it (API and portal lists)."""
-    return next(j.rounds_waited for j in job_list(tenant=job.tenant) if j.pk == job.pk)
+    # The annotation itself (rounds_waited(j) would count afresh were it missing).
+    return next(int(j.__dict__["rounds_waited"]) for j in job_list(tenant=job.tenant) if j.pk == job.pk)
 
 
 def test_losers_count_each_round_and_winners_start_again(market):
@@ -62,7 +63,7 @@ def test_losers_count_each_round_and_winners_start_again(market):
     assert _waited(loser) == 3 == _listed(loser)
     # The book the next round clears carries the same count for the allocator's starvation guard.
     snapshot = book_snapshot(
-        round_id=Round.objects.order_by("-pk").first().pk + 1, now=timezone.now(), policy=market_policy()
+        round_id=Round.objects.latest("pk").pk + 1, now=timezone.now(), policy=market_policy()
     )
     assert snapshot.book.bids.job.tolist() == [loser.pk]
     assert snapshot.book.bids.waited.tolist() == [3]
@@ -138,7 +139,7 @@ def test_preempted_job_back_in_queue_starts_from_zero(market):
     _round()
     assert (_waited(job), _waited(other)) == (0, 2)
     lease = Lease.objects.get(job=job)
-    fence = Round.objects.order_by("-pk").first().pk
+    fence = Round.objects.latest("pk").pk
     lease_request_stop(lease_id=lease.pk, kind=CommandKind.PREEMPT, reason=EndReason.PREEMPTED, fence=fence)
     lease_stopped(lease_id=lease.pk)
     assert Job.objects.get(pk=job.pk).state == JobState.PENDING

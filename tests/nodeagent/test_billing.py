@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -17,7 +18,7 @@ from tests.nodeagent.agents import counters, leased, register
 pytestmark = pytest.mark.django_db
 
 
-def _final(lease, gpu_seconds: float, **extra) -> dict:
+def _final(lease, gpu_seconds: float, **extra) -> dict[str, Any]:
     body = counters(lease, gpu_seconds, **extra)
     body.pop("lease"), body.pop("_gpus")
     return body

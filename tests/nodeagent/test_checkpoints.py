@@ -102,8 +102,9 @@ def test_a_node_cannot_set_the_checkpoint_of_another_nodes_lease(running):
     hostile["leases"].append(forged)
     assert agent.post("usage", hostile).status_code == 200
     assert _checkpoint(theirs) is None
-    body = {"exit_code": 0, "usage": {**counters(lease, 10.0), "checkpoint_at": at.isoformat()}}
-    body["usage"].pop("lease"), body["usage"].pop("_gpus")
+    usage = {**counters(lease, 10.0), "checkpoint_at": at.isoformat()}
+    usage.pop("lease"), usage.pop("_gpus")
+    body = {"exit_code": 0, "usage": usage}
     agent.post(f"leases/{theirs.pk}/exited", body)
     theirs.refresh_from_db()
     assert theirs.last_checkpoint_at is None and theirs.ended_at is None

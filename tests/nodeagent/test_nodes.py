@@ -202,7 +202,7 @@ def test_a_node_that_registers_while_the_book_is_read_joins_the_next_round(world
     w.nodes(w.h100, 1, size=8)
     joined: list[str] = []
 
-    def register_after_the_node_read(execute, sql, params, many, context):  # type: ignore[no-untyped-def]  # Django's execute-wrapper signature, untyped
+    def register_after_the_node_read(execute, sql, params, many, context):
         result = execute(sql, params, many, context)
         if not joined and 'FROM "nodeagent_node"' in sql and "ORDER BY" in sql:
             joined.append("late")

@@ -143,7 +143,7 @@ def test_reports_are_counted_by_outcome_in_the_metrics(running):
     from config.metrics import USAGE_REPORTS
 
     def counted(outcome: str) -> float:
-        return USAGE_REPORTS.labels(outcome)._value.get()
+        return float(USAGE_REPORTS.labels(outcome)._value.get())
 
     before = {o: counted(o) for o in ("ingested", "duplicate", "refused")}
     _, agent, _, lease = running
@@ -161,7 +161,7 @@ def test_the_lag_from_sent_to_stored_is_observed_once_per_new_report(running):
     from config.metrics import USAGE_LAG
 
     def observed() -> tuple[float, float]:
-        values = {s.name.rsplit("_", 1)[1]: s.value for s in USAGE_LAG.collect()[0].samples}
+        values = {s.name.rsplit("_", 1)[1]: s.value for s in list(USAGE_LAG.collect())[0].samples}
         return values["count"], values["sum"]
 
     count, total = observed()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -14,7 +15,7 @@ from ops.services import heartbeat_record
 pytestmark = pytest.mark.django_db
 
 
-def readyz() -> tuple[int, dict]:
+def readyz() -> tuple[int, dict[str, Any]]:
     response = Client().get("/readyz")
     return response.status_code, response.json()
 

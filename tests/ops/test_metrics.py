@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import TypedDict, Unpack
 
 import pytest
 from django.test import Client
@@ -17,14 +18,18 @@ pytestmark = pytest.mark.django_db
 
 
 def samples(body: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
     for family in text_string_to_metric_families(body):
         for s in family.samples:
             out[s.name, tuple(sorted(s.labels.items()))] = s.value
     return out
 
 
-def scrape(client: Client | None = None, **headers: str) -> str:
+class Headers(TypedDict, total=False):
+    HTTP_AUTHORIZATION: str
+
+
+def scrape(client: Client | None = None, **headers: Unpack[Headers]) -> str:
     response = (client or Client()).get("/metrics", **headers)
     assert response.status_code == 200, response.content
     return response.content.decode()
@@ -76,10 +81,9 @@ def test_market_series_after_a_round(world: World, settings) -> None:
     assert s["gpumarket_price_reserve_credits_per_gpu_hour", (("gpu_type", "H100"),)] == 2
     assert s["gpumarket_ledger_balance_credits", (("kind", "available"),)] > 0
     assert s["gpumarket_ledger_balance_credits", (("kind", "held"),)] > 0
-    assert (
-        s["gpumarket_round_last_committed_timestamp_seconds", ()]
-        == Round.objects.get().dispatched_at.timestamp()
-    )
+    dispatched = Round.objects.get().dispatched_at
+    assert dispatched is not None
+    assert s["gpumarket_round_last_committed_timestamp_seconds", ()] == dispatched.timestamp()
 
 
 def test_requests_counted_by_route_name_never_by_path(world: World, settings) -> None:

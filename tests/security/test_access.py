@@ -24,7 +24,7 @@ def test_the_rate_limit_lets_exactly_its_rate_through_under_concurrent_clients(
 
     settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"user": "40/min"}}
     api_settings.reload()
-    SimpleRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
+    SimpleRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]  # the stubs type the rates as numbers; DRF's are texts such as "40/min"
     try:
         from accounts.tokens import token_create
 
@@ -60,7 +60,7 @@ def test_the_rate_limit_lets_exactly_its_rate_through_under_concurrent_clients(
     finally:
         settings.REST_FRAMEWORK = {**settings.REST_FRAMEWORK}
         api_settings.reload()
-        SimpleRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES
+        SimpleRateThrottle.THROTTLE_RATES = api_settings.DEFAULT_THROTTLE_RATES  # type: ignore[assignment]  # the stubs type the rates as numbers; DRF's are texts such as "40/min"
 
 
 @pytest.mark.parametrize("path", ["/login/", "/admin/login/"])

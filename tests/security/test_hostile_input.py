@@ -125,7 +125,7 @@ BODIES: dict[str, tuple[bytes, str]] = {
 
 def _counts() -> dict[str, int]:
     return {
-        model._meta.label: model.objects.count()
+        model._meta.label: model._default_manager.count()
         for app in ("accounts", "inventory", "market", "nodeagent")
         for model in apps.get_app_config(app).get_models()
     }

@@ -44,12 +44,14 @@ def alpha_objects(world: World) -> dict[str, Any]:
     LeaseUsage.objects.create(
         lease=lease, node=lease.node, gpu_seconds=7200, energy_j=2e6, samples=3600, log_tail=ALPHA_LOG
     )
+    entry = JournalEntry.objects.filter(tenant=world.alpha).first()
+    assert entry is not None
     return {
         "job": job.pk,
         "pending": pending.pk,
         "token": token_create(user=world.amy, tenant=world.alpha, name="amy").token.pk,
         "hold": Hold.objects.get(key=lease.hold_key).key,
-        "entry": JournalEntry.objects.filter(tenant=world.alpha).first().pk,
+        "entry": entry.pk,
         "alert": spend_alert_create(
             actor=world.alice, tenant=world.alpha, kind="spend_day", threshold=1, action="pause"
         ).rule.pk,

@@ -13,7 +13,7 @@ from allocator.sim.cli import main
 from allocator.sim.engine import simulate
 from allocator.sim.errors import InputError
 from allocator.sim.jobs import read_jobs
-from allocator.sim.metrics import summarize
+from allocator.sim.metrics import Summary, summarize
 from allocator.sim.policies import POLICIES
 from allocator.sim.policies.market import Market
 from allocator.sim.scenario import read_scenario
@@ -81,7 +81,7 @@ def test_the_restart_redoes_the_lost_progress(write: Write) -> None:
     assert state.finish[0] == 3000 + 60 + 36000 - 20 * 60
 
 
-def _reclaim(write: Write, checkpoint_min: int) -> tuple[SimState, dict[str, object]]:
+def _reclaim(write: Write, checkpoint_min: int) -> tuple[SimState, Summary]:
     """tests/simulator/test_market.py's reclaim: a's 8 long jobs take the node; b's 4 reclaim half of it."""
     rows = [f"a{i},0,a,1,20000" for i in range(8)] + [f"b{i},1000,b,1,1000" for i in range(4)]
     extra = f"checkpoint_min = {checkpoint_min}" if checkpoint_min else ""

@@ -46,6 +46,7 @@ def test_a_whatif_replays_both_policies_and_keeps_the_plots(
     # A higher H100 reserve prices beta's 8-GPU job (2.5 credits) out: it fits no A100 node.
     run = _ask(history, django_capture_on_commit_callbacks, proposal(types__H100__reserve=3_000_000))
     assert run.state == WhatIfState.DONE and run.progress == 1.0, run.message
+    assert run.result is not None
     today, new = run.result["summaries"]["today"], run.result["summaries"]["proposal"]
     assert (today["completed"], today["rejected"]) == (3, 1)  # the pending job bids under the reserve
     assert (new["completed"], new["rejected"]) == (2, 2)
@@ -216,11 +217,13 @@ def test_a_run_claimed_by_a_live_worker_is_left_alone_and_a_dead_ones_is_taken_o
 
     run = _queued(history)
     WhatIfRun.objects.filter(pk=run.pk).update(state=WhatIfState.RUNNING, started_at=timezone.now())
-    assert whatif_execute(run_id=run.pk).state == WhatIfState.RUNNING  # another worker is on it
+    ran = whatif_execute(run_id=run.pk)
+    assert ran is not None and ran.state == WhatIfState.RUNNING  # another worker is on it
     assert not WhatIfPlot.objects.exists()
     long_ago = timezone.now() - timedelta(seconds=task_limit_s() + 1)
     WhatIfRun.objects.filter(pk=run.pk).update(started_at=long_ago)  # that worker died mid-replay
-    assert whatif_execute(run_id=run.pk).state == WhatIfState.DONE
+    ran = whatif_execute(run_id=run.pk)
+    assert ran is not None and ran.state == WhatIfState.DONE
 
 
 def test_a_replay_out_of_time_says_so(history: History, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -279,7 +282,7 @@ def test_the_half_life_and_checkpoints_reach_the_replay(
     today = proposal()
     assert (today["fair_share_half_life_s"], today["checkpoint_min"]) == (86_400, 0)
     seen: list[Any] = []
-    real = services.replay
+    from whatif.replay import replay as real  # what services calls, patched there below
 
     def spy(today_side: Any, proposal_side: Any, *args: Any, **kwargs: Any) -> Any:
         seen.extend([today_side, proposal_side])
@@ -304,6 +307,7 @@ def test_the_half_life_and_checkpoints_reach_the_replay(
 
     with tempfile.TemporaryDirectory() as tmp:
         assert read_scenario(write_trace(new.trace, Path(tmp) / "s.toml")).checkpoint_min == 30
+    assert run.result is not None
     summaries = run.result["summaries"]
     for figure in (
         "fair_share_compliance_24h",
