@@ -106,7 +106,7 @@ def test_a_drafts_page_and_the_list_show_its_trials(world: World) -> None:
     client = login(Client(), world.admin)
     page = client.get(f"/console/versions/{draft.number}/").content.decode()
     assert "Run in shadow" in page and f"/console/shadow/{draft.number}/start/" in page
-    assert f"/console/canaries/new/?version={draft.number}" in page and "Start canary" in page
+    assert f"/console/canaries/new/?version={draft.number}" in page and "Start a canary of version" in page
 
     r = client.post(f"/console/shadow/{draft.number}/start/")
     assert r.status_code == 302 and r["Location"] == f"/console/shadow/{draft.number}/"
