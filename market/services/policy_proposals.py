@@ -131,14 +131,18 @@ def snapshot_check(snapshot: Any) -> None:
 KEY_MAX = 100
 
 
-def _replayed(key: str | None) -> PolicyVersion | None:
+def _replayed(key: str | None, detail: Mapping[str, Any]) -> PolicyVersion | None:
     """The draft a first send of the same form made (called under the policy lock, so two sends of one
-    form serialise and the second finds the first's)."""
+    form serialise and the second finds the first's). A key reused for a draft from elsewhere (another
+    what-if run) is refused rather than answered with a draft the caller did not ask for."""
     if key is None:
         return None
     if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX:
         raise PolicyError("key", f"must be text of 1 to {KEY_MAX} characters")
-    return PolicyVersion.objects.filter(kind=VersionKind.PROPOSED, detail__key=key).first()
+    first = PolicyVersion.objects.filter(kind=VersionKind.PROPOSED, detail__key=key).first()
+    if first is not None and any(first.detail.get(k) != v for k, v in detail.items()):
+        raise PolicyError("key", "was used for another proposal")
+    return first
 
 
 @transaction.atomic
@@ -160,7 +164,7 @@ def policy_version_propose(
         raise PermissionDenied("Only platform admins may propose policy.")
     reason = check_reason(reason)
     base = ensure_current()
-    if (first := _replayed(key)) is not None:
+    if (first := _replayed(key, detail or {})) is not None:
         return first
     proposal = snapshot_merge(base.snapshot, snapshot)
     snapshot_check(proposal)
