@@ -37,3 +37,15 @@ def test_a_key_reused_for_another_source_or_malformed_is_refused(world: World) -
         policy_version_propose(actor=world.admin, snapshot={}, key="x" * 101)
     assert exc.value.field == "key"
     assert PolicyVersion.objects.filter(kind="proposed").count() == 1
+
+
+def test_the_api_takes_an_idempotency_key(world: World) -> None:
+    api = world.client(world.admin, tenant=world.alpha)
+    body = {"snapshot": {"tenants": {"beta": {"weight": 9}}}, "reason": "more for beta"}
+    first = api.post("/api/v1/policy/versions", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    again = api.post("/api/v1/policy/versions", body, format="json", HTTP_IDEMPOTENCY_KEY="k-1")
+    assert first.status_code == again.status_code == 201
+    assert first.json()["number"] == again.json()["number"]
+    bad = api.post("/api/v1/policy/versions", body, format="json", HTTP_IDEMPOTENCY_KEY="x" * 101)
+    assert bad.status_code == 400 and "Idempotency-Key" in bad.json()["fields"]
+    assert PolicyVersion.objects.filter(kind="proposed").count() == 1
