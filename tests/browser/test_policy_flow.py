@@ -26,8 +26,21 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def _finished_run(world: World) -> WhatIfRun:
     """A what-if as the replay task leaves it: alpha's weight 1 -> 10 (the figures are the page's to show,
     not this test's to check; tests/browser/test_whatif.py runs a real replay)."""
-    figures = {"completed": 30, "rejected": 2, "avg_queue_s": 900.0, "preemptions": 1, "per_tenant": {}}
-    better = {**figures, "completed": 31, "avg_queue_s": 600.0}
+
+    def tenants(alpha_queue_s: float) -> dict[str, dict[str, float]]:
+        return {
+            "alpha": {"completed": 14, "avg_queue_s": alpha_queue_s},
+            "beta": {"completed": 16, "avg_queue_s": 300.0},
+        }
+
+    figures = {
+        "completed": 30,
+        "rejected": 2,
+        "avg_queue_s": 900.0,
+        "preemptions": 1,
+        "per_tenant": tenants(1500.0),
+    }
+    better = {**figures, "completed": 31, "avg_queue_s": 600.0, "per_tenant": tenants(900.0)}
     now = timezone.now()
     return WhatIfRun.objects.create(
         created_by=world.admin,
