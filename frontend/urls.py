@@ -7,6 +7,7 @@ from frontend.views import (
     console_audit,
     console_market,
     console_nodes,
+    console_propose,
     console_shadow,
     console_tenants,
     console_versions,
@@ -64,6 +65,7 @@ urlpatterns = [
     path("console/rounds/", console_market.rounds, name="console_rounds"),
     path("console/rounds/<int:round_id>/", console_market.round_detail, name="console_round"),
     path("console/versions/", console_versions.version_list, name="console_versions"),
+    path("console/versions/new/", console_propose.version_new, name="console_version_new"),
     path("console/versions/<int:number>/", console_versions.version_detail, name="console_version"),
     path(
         "console/versions/<int:number>/revert/",
@@ -85,6 +87,11 @@ urlpatterns = [
     path("console/whatif/", console_whatif.whatif, name="console_whatif"),
     path("console/whatif/<int:run_id>/", console_whatif.whatif_run, name="console_whatif_run"),
     path("console/whatif/<int:run_id>/status", console_whatif.whatif_status, name="console_whatif_status"),
+    path(
+        "console/whatif/<int:run_id>/propose/",
+        console_whatif.whatif_propose_view,
+        name="console_whatif_propose",
+    ),
     path("console/whatif/<int:run_id>/apply/", console_whatif.whatif_apply_view, name="console_whatif_apply"),
     path(
         "console/whatif/<int:run_id>/<slug:name>.png", console_whatif.whatif_plot, name="console_whatif_plot"

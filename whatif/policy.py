@@ -33,6 +33,8 @@ FIXED_KNOBS = ("starve_rounds", "max_reservations", "max_reserved_pct", "fair_sh
 # cost: every job checkpoints every this many minutes, and a preempted job redoes the work since its last
 # (allocator/sim/scenario.py; 0 = a preempted job loses nothing). Today's side assumes none; never applied.
 CHECKPOINT_LIMITS = (0, 7 * 24 * 60)
+# The key in a proposed version's `detail` that names the what-if run it was saved from.
+RUN_KEY = "whatif_run"
 
 
 def today_policy() -> Policy:
@@ -131,3 +133,32 @@ def trace_under(trace: Trace, policy: Policy) -> Trace:
     return replace(
         trace, tenants=tuple(tenants), reserve_micro=reserve, checkpoint_min=policy.get("checkpoint_min", 0)
     )
+
+
+def proposal_snapshot(proposal: Policy) -> dict[str, Any]:
+    """The proposal as a partial policy snapshot (market.selectors.policy_snapshot's shape), what
+    market.services.policy_proposals.policy_version_propose lays over the policy in force.
+
+    Only what a what-if proposes is named: its knobs, each type's price bounds and each tenant's weight and
+    guarantees; the rest (round period, guardrails, allowances, ...) stays as in force when it is proposed.
+    `checkpoint_min` is an assumption about the workload, not policy, so it is left out. A tenant's
+    guarantees name every type of the proposal, 0 where it proposes none, because the snapshot merges
+    guarantees by type: without the 0 a guarantee the proposal dropped would survive the merge."""
+    types = proposal["types"]
+    market: dict[str, int] = {k: proposal[k] for k in KNOBS if k in proposal}
+    market["fair_reclaim"] = int(proposal["fair_reclaim"])  # the policy stores the switch as 0 or 1
+    return {
+        "market": market,
+        "gpu_types": {
+            name: {"reserve_price": p["reserve"], "max_price": p["max"]} for name, p in sorted(types.items())
+        },
+        "tenants": {
+            slug: {
+                "weight": t["weight"],
+                "guarantees": {
+                    name: t["guarantees"].get(name, 0) for name in sorted(set(types) | set(t["guarantees"]))
+                },
+            }
+            for slug, t in sorted(proposal["tenants"].items())
+        },
+    }

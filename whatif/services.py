@@ -22,16 +22,20 @@ from accounts.audit import audit
 from accounts.models import Tenant, User
 from config.errors import PolicyError
 from inventory.models import GpuType
+from market.models import PolicyVersion
 from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import policy_update, tenant_policy_update
+from market.services.policy_proposals import policy_version_propose
 from market.services.policy_versions import policy_versioned
 from whatif.history import HistoryError, Window, actual_figures, history_trace, jobs_in_window
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
 from whatif.policy import (
     KNOBS,
+    RUN_KEY,
     Policy,
     market_options,
     policy_check,
+    proposal_snapshot,
     today_policy,
     trace_under,
 )
@@ -255,3 +259,27 @@ def whatif_apply(*, actor: User | None, run_id: int, reason: str = "") -> None:
     run.applied_at, run.applied_by = timezone.now(), admin
     run.save(update_fields=["applied_at", "applied_by"])
     audit(actor=admin, tenant=None, action="whatif.apply", detail={"run": run.pk})
+
+
+# ---- a proposal as a proposed policy version ------------------------------------------------------------
+
+
+def whatif_propose(*, actor: User | None, run_id: int, reason: str, key: str | None = None) -> PolicyVersion:
+    """Record the run's proposal as a proposed policy version (docs/policy.md §Versions), the step after the
+    replay: it can then run in shadow and as a canary. The proposal is laid over the policy in force and
+    checked whole by policy_version_propose, so a tenant or GPU type gone since the run is refused there,
+    naming it. Unlike an apply, a policy changed since the run is no reason to refuse: nothing takes effect.
+    `key` (the console form's nonce): a resent form makes one version."""
+    admin = _admin(actor)
+    run = WhatIfRun.objects.filter(pk=run_id).first()
+    if run is None:
+        raise WhatIfError("no such what-if run")
+    if run.state != WhatIfState.DONE:
+        raise WhatIfError("only a finished what-if can be saved as a proposed version")
+    return policy_version_propose(
+        actor=admin,
+        snapshot=proposal_snapshot(run.proposal),
+        reason=reason,
+        detail={RUN_KEY: run.pk},
+        key=key,
+    )

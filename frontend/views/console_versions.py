@@ -17,12 +17,14 @@ from accounts.models import Tenant, User
 from config.errors import PolicyError
 from frontend.access import admin_only, page
 from market.api.errors import form_errors
-from market.models import OnExpiry, PolicyCanary, PolicyVersion
+from market.models import OnExpiry, PolicyCanary, PolicyVersion, VersionStatus
 from market.selectors.canary import canary_running
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import current_version, snapshot_diff, version_by_number, versions
+from market.selectors.shadow import shadow_run_open, shadow_versions
 from market.services import canary as canaries
 from market.services.policy_apply import policy_revert
+from market.services.shadow import SHADOW_MAX
 
 PER_PAGE = 25
 
@@ -46,7 +48,12 @@ def version_list(request: HttpRequest) -> HttpResponse:
     return page(
         request,
         "frontend/console/versions.html",
-        {"page": listed, "current": current, "canary": canary_running()},
+        {
+            "page": listed,
+            "current": current,
+            "canary": canary_running(),
+            "in_shadow": {v.pk for v in shadow_versions(limit=SHADOW_MAX)},
+        },
     )
 
 
@@ -71,6 +78,9 @@ def version_detail(request: HttpRequest, number: int) -> HttpResponse:
             "nonce": uuid.uuid4().hex,
             "errors": {},
             "canaries": version.canaries.order_by("-started_at")[:10],
+            "proposed": version.status == VersionStatus.PROPOSED,
+            "shadow_open": shadow_run_open(version=version),
+            "running": canary_running(),
         },
     )
 

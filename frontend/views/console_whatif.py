@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from django.contrib import messages
@@ -19,7 +20,8 @@ from market.api.errors import form_errors
 from whatif import tasks as whatif_tasks
 from whatif.models import WhatIfPlot, WhatIfRun, WhatIfState
 from whatif.policy import today_policy
-from whatif.services import WhatIfError, whatif_apply, whatif_request
+from whatif.selectors import versions_from_run
+from whatif.services import WhatIfError, whatif_apply, whatif_propose, whatif_request
 
 PLOT_CAPTIONS = {
     "utilization": "Utilisation and waiting demand",
@@ -199,11 +201,22 @@ def whatif(request: HttpRequest) -> HttpResponse:
 
 @admin_only
 def whatif_run(request: HttpRequest, run_id: int) -> HttpResponse:
-    run = _run(run_id)
+    return _run_page(request, _run(run_id))
+
+
+def _run_page(
+    request: HttpRequest, run: WhatIfRun, errors: dict[str, str] | None = None, reason: str | None = None
+) -> HttpResponse:
     context: dict[str, Any] = {
         "run": run,
         "changes": _changes(run),
         "finished": run.state == WhatIfState.DONE,
+        "versions": versions_from_run(run_id=run.pk),
+        "propose": {
+            "nonce": uuid.uuid4().hex,
+            "reason": f"what-if run {run.pk}" if reason is None else reason,
+            "errors": errors or {},
+        },
     }
     if run.state == WhatIfState.DONE and run.result and "summaries" in run.result:
         context["comparison"] = _comparison(run.result)
@@ -222,7 +235,10 @@ def whatif_run(request: HttpRequest, run_id: int) -> HttpResponse:
             "Fair-share shortfall",
             "GPU-hours lost",
         ]
-    return page(request, "frontend/console/whatif_run.html", context)
+    response = page(request, "frontend/console/whatif_run.html", context)
+    if errors:
+        response.status_code = 400
+    return response
 
 
 @admin_only
@@ -253,3 +269,30 @@ def whatif_apply_view(request: HttpRequest, run_id: int) -> HttpResponse:
     else:
         messages.success(request, "Proposal applied: the next round uses it. The audit log has each change.")
     return redirect("frontend:console_whatif_run", run_id=run_id)
+
+
+@require_POST
+@admin_only
+def whatif_propose_view(request: HttpRequest, run_id: int) -> HttpResponse:
+    """The form's nonce is the idempotency key: a resent form saves one version."""
+    run = _run(run_id)
+    reason = request.POST.get("reason", "")
+    nonce = request.POST.get("nonce", "")[:64]
+    try:
+        version = whatif_propose(
+            actor=request.user,  # type: ignore[arg-type]  # request.user: User | AnonymousUser; admin_only leaves a staff User
+            run_id=run.pk,
+            reason=reason,
+            key=f"console-whatif:{nonce}" if nonce else None,
+        )
+    except WhatIfError as exc:
+        return _run_page(request, run, {"form": str(exc)}, reason)
+    except PolicyError as exc:
+        # The form has one field, the reason; the proposal's own refusals (a tenant gone since the run) are
+        # shown with the path they name.
+        shown = {"reason": exc.message} if exc.field == "reason" else {"form": f"{exc.field}: {exc.message}"}
+        return _run_page(request, run, shown, reason)
+    messages.success(
+        request, f"Saved as proposed version {version.number}: run it in shadow, then as a canary, from here."
+    )
+    return redirect("frontend:console_version", number=version.number)

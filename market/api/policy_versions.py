@@ -187,16 +187,26 @@ class VersionListView(APIView):
     @extend_schema(
         request=ProposeSerializer,
         responses={201: VersionDetailSerializer},
+        parameters=[
+            OpenApiParameter(
+                "Idempotency-Key",
+                str,
+                OpenApiParameter.HEADER,
+                description="Up to 100 characters; a retry with the same key returns the first draft.",
+            )
+        ],
         summary="Record a proposed version (a draft, not applied; platform admins)",
     )
     def post(self, request: Request) -> Response:
         admin = _admin(request)
         body = ProposeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        key = request.headers.get("Idempotency-Key")
         try:
-            version = policy_version_propose(actor=admin, **body.validated_data)
+            version = policy_version_propose(actor=admin, key=key, **body.validated_data)
         except PolicyError as exc:
-            raise api_exception(exc) from exc
+            field = "Idempotency-Key" if exc.field == "key" else exc.field
+            raise api_exception(PolicyError(field, exc.message)) from exc
         return Response(_detail(version), status=status.HTTP_201_CREATED)
 
 

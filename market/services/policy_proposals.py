@@ -128,14 +128,44 @@ def snapshot_check(snapshot: Any) -> None:
             )
 
 
+KEY_MAX = 100
+
+
+def _replayed(key: str | None, detail: Mapping[str, Any]) -> PolicyVersion | None:
+    """The draft a first send of the same form made (called under the policy lock, so two sends of one
+    form serialise and the second finds the first's). A key reused for a draft from elsewhere (another
+    what-if run) is refused rather than answered with a draft the caller did not ask for."""
+    if key is None:
+        return None
+    if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX:
+        raise PolicyError("key", f"must be text of 1 to {KEY_MAX} characters")
+    first = PolicyVersion.objects.filter(kind=VersionKind.PROPOSED, detail__key=key).first()
+    if first is not None and any(first.detail.get(k) != v for k, v in detail.items()):
+        raise PolicyError("key", "was used for another proposal")
+    return first
+
+
 @transaction.atomic
-def policy_version_propose(*, actor: User | None, snapshot: Any, reason: str = "") -> PolicyVersion:
+def policy_version_propose(
+    *,
+    actor: User | None,
+    snapshot: Any,
+    reason: str = "",
+    detail: Mapping[str, Any] | None = None,
+    key: str | None = None,
+) -> PolicyVersion:
     """Record a proposed version: `snapshot` (full or partial) over the policy in force, checked whole.
-    Nothing in force changes; the draft's parent is the version it was proposed against."""
+    Nothing in force changes; the draft's parent is the version it was proposed against.
+
+    `detail` is kept on the version (where the draft came from: a what-if run names itself there, since
+    market must not know whatif). With a `key` (a console form's nonce) a resent form returns the draft the
+    first send made instead of a second one."""
     if actor is None or not actor.is_staff:
         raise PermissionDenied("Only platform admins may propose policy.")
     reason = check_reason(reason)
     base = ensure_current()
+    if (first := _replayed(key, detail or {})) is not None:
+        return first
     proposal = snapshot_merge(base.snapshot, snapshot)
     snapshot_check(proposal)
     version = version_create(
@@ -145,6 +175,7 @@ def policy_version_propose(*, actor: User | None, snapshot: Any, reason: str = "
         kind=VersionKind.PROPOSED,
         status=VersionStatus.PROPOSED,
         parent=base,
+        detail={**(detail or {}), **({"key": key} if key else {})},
     )
     audit(
         actor=actor,

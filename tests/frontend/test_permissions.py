@@ -46,6 +46,7 @@ def _console_pages(m: Market) -> list[str]:
         "/console/audit/",
         "/console/audit.csv",
         "/console/versions/",
+        "/console/versions/new/",
         "/console/canaries/new/",
     ]
 
