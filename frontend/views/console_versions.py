@@ -20,7 +20,13 @@ from market.api.errors import form_errors
 from market.models import OnExpiry, PolicyCanary, PolicyVersion, VersionStatus
 from market.selectors.canary import canary_running
 from market.selectors.policy_snapshot import policy_snapshot
-from market.selectors.policy_versions import current_version, snapshot_diff, version_by_number, versions
+from market.selectors.policy_versions import (
+    current_version,
+    snapshot_diff,
+    version_by_number,
+    version_target,
+    versions,
+)
 from market.selectors.shadow import shadow_run_open, shadow_versions
 from market.services import canary as canaries
 from market.services.policy_apply import policy_revert
@@ -66,7 +72,8 @@ def version_detail(request: HttpRequest, number: int) -> HttpResponse:
     version = _version(number)
     current = current_version()
     changes = [
-        (c.path, _shown(c.old), _shown(c.new)) for c in snapshot_diff(policy_snapshot(), version.snapshot)
+        (c.path, _shown(c.old), _shown(c.new))
+        for c in snapshot_diff(policy_snapshot(), version_target(version))
     ]
     return page(
         request,

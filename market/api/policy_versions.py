@@ -23,7 +23,13 @@ from market.api.errors import api_exception
 from market.api.policy import _knob
 from market.models import AllowancePeriod, OnExpiry, PolicyCanary, PolicyVersion, VersionStatus
 from market.selectors.policy_snapshot import policy_snapshot
-from market.selectors.policy_versions import current_version, snapshot_diff, version_by_number, versions
+from market.selectors.policy_versions import (
+    current_version,
+    snapshot_diff,
+    version_by_number,
+    version_target,
+    versions,
+)
 from market.services import canary as canaries
 from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.services.policy_apply import KEY_MAX, policy_revert
@@ -81,7 +87,7 @@ class VersionDetailSerializer(VersionSerializer):
 def _detail(version: PolicyVersion) -> dict[str, Any]:
     current = current_version()
     data = dict(VersionSerializer(version).data)
-    changes = snapshot_diff(policy_snapshot(), version.snapshot)
+    changes = snapshot_diff(policy_snapshot(), version_target(version))
     return {
         **data,
         "snapshot": version.snapshot,

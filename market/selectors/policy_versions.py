@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -38,6 +39,64 @@ def snapshot_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[Change
         for path in sorted(a.keys() | b.keys())
         if a.get(path) != b.get(path)
     ]
+
+
+def _units(snapshot: Mapping[str, Any]) -> dict[tuple[str, ...], Any]:
+    """A snapshot as the units a proposal changes one by one: each market knob, each GPU type's price bounds,
+    and per tenant its weight, its guardrail, its allowance (whole) and each type's guarantee."""
+    out: dict[tuple[str, ...], Any] = {}
+    for knob, value in snapshot.get("market", {}).items():
+        out["market", knob] = value
+    for name, prices in snapshot.get("gpu_types", {}).items():
+        out["gpu_types", name] = prices
+    for slug, tenant in snapshot.get("tenants", {}).items():
+        for field in ("weight", "guardrail", "allowance"):
+            out["tenants", slug, field] = tenant.get(field)
+        for type_name, gpus in tenant.get("guarantees", {}).items():
+            out["tenants", slug, "guarantees", type_name] = gpus
+    return out
+
+
+def rebased(proposal: Mapping[str, Any], *, on: Mapping[str, Any], now: Mapping[str, Any]) -> dict[str, Any]:
+    """The policy `now` with what `proposal` changed against `on` (the policy it was proposed on) laid over it:
+    a change made since the proposal to something it did not touch stays. A tenant or GPU type the proposal
+    names that is gone now is kept in, for the apply to report as skipped."""
+    out: dict[str, Any] = copy.deepcopy(dict(now))
+    before, after = _units(on), _units(proposal)
+    for unit in sorted(before.keys() | after.keys()):
+        if before.get(unit) == after.get(unit):
+            continue
+        value = copy.deepcopy(after.get(unit))
+        if unit[0] == "market":
+            if value is not None:
+                out["market"][unit[1]] = value
+        elif unit[0] == "gpu_types":
+            if value is not None:
+                out["gpu_types"][unit[1]] = value
+        elif unit[1] in proposal.get("tenants", {}):  # a tenant the proposal left out is not its change
+            tenant = out["tenants"].setdefault(unit[1], copy.deepcopy(proposal["tenants"][unit[1]]))
+            if unit[2] == "guarantees":
+                if value is None:
+                    tenant["guarantees"].pop(unit[3], None)
+                else:
+                    tenant["guarantees"][unit[3]] = value
+            else:
+                tenant[unit[2]] = value
+    return out
+
+
+def version_target(version: PolicyVersion) -> dict[str, Any]:
+    """What applying `version` makes the policy now. An applied version is restored as it was (a revert means
+    exactly that version). A proposed one is a change, not a state: its own changes against the version it was
+    proposed on, laid over the policy in force, so applying a draft made last week does not undo what changed
+    since (docs/policy.md §Versions)."""
+    # Imported here: the snapshot reads the policy services' limits, and those services import this module
+    # (through policy_versions) to record versions.
+    from market.selectors.policy_snapshot import policy_snapshot
+
+    if version.status != VersionStatus.PROPOSED or version.parent is None:
+        return dict(version.snapshot)
+    return rebased(version.snapshot, on=version.parent.snapshot, now=policy_snapshot())
 
 
 def current_version() -> PolicyVersion | None:

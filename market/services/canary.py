@@ -18,6 +18,7 @@ from accounts.models import User
 from config.errors import PolicyError
 from market.models import CanaryState, OnExpiry, PolicyCanary, PolicyVersion, VersionKind
 from market.selectors.canary import canary_figures, tripped
+from market.selectors.policy_versions import version_target
 from market.services.policy import check_int
 from market.services.policy_apply import snapshot_apply
 from market.services.policy_versions import check_reason, lock_policy, policy_versioned
@@ -106,7 +107,7 @@ def canary_start(
     if PolicyCanary.objects.filter(state=CanaryState.RUNNING).exists():
         raise CanaryConflict("another canary is running; promote or end it first")
     with policy_versioned(actor=admin, reason=reason, kind=VersionKind.CANARY_START, always=True) as frame:
-        applied = snapshot_apply(admin=admin, target=version.snapshot, tenants=chosen, market=market)
+        applied = snapshot_apply(admin=admin, target=version_target(version), tenants=chosen, market=market)
         frame.detail.update(applied.as_detail(), canary_of=version.number, tenants=chosen, market=market)
     assert frame.version is not None and frame.parent is not None  # always=True records one
     canary = PolicyCanary.objects.create(
@@ -175,7 +176,7 @@ def _end(
     parent = canary.version if promote else canary.base
     with policy_versioned(actor=actor, reason=reason, kind=kind, parent=parent, always=True) as frame:
         if promote:
-            applied = snapshot_apply(admin=writer, target=canary.version.snapshot)
+            applied = snapshot_apply(admin=writer, target=version_target(canary.version))
         else:
             # Only what the canary changed goes back, so changes made to others meanwhile stay.
             applied = snapshot_apply(

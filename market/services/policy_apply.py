@@ -22,7 +22,7 @@ from config.errors import PolicyError
 from inventory.models import GpuType
 from inventory.services.gpu_types import gpu_type_save
 from market.models import Allowance, Guarantee, PolicyVersion, VersionKind
-from market.selectors.policy_versions import current_version
+from market.selectors.policy_versions import current_version, version_target
 from market.services.allowance import allowance_set
 from market.services.policy import policy_update, tenant_policy_update
 from market.services.policy_versions import check_reason, lock_policy, policy_versioned
@@ -168,7 +168,7 @@ def policy_revert(
     if key is not None and (replay := _replay(key, version)) is not None:
         return replay
     with policy_versioned(actor=actor, reason=reason, kind=VersionKind.REVERT, parent=version) as frame:
-        applied = snapshot_apply(admin=actor, target=version.snapshot)
+        applied = snapshot_apply(admin=actor, target=version_target(version))
         frame.detail.update(applied.as_detail(), **({"key": key} if key else {}))
     made = frame.version
     audit(
