@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from market.selectors.usage import UsageSummary
 from nodeagent.errors import NodeError
 
 LOG_TAIL_MAX = 64 * 1024
@@ -22,18 +23,11 @@ INT_MAX = 2**62
 
 
 @dataclass(frozen=True)
-class LeaseCounters:
-    """One lease's cumulative counters on one node, from the job's start."""
+class LeaseCounters(UsageSummary):
+    """One lease's cumulative counters on one node, from the job's start: the market's per-lease figures
+    (market.selectors.usage.UsageSummary, what settlement and the job page read once summed over nodes), plus
+    what only the agent reports."""
 
-    lease: int
-    gpu_seconds: float
-    energy_j: float
-    util_avg: float
-    util_max: float
-    mem_avg_mb: float
-    mem_max_mb: float
-    samples: int
-    log_tail: str
     # The job's newest checkpoint in this lease as its agent saw it (docs/agent.md §Checkpoints); None when
     # it made none yet, or from an agent that does not report them.
     checkpoint_at: datetime | None = None
