@@ -96,7 +96,12 @@ def test_redis_restarted_mid_round(
         wait_for(lambda: _finished(rnd.pk), 60, "the round to finish")
         with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
             round_tick.apply_async(queue=queue, connection=conn)  # type: ignore[call-arg]  # the next beat, after the restart; Celery passes connection on to send_task, celery-types leave it out
-        wait_for(lambda: worker.poll() is None and _queue_empty(port, queue), 60, "the next tick to run")
+        # 120 s: the worker reconnects with kombu's backoff, which grows with each failed try; on a loaded
+        # 2-core machine (a full parallel test run) 60 s was once not enough. The log says why if even this is.
+        try:
+            wait_for(lambda: worker.poll() is None and _queue_empty(port, queue), 120, "the next tick to run")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the worker's log ends:\n{log.read_text()[-4000:]}") from exc
     finally:
         stop_worker(worker)
     assert Round.objects.filter(state=RoundState.DISPATCHED).count() == 1
