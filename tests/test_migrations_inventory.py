@@ -12,19 +12,17 @@ usage, an admin log entry, permissions on the moved models), migrated forward, c
 # the pre-move ones too; _check_after_move imports the current models)
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
-from io import StringIO
 from typing import Any
 
 import pytest
 from django.apps.registry import Apps
 from django.contrib.contenttypes.models import ContentType
-from django.core.management import call_command
-from django.db import connection, connections
+from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
+
+from tests.migration_moves import all_rows, content_types, migrate_to, scratch_postgres, sql_statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,56 +53,6 @@ MOVED = {
     "gpu": ("nodeagent", "inventory"),
     "guarantee": ("accounts", "market"),
 }
-
-
-@contextmanager
-def scratch_postgres() -> Iterator[Any]:
-    """The block runs with the default connection on a new, empty PostgreSQL database, dropped afterwards."""
-    original = connections["default"]
-    name = f"{original.settings_dict['NAME']}_inventory_move"
-    with original._nodb_cursor() as cursor:
-        cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
-        cursor.execute(f'CREATE DATABASE "{name}"')
-    settings = {**original.settings_dict, "NAME": name, "CONN_MAX_AGE": 0}
-    # A pool would keep connections open and DROP DATABASE would refuse.
-    settings["OPTIONS"] = {k: v for k, v in settings.get("OPTIONS", {}).items() if k != "pool"}
-    scratch = original.__class__(settings, "default")
-    connections["default"] = scratch
-    ContentType.objects.clear_cache()
-    try:
-        yield scratch
-    finally:
-        connections["default"] = original
-        scratch.close()
-        ContentType.objects.clear_cache()
-        with original._nodb_cursor() as cursor:
-            cursor.execute(f'DROP DATABASE IF EXISTS "{name}"')
-
-
-def _migrate(db: Any, targets: list[tuple[str, str | None]]) -> Apps:
-    executor = MigrationExecutor(db)
-    executor.migrate(targets)
-    # (app, None) means "none of this app" to migrate(); project_state wants migrations only.
-    return MigrationExecutor(db).loader.project_state([(a, m) for a, m in targets if m is not None]).apps
-
-
-def _tables(db: Any) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table but the migration records and the content types (checked on their own)."""
-    with db.cursor() as cursor:
-        tables = sorted(
-            set(db.introspection.table_names(cursor)) - {"django_migrations", "django_content_type"}
-        )
-        rows = {}
-        for table in tables:
-            cursor.execute(f'SELECT * FROM "{table}" ORDER BY 1')
-            rows[table] = cursor.fetchall()
-    return rows
-
-
-def _content_types(db: Any) -> dict[int, tuple[str, str]]:
-    with db.cursor() as cursor:
-        cursor.execute("SELECT id, app_label, model FROM django_content_type")
-        return {pk: (app, model) for pk, app, model in cursor.fetchall()}
 
 
 def _fill(apps: Apps) -> dict[str, Any]:
@@ -301,42 +249,40 @@ def _check_after_move(ids: dict[str, Any]) -> None:
 
 def test_the_move_keeps_every_row_key_and_content_type_and_goes_back():
     with scratch_postgres() as db:
-        ids = _fill(_migrate(db, PRE_MOVE))
-        before, types_before = _tables(db), _content_types(db)
+        ids = _fill(migrate_to(db, PRE_MOVE))
+        before, types_before = all_rows(db), content_types(db)
 
-        _migrate(db, MigrationExecutor(db).loader.graph.leaf_nodes())
-        after = _tables(db)
+        migrate_to(db, MigrationExecutor(db).loader.graph.leaf_nodes())
+        after = all_rows(db)
         assert {t: after[t] for t in before} == before  # not one row of any table changed, added or lost
         assert not any(after[t] for t in set(after) - set(before))  # apps migrated along (ops, ...) are empty
         moved = {ids[m]: (app, m) for m, (_, app) in MOVED.items()}
-        assert _content_types(db) == {**types_before, **moved}  # same ids: permissions and log entries follow
+        assert content_types(db) == {**types_before, **moved}  # same ids: permissions and log entries follow
         _check_after_move(ids)
 
-        _migrate(db, PRE_MOVE)
-        after = _tables(db)
+        migrate_to(db, PRE_MOVE)
+        after = all_rows(db)
         assert {t: after[t] for t in before} == before
-        assert _content_types(db) == types_before
+        assert content_types(db) == types_before
 
 
 def test_a_content_type_made_under_inventory_before_the_rename_gives_way_to_the_moving_one():
     """post_migrate after a partial migrate (inventory 0001 applied, 0002 not) makes inventory's content types;
     the rename must not collide with them, and the old ones, holding the grants, win."""
     with scratch_postgres() as db:
-        ids = _fill(_migrate(db, PRE_MOVE))
-        apps = _migrate(db, [m for m in MOVE if m[1] not in RELABEL])
+        ids = _fill(migrate_to(db, PRE_MOVE))
+        apps = migrate_to(db, [m for m in MOVE if m[1] not in RELABEL])
         fresh = apps.get_model("contenttypes.ContentType").objects.create(app_label="inventory", model="node")
-        _migrate(db, MigrationExecutor(db).loader.graph.leaf_nodes())
-        types = _content_types(db)
+        migrate_to(db, MigrationExecutor(db).loader.graph.leaf_nodes())
+        types = content_types(db)
         assert fresh.pk not in types and types[ids["node"]] == ("inventory", "node")
         _check_after_move(ids)
 
 
 @pytest.mark.parametrize(("app", "name"), MOVE)
-def test_the_move_runs_no_sql_on_the_moved_tables(app, name):
+def test_the_move_runs_no_sql_on_the_movedall_rows(app, name):
     """State only: sqlmigrate shows nothing but the transaction (the content-type rename is Python)."""
     for backwards in (False, True):
-        out = StringIO()
-        call_command("sqlmigrate", app, name, backwards=backwards, stdout=out)
-        statements = [line for line in out.getvalue().splitlines() if line and not line.startswith("--")]
+        statements = sql_statements(app, name, backwards=backwards)
         assert statements in ([], ["BEGIN;", "COMMIT;"]), (app, name, backwards, statements)
     assert connection.vendor == "postgresql"

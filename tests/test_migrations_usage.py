@@ -5,7 +5,7 @@ nodeagent_leaseusage) stay where they were, and UsageMark stays nodeagent's. A s
 the last migrations before the move, filled through the historical models (a node with GPUs, a gang lease
 on two nodes with its GPUs, usage reports, marks and lease counters, permissions on the moved models granted
 to a user and a group, an admin log entry), migrated forward, checked, and migrated back. The scratch
-database and its helpers are the inventory move's (tests/test_migrations_inventory.py).
+database and its helpers are tests/migration_moves.py, shared with the inventory move's test.
 """
 
 # usage_rewrite: imports only (the historical models below are the pre-move ones: "nodeagent.LeaseUsage",
@@ -13,18 +13,16 @@ database and its helpers are the inventory move's (tests/test_migrations_invento
 from __future__ import annotations
 
 from datetime import timedelta
-from io import StringIO
 from typing import Any
 
 import pytest
 from django.apps.registry import Apps
 from django.contrib.contenttypes.models import ContentType
-from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
 
-from tests.test_migrations_inventory import _content_types, _migrate, _tables, scratch_postgres
+from tests.migration_moves import all_rows, content_types, migrate_to, scratch_postgres, sql_statements
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -198,23 +196,23 @@ def _check_after_move(ids: dict[str, Any]) -> None:
 
 def test_the_move_keeps_every_row_key_and_content_type_and_goes_back():
     with scratch_postgres() as db:
-        ids = _fill(_migrate(db, PRE_MOVE))
-        before, types_before, constraints_before = _tables(db), _content_types(db), _constraints(db)
+        ids = _fill(migrate_to(db, PRE_MOVE))
+        before, types_before, constraints_before = all_rows(db), content_types(db), _constraints(db)
         assert all(len(c) >= 3 for c in constraints_before.values())  # key, unique, foreign key(s) at least
 
-        _migrate(db, MigrationExecutor(db).loader.graph.leaf_nodes())
-        after = _tables(db)
+        migrate_to(db, MigrationExecutor(db).loader.graph.leaf_nodes())
+        after = all_rows(db)
         assert {t: after[t] for t in before} == before  # not one row of any table changed, added or lost
         assert not any(after[t] for t in set(after) - set(before))  # apps migrated along (ops, ...) are empty
         assert _constraints(db) == constraints_before  # same names, columns and keys: nothing was rebuilt
         moved = {ids[m]: (app, m) for m, (_, app) in MOVED.items()}
-        assert _content_types(db) == {**types_before, **moved}  # same ids: permissions and log entries follow
+        assert content_types(db) == {**types_before, **moved}  # same ids: permissions and log entries follow
         _check_after_move(ids)
 
-        _migrate(db, PRE_MOVE)
-        after = _tables(db)
+        migrate_to(db, PRE_MOVE)
+        after = all_rows(db)
         assert {t: after[t] for t in before} == before
-        assert _content_types(db) == types_before
+        assert content_types(db) == types_before
         assert _constraints(db) == constraints_before
 
 
@@ -222,23 +220,21 @@ def test_a_content_type_made_under_market_before_the_rename_gives_way_to_the_mov
     """post_migrate after a partial migrate (market 0022 and nodeagent 0004 applied, 0023 not) makes the
     market's content types; the rename must not collide with them, and the old ones, holding the grants, win."""
     with scratch_postgres() as db:
-        ids = _fill(_migrate(db, PRE_MOVE))
-        apps = _migrate(db, [m for m in MOVE if m[1] != RELABEL])
+        ids = _fill(migrate_to(db, PRE_MOVE))
+        apps = migrate_to(db, [m for m in MOVE if m[1] != RELABEL])
         fresh = apps.get_model("contenttypes.ContentType").objects.create(
             app_label="market", model="leaseusage"
         )
-        _migrate(db, MigrationExecutor(db).loader.graph.leaf_nodes())
-        types = _content_types(db)
+        migrate_to(db, MigrationExecutor(db).loader.graph.leaf_nodes())
+        types = content_types(db)
         assert fresh.pk not in types and types[ids["leaseusage"]] == ("market", "leaseusage")
         _check_after_move(ids)
 
 
 @pytest.mark.parametrize(("app", "name"), MOVE)
-def test_the_move_runs_no_sql_on_the_moved_tables(app, name):
+def test_the_move_runs_no_sql_on_the_movedall_rows(app, name):
     """State only: sqlmigrate shows nothing but the transaction (the content-type rename is Python)."""
     for backwards in (False, True):
-        out = StringIO()
-        call_command("sqlmigrate", app, name, backwards=backwards, stdout=out)
-        statements = [line for line in out.getvalue().splitlines() if line and not line.startswith("--")]
+        statements = sql_statements(app, name, backwards=backwards)
         assert statements in ([], ["BEGIN;", "COMMIT;"]), (app, name, backwards, statements)
     assert connection.vendor == "postgresql"
