@@ -83,7 +83,14 @@ class FakeServer:
             return int(command["id"])
 
     def bind(
-        self, lease: int, command: str, *, gpus: list[str], max_seconds: float = 600, grace: float = 5
+        self,
+        lease: int,
+        command: str,
+        *,
+        gpus: list[str],
+        max_seconds: float = 600,
+        grace: float = 5,
+        **extra: Any,
     ) -> int:
         payload = {
             "lease": lease,
@@ -95,6 +102,7 @@ class FakeServer:
             "max_seconds": max_seconds,
             "grace_seconds": grace,
             "price": 4_500_000,
+            **extra,  # tenant, cpus, memory_mb, pids: what the server adds for the sandbox
         }
         return self.queue("bind", lease, payload)
 
