@@ -29,6 +29,9 @@ class Node(models.Model):
     down_since = models.DateTimeField(null=True, blank=True)
     drained_at = models.DateTimeField(null=True, blank=True)
     retired_at = models.DateTimeField(null=True, blank=True)
+    # What the agent enforces on a job, as it said at its last registration (docs/agent.md §The sandbox):
+    # {"sandbox": "enforced" | why not, "limits": {"memory": "enforced" | why not, ...}, ...}. {} before.
+    capabilities = models.JSONField(default=dict, blank=True)
 
     class Meta:
         # The agent server's table from before the inventory carve-out (issue 26): data stays where it is.
@@ -37,6 +40,11 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether its agent runs each job in the sandbox; a node that does not takes only trusted tenants'."""
+        return bool(self.capabilities.get("sandbox") == "enforced")
 
 
 class Gpu(models.Model):

@@ -186,6 +186,31 @@ class JobSubmitSerializer(BodySerializer):
         help_text="SIGTERM to SIGKILL on preemption or cancel; the market's default when left out.",
     )
 
+    cpus_per_gpu = serializers.DecimalField(
+        max_digits=8,
+        decimal_places=2,
+        required=False,
+        allow_null=True,
+        error_messages={
+            "invalid": "must be a number",
+            "max_decimal_places": "must be a number with at most 2 decimals",
+        },
+        help_text="CPU cores per GPU for the job's cgroup (at most JOB_CPUS_PER_GPU_MAX); the policy's default "
+        "when left out.",
+    )
+    memory_gb_per_gpu = serializers.DecimalField(
+        max_digits=9,
+        decimal_places=2,
+        required=False,
+        allow_null=True,
+        error_messages={
+            "invalid": "must be a number",
+            "max_decimal_places": "must be a number with at most 2 decimals",
+        },
+        help_text="Memory (GB) per GPU for the job's cgroup: over it the kernel kills the job, said as out of "
+        "memory (at most JOB_MEMORY_GB_PER_GPU_MAX); the policy's default when left out.",
+    )
+
     def validate_command(self, value: str) -> str:
         return _service_check(check_command, value)
 
@@ -262,6 +287,8 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "max_hours",
             "max_seconds",
             "grace_seconds",
+            "cpus_per_gpu",
+            "memory_gb_per_gpu",
             "state",
             "bid_version",
             "bids",

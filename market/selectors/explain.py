@@ -234,7 +234,7 @@ def preemption_sentence(lease: Lease, *, admin: bool = False) -> str:
 
 
 def lease_end_sentence(
-    lease: Lease, *, gpu_seconds: float, exit_code: int | None, admin: bool = False
+    lease: Lease, *, gpu_seconds: float, exit_code: int | None, admin: bool = False, exit_reason: str = ""
 ) -> str:
     """Why a lease ended, in one plain sentence for the job's owner, with what it was charged.
 
@@ -254,6 +254,11 @@ def lease_end_sentence(
     reason = lease.end_reason
     if reason == EndReason.COMPLETED:
         return f"Completed: the job exited normally after {ran}; {charged}."
+    if reason == EndReason.FAILED and exit_reason == "out of memory":
+        return (
+            f"Failed: out of memory: the kernel killed the job at its memory limit after {ran} (ask for more "
+            f"with memory_gb_per_gpu); {charged}."
+        )
     if reason == EndReason.FAILED:
         code = f"with exit code {exit_code}" if exit_code is not None else "with an error"
         return f"Failed: the job exited {code} after {ran}; {charged}."

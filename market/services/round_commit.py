@@ -18,8 +18,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import NamedTuple
+from decimal import Decimal
+from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db.models import F, OuterRef, Q
 
 from accounts.models import Tenant
@@ -41,7 +43,7 @@ from market.models import (
     Round,
     RoundPrice,
 )
-from market.selectors.book import Snapshot
+from market.selectors.book import UNCONFINED_PREFIX, Snapshot
 from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
 from market.services.command_wake import commands_written
@@ -56,6 +58,7 @@ SKIP_GPUS_TAKEN = "gpus_taken_during_round"
 SKIP_BUDGET = "over_budget_at_commit"
 SKIP_HOLD_CONFLICT = "hold_key_conflict"
 SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
+SKIP_UNCONFINED = "node_without_sandbox"  # issue 35: an untrusted tenant's job on a node that cannot sandbox
 
 
 def hold_key(round_id: int, job_id: int) -> str:
@@ -231,6 +234,8 @@ def _admit(
         .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
         .values_list("pk", flat=True)
     )
+    unconfined = _unconfined_gpus(gpu_ids)
+    trusted = set(Tenant.objects.filter(trusted=True).values_list("pk", flat=True)) if unconfined else set()
     admitted: list[Winner] = []
     skipped: dict[int, str] = {}
     for w in winners:
@@ -245,6 +250,8 @@ def _admit(
             skipped[w.job_id] = SKIP_GPUS_TAKEN
         elif any(slot.gpu_id in unavailable for slot in w.gang):
             skipped[w.job_id] = SKIP_UNAVAILABLE
+        elif w.tenant_id not in trusted and any(slot.gpu_id in unconfined for slot in w.gang):
+            skipped[w.job_id] = SKIP_UNCONFINED
         else:
             admitted.append(w)
     return admitted, skipped
@@ -322,6 +329,7 @@ def _insert_lease_gpus(placed: list[Placed], lease_ids: list[int]) -> None:
 def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now: datetime) -> None:
     """A bind command per lease and node of its gang (a gang across nodes binds on each), fenced by the round."""
     rows: list[tuple[int, int, dict[str, object]]] = []  # (node id, lease id, payload)
+    confine = _sandbox_fields([p.job.id for p in placed])
     for lease_id, (w, job) in zip(lease_ids, placed, strict=True):
         by_node: dict[int, list[str]] = defaultdict(list)
         for slot in w.gang:
@@ -337,6 +345,7 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
                 "max_seconds": job.max_seconds,
                 "grace_seconds": job.grace_seconds,
                 "price": w.price,
+                **_sandbox_payload(confine[job.id], len(uuids)),
             }
             rows.append((node_id, lease_id, payload))
     n = len(rows)
@@ -355,6 +364,42 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
         ids=False,
     )
     commands_written(node_ids=[r[0] for r in rows])
+
+
+# ---- issue 35 part 2: a node whose kernel refused the sandbox takes only trusted tenants' jobs.
+def _unconfined_gpus(gpu_ids: Any) -> set[int]:
+    """Of these GPUs, those on nodes whose agent said the sandbox is unavailable there (market.selectors.book
+    offers such nodes only while a trusted tenant bids; this keeps an untrusted winner off them)."""
+    return set(
+        Gpu.objects.filter(
+            pk__in=gpu_ids, node__capabilities__sandbox__startswith=UNCONFINED_PREFIX
+        ).values_list("pk", flat=True)
+    )
+
+
+# ---- issue 35 part 2: what the agent's sandbox needs to confine the job (docs/agent.md §The sandbox).
+def _sandbox_fields(job_ids: list[int]) -> dict[int, tuple[str, Decimal | None, Decimal | None]]:
+    """Per job: its tenant's slug (whose Unix user it runs as) and its CPUs and memory per GPU. Read apart
+    from the locked job rows, so that the lock takes no tenant row."""
+    rows = Job.objects.filter(pk__in=bulk.any_of(job_ids)).values_list(
+        "pk", "tenant__slug", "cpus_per_gpu", "memory_gb_per_gpu"
+    )
+    return {pk: (slug, cpus, memory) for pk, slug, cpus, memory in rows}
+
+
+def _sandbox_payload(fields: tuple[str, Decimal | None, Decimal | None], gpus: int) -> dict[str, object]:
+    """The bind's part for the sandbox: this node's share of the job's CPUs and memory (its GPUs here times
+    the job's request per GPU, else the policy's default), its process and log limits, the tenant."""
+    slug, cpus, memory = fields
+    cpus_per_gpu = float(cpus) if cpus is not None else float(settings.JOB_CPUS_PER_GPU_DEFAULT)
+    memory_gb = float(memory) if memory is not None else float(settings.JOB_MEMORY_GB_PER_GPU_DEFAULT)
+    return {
+        "tenant": slug,
+        "cpus": round(cpus_per_gpu * gpus, 2),
+        "memory_mb": int(memory_gb * 1024 * gpus),
+        "pids": settings.JOB_PIDS_MAX,
+        "log_max_bytes": settings.JOB_LOG_MAX_MB * 1024 * 1024,
+    }
 
 
 def _mark_allocated(placed: list[Placed], now: datetime) -> None:

@@ -189,8 +189,9 @@ class Agent:
                     f" ({outcome.reason})" if outcome.reason else "",
                 )
                 continue
-            if self.settings.log_max_bytes:
-                dropped = sandbox_logs.cap(job.log_path, self.settings.log_max_bytes)
+            cap = job.log_max_bytes or self.settings.log_max_bytes
+            if cap:
+                dropped = sandbox_logs.cap(job.log_path, cap)
                 if dropped:
                     job.log_offset = max(0, job.log_offset - dropped)
                     log.info("lease %d: log over its cap: the oldest %d bytes dropped", job.lease, dropped)
@@ -466,6 +467,9 @@ class Agent:
             run_as=run_as,
             sandboxed=self.settings.sandbox is not None,
             tenant=tenant,
+            log_max_bytes=max(65536, int(payload.get("log_max_bytes") or 0))
+            if payload.get("log_max_bytes")
+            else 0,
         )
         minors = [self.inventory[u].index for u in gpus]
         self.state.save_job(job)  # before the spawn: a crash in between leaves a record without a pid

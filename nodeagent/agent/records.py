@@ -61,7 +61,8 @@ class Job:
     cgroups: list[str] = field(
         default_factory=list
     )  # the job's cgroups (sandbox_cgroups.py), removed at its end
-    tenant: str = ""  # the tenant's slug, from the bind: whose user it runs as, whose GPUs it had
+    tenant: str = ""
+    log_max_bytes: int = 0  # its log's cap from the bind (the policy's); 0: the agent's --log-max-bytes  # the tenant's slug, from the bind: whose user it runs as, whose GPUs it had
     pid: int = 0  # the shim: session and process group leader of the job
     pid_start: int = 0  # its start time in clock ticks after boot (/proc/<pid>/stat field 22)
     started_at: float = 0.0  # wall time of the spawn

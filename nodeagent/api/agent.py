@@ -37,7 +37,7 @@ from nodeagent.errors import NodeError
 from nodeagent.selectors.nodes import node_command, node_lease, pending_commands
 from nodeagent.services.heartbeat import GpuHealth, node_heartbeat
 from nodeagent.services.lease_events import command_ack, lease_exited, lease_started
-from nodeagent.services.registration import node_register, node_reregister
+from nodeagent.services.registration import node_capabilities_save, node_register, node_reregister
 from nodeagent.services.usage import usage_ingest
 from nodeagent.services.usage_parse import parse_counters, parse_report
 
@@ -86,6 +86,7 @@ class RegisterView(AgentView):
                 done = registered
         except NodeError as exc:
             raise refused(exc) from exc
+        node_capabilities_save(node=done.node, capabilities=body.validated_data["capabilities"])
         data = {
             "node": done.node.pk,
             "name": done.node.name,
@@ -300,5 +301,6 @@ class LeaseExitedView(AgentView):
             signal=v["signal"],
             stopped_by=v["stopped_by"],
             usage=usage,
+            reason=v["reason"],
         )
         return Response(s.LeaseReplySerializer(lease).data)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -32,6 +35,19 @@ class RegisterSerializer(serializers.Serializer[object]):
     )
     agent_version = serializers.CharField(max_length=64, allow_blank=True, default="")
     gpus = GpuInfoSerializer(many=True, help_text="Every GPU NVML reports on the machine.")
+    capabilities = serializers.JSONField(
+        required=False,
+        default=None,
+        help_text="What the agent enforces on a job: sandbox, cgroup limits, tenant users, log cap "
+        "(docs/agent.md §The sandbox). Absent from agents before it: nothing enforced.",
+    )
+
+    def validate_capabilities(self, value: Any) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or len(json.dumps(value)) > 4096:
+            raise serializers.ValidationError("must be an object of at most 4096 characters as JSON")
+        return value
 
     def gpu_infos(self) -> list[GpuInfo]:
         return [GpuInfo(**g) for g in self.validated_data["gpus"]]
@@ -113,6 +129,13 @@ class ExitedSerializer(serializers.Serializer[object]):
         choices=["preempt", "release", "expiry"], allow_null=True, required=False, default=None
     )
     usage = CountersJSONField(required=False, allow_null=True, default=None, help_text="The final counters.")
+    reason = serializers.ChoiceField(
+        choices=["out of memory"],
+        allow_null=True,
+        required=False,
+        default=None,
+        help_text="Why it ended beyond its code: the kernel killed it over its memory limit.",
+    )
 
 
 class ProcessSerializer(serializers.Serializer[object]):

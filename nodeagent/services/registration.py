@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -226,3 +227,18 @@ def node_reregister(
             detail={"node": node.pk, "added": added, "absent": gone},
         )
     return Registered(node=node, credential=None, created=False)
+
+
+def node_capabilities_save(*, node: Node, capabilities: dict[str, Any]) -> None:
+    """What the agent said it enforces on a job, at every registration (an upgrade or a kernel change shows
+    at once). Audited when it changes: a node that stops sandboxing is a node that takes only trusted tenants."""
+    if node.capabilities == capabilities:
+        return
+    Node.objects.filter(pk=node.pk).update(capabilities=capabilities)
+    audit(
+        actor=None,
+        tenant=None,
+        action="node.capabilities",
+        detail={"node": node.pk, "name": node.name, "was": node.capabilities, "now": capabilities},
+    )
+    node.capabilities = capabilities
