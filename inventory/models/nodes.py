@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from django.db import models
 
+# A node's capabilities["sandbox"] when its agent tried and the kernel refused (nodeagent.agent.__main__).
+UNCONFINED_PREFIX = "unavailable"
+
 
 class Node(models.Model):
     """A GPU machine. `state` is what rounds read: only an UP node takes new work. DOWN is set by the
@@ -32,6 +35,9 @@ class Node(models.Model):
     # What the agent enforces on a job, as it said at its last registration (docs/agent.md §The sandbox):
     # {"sandbox": "enforced" | why not, "limits": {"memory": "enforced" | why not, ...}, ...}. {} before.
     capabilities = models.JSONField(default=dict, blank=True)
+    # Its agent tried the sandbox and the kernel refused it: only trusted tenants' jobs go there (kept apart
+    # from capabilities as a column the round's book reads cheaply).
+    unconfined = models.BooleanField(default=False)
 
     class Meta:
         # The agent server's table from before the inventory carve-out (issue 26): data stays where it is.

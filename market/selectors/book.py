@@ -36,8 +36,6 @@ from market.selectors.holds import sized_hold_seconds
 from market.selectors.waiting import rounds_waited_before
 
 _TIER_INDEX = {name: i for i, name in enumerate(TIER_NAMES)}
-# A node's capabilities["sandbox"] when its agent tried and the kernel refused (nodeagent.agent.__main__).
-UNCONFINED_PREFIX = "unavailable"
 
 
 @dataclass(frozen=True)
@@ -169,9 +167,7 @@ def _unconfined_unless_trusted_bid(node_ids: list[int]) -> np.ndarray:
     has a pending job; such a node is then offered to no one. While one does, it is offered, and the commit
     skips an untrusted winner placed on it (market.services.round_commit, SKIP_UNCONFINED). The book has
     no per-tenant node mask; this keeps the rule without one."""
-    unconfined = set(
-        Node.objects.filter(capabilities__sandbox__startswith=UNCONFINED_PREFIX).values_list("pk", flat=True)
-    )
+    unconfined = set(Node.objects.filter(unconfined=True).values_list("pk", flat=True))
     if not unconfined:
         return np.zeros(len(node_ids), dtype=np.bool_)
     trusted_bids = Job.objects.filter(

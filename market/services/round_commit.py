@@ -43,7 +43,7 @@ from market.models import (
     Round,
     RoundPrice,
 )
-from market.selectors.book import UNCONFINED_PREFIX, Snapshot
+from market.selectors.book import Snapshot
 from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
 from market.services.command_wake import commands_written
@@ -370,11 +370,7 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
 def _unconfined_gpus(gpu_ids: Any) -> set[int]:
     """Of these GPUs, those on nodes whose agent said the sandbox is unavailable there (market.selectors.book
     offers such nodes only while a trusted tenant bids; this keeps an untrusted winner off them)."""
-    return set(
-        Gpu.objects.filter(
-            pk__in=gpu_ids, node__capabilities__sandbox__startswith=UNCONFINED_PREFIX
-        ).values_list("pk", flat=True)
-    )
+    return set(Gpu.objects.filter(pk__in=gpu_ids, node__unconfined=True).values_list("pk", flat=True))
 
 
 # ---- issue 35 part 2: what the agent's sandbox needs to confine the job (docs/agent.md §The sandbox).

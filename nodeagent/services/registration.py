@@ -17,6 +17,7 @@ from django.utils import timezone
 from accounts.audit import audit
 from accounts.models import User
 from inventory.models import Gpu, GpuType, Node
+from inventory.models.nodes import UNCONFINED_PREFIX
 from nodeagent import credentials
 from nodeagent.errors import NodeError
 from nodeagent.models import BootstrapToken
@@ -234,11 +235,12 @@ def node_capabilities_save(*, node: Node, capabilities: dict[str, Any]) -> None:
     at once). Audited when it changes: a node that stops sandboxing is a node that takes only trusted tenants."""
     if node.capabilities == capabilities:
         return
-    Node.objects.filter(pk=node.pk).update(capabilities=capabilities)
+    unconfined = str(capabilities.get("sandbox", "")).startswith(UNCONFINED_PREFIX)
+    Node.objects.filter(pk=node.pk).update(capabilities=capabilities, unconfined=unconfined)
     audit(
         actor=None,
         tenant=None,
         action="node.capabilities",
         detail={"node": node.pk, "name": node.name, "was": node.capabilities, "now": capabilities},
     )
-    node.capabilities = capabilities
+    node.capabilities, node.unconfined = capabilities, unconfined
