@@ -167,6 +167,13 @@ def parser() -> argparse.ArgumentParser:
         "(GPUMARKET_LOG_MAX_BYTES; 0: no cap; default %(default)s)",
     )
     p.add_argument(
+        "--kill-foreign-after",
+        type=float,
+        default=env("GPUMARKET_KILL_FOREIGN_AFTER", "0"),
+        help="kill a process on a GPU that no lease holds once seen this many seconds, and tell the server "
+        "(GPUMARKET_KILL_FOREIGN_AFTER; default 0: report it only)",
+    )
+    p.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         default=env("GPUMARKET_LOG_LEVEL", "info"),
@@ -259,6 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cgroups=Cgroups.detect() if sandbox is not None else None,
             tenant_uids=args.tenant_uids,
             log_max_bytes=args.log_max_bytes,
+            kill_foreign_after=max(0.0, args.kill_foreign_after),
         )
         agent = Agent(settings=settings, backend=backend, state=state, client=Client(args.server))
         agent.install_signals()

@@ -29,6 +29,7 @@ from nodeagent.agent.fsutil import read_json
 from nodeagent.agent.records import Job
 from nodeagent.agent.sandbox import Sandbox
 from nodeagent.agent.sandbox_cgroups import Cgroups, Limits
+from nodeagent.agent.sandbox_gpus import GpuDrained, GpuGuard
 from nodeagent.agent.sandbox_users import NoTenantUser, tenant_user
 from nodeagent.agent.state import StateDir
 
@@ -59,6 +60,7 @@ class Settings:
     cgroups: Cgroups | None = None
     tenant_uids: range | None = None  # each tenant's jobs as its own user from this range (sandbox_users.py)
     log_max_bytes: int = 0  # a job's log is capped at this size (0: not capped)
+    kill_foreign_after: float = 0.0  # seconds before a process on a GPU no lease holds is killed (0: never)
 
 
 class Agent:
@@ -68,6 +70,9 @@ class Agent:
         self.jobs: dict[int, Job] = {}
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.tails = usage.LogTails()
+        self.guard = GpuGuard(
+            state_root=state.root, backend=backend, kill_foreign_after=settings.kill_foreign_after
+        )
         self.backoff = Backoff()
         self.health: list[GpuSample] = []
         self.boot_epoch = 0
@@ -214,6 +219,12 @@ class Agent:
             for uuid in job.gpus:
                 bound.setdefault(uuid, []).append(job.pid)
         self.health = self.backend.sample(bound)
+        for pid in self.guard.foreign(self.health, set(usage.owners(self.health, running)), now):
+            log.warning(
+                "killed process %d: on a GPU no lease holds for %g s", pid, self.settings.kill_foreign_after
+            )
+        if self.guard.drained:
+            self.guard.recheck({u for job in running for u in job.gpus})
         usage.measure(running, self.health, now)
         final = [j for j in self.jobs.values() if not j.running and j.final_report is None]
         for job in running + final:
@@ -364,11 +375,12 @@ class Agent:
             del self.jobs[job.lease]
 
     def heartbeat(self) -> None:
-        gpus = [{"uuid": s.uuid, "healthy": s.healthy, "error": s.error} for s in self.health]
+        gpus = self.guard.health(self.health)
         leases = sorted(job.lease for job in self.jobs.values() if job.running)
-        answer = self.client.call(
-            "POST", "heartbeat", {"boot_epoch": self.boot_epoch, "gpus": gpus, "leases": leases}
-        )
+        events = list(self.guard.events)
+        body = {"boot_epoch": self.boot_epoch, "gpus": gpus, "leases": leases}
+        answer = self.client.call("POST", "heartbeat", {**body, "events": events} if events else body)
+        self.guard.sent(len(events))
         state = answer.get("state", "up")
         if state != self.server_state:
             log.info("the server says this node is %s", state)
@@ -446,6 +458,15 @@ class Agent:
             log.warning("lease %d: GPUs %s are still held by a running job", lease, sorted(busy))
         run, exit_path, log_path = self.state.job_paths(lease)
         tenant = str(payload.get("tenant") or "")
+        held = {u for j in self.jobs.values() if j.running for u in j.gpus} & set(gpus)
+        if held and tenant:
+            log.warning(
+                "lease %d: GPUs %s still in a job's grace period: not checked now", lease, sorted(held)
+            )
+        try:
+            self.guard.before_bind(gpus, tenant, held)
+        except GpuDrained as exc:
+            raise Refuse(str(exc)) from None
         run_as = list(self.settings.job_user) if self.settings.job_user else None
         if self.settings.tenant_uids is not None and tenant:
             try:

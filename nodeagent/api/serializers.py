@@ -59,8 +59,29 @@ class GpuHealthSerializer(serializers.Serializer[object]):
     error = serializers.CharField(max_length=500, allow_blank=True, default="")
 
 
+class GuardEventSerializer(serializers.Serializer[object]):
+    kind = serializers.ChoiceField(choices=["gpu_drained", "gpu_resumed", "foreign_killed"])
+    gpu = serializers.CharField(max_length=96)
+    pid = serializers.IntegerField(min_value=0, allow_null=True, required=False, default=None)
+    detail = serializers.CharField(max_length=500, allow_blank=True, default="")
+    at = serializers.FloatField(min_value=0, required=False, help_text="The agent's clock, epoch seconds.")
+
+
 class HeartbeatSerializer(serializers.Serializer[object]):
     boot_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+
+    def validate_events(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len(value) > 100:  # what the agent keeps at most (sandbox_gpus.MAX_EVENTS)
+            raise serializers.ValidationError("at most 100 events")
+        return value
+
+    events = GuardEventSerializer(
+        many=True,
+        required=False,
+        default=list,
+        help_text="What the agent did between tenants since the last heartbeat: a GPU drained or resumed, a "
+        "process on a GPU no lease holds killed (audited).",
+    )
     gpus = GpuHealthSerializer(many=True, required=False, default=list)
     leases = serializers.ListField(
         child=serializers.IntegerField(min_value=1),

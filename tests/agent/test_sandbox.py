@@ -12,6 +12,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -308,3 +309,77 @@ def test_a_log_over_its_cap_loses_its_oldest_part_and_says_so(
     assert len(text.encode()) <= 65536 + 200
     assert "this log is capped at 65536 bytes: its oldest" in text
     assert "last line" in text and "line 00000 " not in text
+
+
+# Between tenants: the GPU check and the foreign-process policy (work with or without the sandbox).
+
+
+def faults(agent: AgentProcess, found: dict[str, Any]) -> None:
+    path = agent.state_dir / "sim-faults.json"
+    path.write_text(json.dumps(found))
+
+
+def acked(server: FakeServer, cmd: int) -> dict[str, Any]:
+    wait_for(lambda: cmd in server.acks, what=f"command {cmd}'s acknowledgement")
+    return dict(server.acks[cmd])
+
+
+def heartbeat_gpu(server: FakeServer, uuid: str) -> dict[str, Any]:
+    for gpu in server.heartbeats[-1]["gpus"]:
+        if gpu["uuid"] == uuid:
+            return dict(gpu)
+    raise AssertionError(uuid)
+
+
+def events(server: FakeServer) -> list[dict[str, Any]]:
+    return [e for beat in list(server.heartbeats) for e in beat.get("events", [])]
+
+
+def test_a_gpu_passing_to_another_tenant_is_checked_and_drained_with_the_reason(server, agent):
+    agent.flags["sim-gpus"] = 2
+    agent.start()
+    wait_for(lambda: server.heartbeats, what="registration")
+    gpu0, gpu1 = server.gpus()
+    server.bind(1, "true", gpus=[gpu0], tenant="alpha")
+    server.bind(2, "true", gpus=[gpu1], tenant="alpha")
+    wait_for(lambda: 1 in server.exited and 2 in server.exited, what="alpha's jobs")
+    faults(agent, {gpu0: {"xid": 79}, gpu1: {"retired_pages_pending": True}})
+    # The same tenant again: no check, the GPU is its own.
+    assert acked(server, server.bind(3, "true", gpus=[gpu1], tenant="alpha"))["result"] == "applied"
+    # Another tenant: checked, refused, drained with the reason the console shows.
+    refused = acked(server, server.bind(4, "true", gpus=[gpu0], tenant="beta"))
+    assert refused["result"] == "refused" and "XID 79 error" in refused["detail"]
+    wait_for(lambda: not heartbeat_gpu(server, gpu0)["healthy"], what="the drained GPU in a heartbeat")
+    assert heartbeat_gpu(server, gpu0)["error"] == "drained: XID 79 error"
+    wait_for(lambda: any(e["kind"] == "gpu_drained" for e in events(server)), what="the drain event")
+    # Drained: even its last tenant gets no job on it until it passes its check again.
+    again = acked(server, server.bind(5, "true", gpus=[gpu0], tenant="alpha"))
+    assert again["result"] == "refused" and "is drained: XID 79 error" in again["detail"]
+    faults(agent, {})
+    wait_for(lambda: heartbeat_gpu(server, gpu0)["healthy"], what="the GPU resumed")
+    wait_for(lambda: any(e["kind"] == "gpu_resumed" for e in events(server)), what="the resume event")
+    assert acked(server, server.bind(6, "true", gpus=[gpu0], tenant="beta"))["result"] == "applied"
+
+
+def test_a_process_on_a_gpu_no_lease_holds_is_killed_after_the_grace_and_reported(server, agent):
+    agent.flags.update({"sim-gpus": 2, "kill-foreign-after": 1})
+    agent.start()
+    wait_for(lambda: server.heartbeats, what="registration")
+    gpu0, gpu1 = server.gpus()
+    intruder = subprocess.Popen(["sleep", "300"])
+    try:
+        server.bind(1, sleeper(), gpus=[gpu0], tenant="alpha")
+        wait_for(lambda: started(agent, 1, "sleeping"), what="the leased job")
+        faults(agent, {gpu1: {"processes": [intruder.pid]}})
+        started_at = time.monotonic()
+        intruder.wait(20)
+        assert time.monotonic() - started_at >= 0.9  # the grace period first
+        assert intruder.returncode == -9
+        wait_for(lambda: any(e["kind"] == "foreign_killed" for e in events(server)), what="the kill event")
+        (event,) = [e for e in events(server) if e["kind"] == "foreign_killed"]
+        assert (event["gpu"], event["pid"]) == (gpu1, intruder.pid)
+        assert agent.job(1)["outcome"] is None  # the leased job's processes are not foreign
+    finally:
+        intruder.kill()
+        server.stop_lease("release", 1, grace=0.5)
+        wait_for(lambda: 1 in server.exited, what="the job's end")

@@ -169,3 +169,30 @@ def test_a_node_whose_kernel_refused_the_sandbox_takes_only_trusted_tenants_jobs
         BidOutcome.objects.filter(job=untrusted).order_by("-pk").values_list("reason", flat=True).first()
     )
     assert skipped == "node_without_sandbox"
+
+
+def test_the_agents_drains_and_kills_between_tenants_are_audited_and_the_reason_shown(w):
+    agent = register(w, "n1")
+    events = [
+        {
+            "kind": "gpu_drained",
+            "gpu": "GPU-n1-0",
+            "detail": "before beta's job (after alpha's): XID 79 error",
+            "at": 1.0,
+        },
+        {
+            "kind": "foreign_killed",
+            "gpu": "GPU-n1-1",
+            "pid": 4242,
+            "detail": "held by no lease, killed after 60 s",
+        },
+    ]
+    gpus = [{"uuid": "GPU-n1-0", "healthy": False, "error": "drained: XID 79 error"}]
+    response = agent.heartbeat(gpus=gpus, events=events)
+    assert response.status_code == 200, response.json()
+    drained = AuditEvent.objects.get(action="node.gpu_drained")
+    assert drained.detail["gpu"] == "GPU-n1-0" and "XID 79" in drained.detail["detail"]
+    assert AuditEvent.objects.get(action="node.foreign_killed").detail["pid"] == 4242
+    assert "drained: XID 79 error" in page(w.admin, "/console/nodes/")
+    bad = agent.heartbeat(events=[{"kind": "reboot_node", "gpu": "GPU-n1-0"}])
+    assert bad.status_code == 400 and "events" in str(bad.json())
