@@ -47,17 +47,33 @@ def migrate_to(db: Any, targets: list[tuple[str, str | None]]) -> Apps:
     return MigrationExecutor(db).loader.project_state([(a, m) for a, m in targets if m is not None]).apps
 
 
-def all_rows(db: Any) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table but the migration records and the content types (checked on their own)."""
+def all_rows(db: Any, only: dict[str, list[str]] | None = None) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table but the migration records and the content types (checked on their own).
+    only: per table, the columns to read (table_columns of an earlier state), so a column a later migration
+    adds to a table does not read as a changed row."""
     with db.cursor() as cursor:
         tables = sorted(
             set(db.introspection.table_names(cursor)) - {"django_migrations", "django_content_type"}
         )
         rows = {}
         for table in tables:
-            cursor.execute(f'SELECT * FROM "{table}" ORDER BY 1')
+            columns = "*" if only is None or table not in only else ", ".join(f'"{c}"' for c in only[table])
+            cursor.execute(f'SELECT {columns} FROM "{table}" ORDER BY 1')
             rows[table] = cursor.fetchall()
     return rows
+
+
+def table_columns(db: Any) -> dict[str, list[str]]:
+    """Each table's columns, in order."""
+    with db.cursor() as cursor:
+        cursor.execute(
+            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' "
+            "ORDER BY table_name, ordinal_position"
+        )
+        found: dict[str, list[str]] = {}
+        for table, column in cursor.fetchall():
+            found.setdefault(table, []).append(column)
+    return found
 
 
 def content_types(db: Any) -> dict[int, tuple[str, str]]:
