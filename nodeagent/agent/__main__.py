@@ -250,7 +250,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         backend = _backend(args)
         checkpoint_root = args.checkpoint_root or args.state_dir / "checkpoints"
-        checkpoint_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if (
+            args.sandbox != "off"
+        ):  # hidden under an empty tmpfs in each sandbox: it must exist to be mounted over
+            checkpoint_root.mkdir(parents=True, exist_ok=True)
         sandbox, sandbox_off = _sandbox(args, checkpoint_root)
         if args.tenant_uids is not None and os.geteuid() != 0:
             raise StartupError("--tenant-uids needs the agent to run as root (it makes and switches users)")
