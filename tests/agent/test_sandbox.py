@@ -10,8 +10,10 @@ import contextlib
 import json
 import os
 import pwd
+import shlex
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -383,3 +385,21 @@ def test_a_process_on_a_gpu_no_lease_holds_is_killed_after_the_grace_and_reporte
         intruder.kill()
         server.stop_lease("release", 1, grace=0.5)
         wait_for(lambda: 1 in server.exited, what="the job's end")
+
+
+def test_the_demo_job_runs_in_the_sandbox_as_make_run_starts_it(server, tmp_path, devices, agent_killed):
+    """make run's agents as root: the sandbox, no tenant users where the demo's Python lives under /root (the
+    job is then root with every capability dropped); the demo job checkpoints, is preempted, saves, exits 0."""
+    agent = AgentProcess(
+        server, tmp_path, **{"sim-gpus": 4, "sandbox": "auto", "device-root": devices}
+    ).start()
+    agent_killed.append(agent)
+    wait_for(lambda: server.heartbeats, what="registration")
+    assert server.registrations[0][1]["capabilities"]["sandbox"] == "enforced"
+    demo = f"{shlex.quote(sys.executable)} -m nodeagent.agent.demo_job --seconds 30"
+    server.bind(11, demo, gpus=server.gpus()[:1])
+    wait_for(lambda: started(agent, 11, "CUDA_VISIBLE_DEVICES="), what="the demo job's first line")
+    wait_for(lambda: (Path(agent.job(11)["checkpoint_dir"]) / "demo_job.json").exists(), what="a checkpoint")
+    server.stop_lease("preempt", 11, grace=10)
+    wait_for(lambda: 11 in server.exited, what="the demo job's end")
+    assert (server.exited[11]["exit_code"], server.exited[11]["signal"]) == (0, None)
