@@ -44,17 +44,37 @@ def tenant_user(slug: str, uids: range) -> tuple[int, int]:
 
 
 def _make(name: str, uids: range) -> tuple[int, int]:
-    taken = {e.pw_uid for e in pwd.getpwall()} | {g.gr_gid for g in grp.getgrall()}
-    free = next((u for u in uids if u not in taken), None)
-    if free is None:
-        raise NoTenantUser(f"no free uid left in {uids.start}-{uids.stop - 1} for {name}")
+    """Made with the lowest free uid. Two agents on one machine (the demo) may race for it: the loser finds
+    the user made by the other, or takes the next uid."""
+    error = ""
+    for _attempt in range(3):
+        taken = {e.pw_uid for e in pwd.getpwall()} | {g.gr_gid for g in grp.getgrall()}
+        free = next((u for u in uids if u not in taken), None)
+        if free is None:
+            raise NoTenantUser(f"no free uid left in {uids.start}-{uids.stop - 1} for {name}")
+        error = _add(name, free)
+        if not error:
+            return free, free
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if entry.pw_uid in uids:
+            return entry.pw_uid, entry.pw_gid
+    raise NoTenantUser(error)
+
+
+def _add(name: str, free: int) -> str:
+    """groupadd and useradd; "" when both succeed, else what failed (a half-made group is removed)."""
     steps = [
         ["groupadd", "--gid", str(free), name],
         ["useradd", "--uid", str(free), "--gid", str(free), "--no-create-home", "--home-dir", "/nonexistent",
          "--shell", "/usr/sbin/nologin", name],
     ]  # fmt: skip
-    for step in steps:
+    for i, step in enumerate(steps):
         done = subprocess.run(step, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise NoTenantUser(f"{step[0]} {name}: {done.stderr.strip() or done.returncode}")
-    return free, free
+            if i:
+                subprocess.run(["groupdel", name], capture_output=True, check=False)
+            return f"{step[0]} {name}: {done.stderr.strip() or done.returncode}"
+    return ""

@@ -403,3 +403,23 @@ def test_the_demo_job_runs_in_the_sandbox_as_make_run_starts_it(server, tmp_path
     server.stop_lease("preempt", 11, grace=10)
     wait_for(lambda: 11 in server.exited, what="the demo job's end")
     assert (server.exited[11]["exit_code"], server.exited[11]["signal"]) == (0, None)
+
+
+def test_tenant_users_are_made_once_kept_apart_and_refused_outside_the_rules(tenants):
+    uids = range(62500, 62503)
+    first = sandbox_users.tenant_user(tenants[0], uids)
+    assert sandbox_users.tenant_user(tenants[0], uids) == first  # the same user at every later job
+    second = sandbox_users.tenant_user(tenants[1], uids)
+    assert second != first and second[0] in uids
+    assert pwd.getpwuid(first[0]).pw_shell == "/usr/sbin/nologin"
+    with pytest.raises(sandbox_users.NoTenantUser, match="is not a-z"):
+        sandbox_users.tenant_user("../root", uids)
+    with pytest.raises(sandbox_users.NoTenantUser, match="outside the tenants' range"):
+        sandbox_users.tenant_user(tenants[0], range(63000, 63010))
+    long = "a" * 60
+    assert len(sandbox_users.user_name(long)) == 32 and sandbox_users.user_name(
+        long
+    ) != sandbox_users.user_name(long + "b")
+    sandbox_users.tenant_user(tenants[2], uids)
+    with pytest.raises(sandbox_users.NoTenantUser, match="no free uid left"):
+        sandbox_users.tenant_user(f"t{os.getpid()}z", uids)
