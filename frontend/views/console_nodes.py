@@ -77,10 +77,12 @@ def confinement(node: Node) -> list[tuple[str, bool]]:
     """What the node's agent said it enforces on a job, as (line, ok): the sandbox, and each cgroup limit it
     cannot set with why (docs/agent.md §The sandbox). Nothing fails silently: a gap is a line on the page."""
     caps = node.capabilities or {}
+    # Only a node whose kernel refused the sandbox is kept to trusted tenants (market.selectors.book).
+    only = ": trusted tenants' jobs only" if node.unconfined else ""
     if not caps:
-        return [("no job sandbox (its agent predates it): trusted tenants' jobs only", False)]
+        return [("no job sandbox (its agent predates it)", False)]
     if not node.sandboxed:
-        return [(f"no job sandbox ({caps.get('sandbox', 'not said')}): trusted tenants' jobs only", False)]
+        return [(f"no job sandbox ({caps.get('sandbox', 'not said')}){only}", False)]
     lines = [("jobs sandboxed", True)]
     limits = caps.get("limits") or {}
     for name in ("memory", "cpu", "pids"):
