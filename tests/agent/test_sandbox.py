@@ -423,3 +423,21 @@ def test_tenant_users_are_made_once_kept_apart_and_refused_outside_the_rules(ten
     sandbox_users.tenant_user(tenants[2], uids)
     with pytest.raises(sandbox_users.NoTenantUser, match="no free uid left"):
         sandbox_users.tenant_user(f"t{os.getpid()}z", uids)
+
+
+@pytest.mark.parametrize("where", ["ext4 or the like (collapse in place)", "tmpfs (copied)"])
+def test_the_log_cap_keeps_the_newest_part_on_either_file_system(tmp_path, where):
+    from nodeagent.agent import sandbox_logs
+
+    base = Path("/dev/shm") if where.startswith("tmpfs") and Path("/dev/shm").is_dir() else tmp_path
+    path = base / f"gpumarket-cap-{os.getpid()}.log"
+    try:
+        path.write_bytes(b"".join(f"line {i:06d}\n".encode() for i in range(20000)))  # 240,000 bytes
+        assert sandbox_logs.cap(str(path), 1_000_000) == 0  # under the cap: untouched
+        dropped = sandbox_logs.cap(str(path), 65536)
+        text = path.read_text()
+        assert dropped > 0 and dropped % 4096 == 0 and len(text) <= 65536 + 200
+        assert text.endswith(sandbox_logs.notice(dropped, 65536).decode())
+        assert "line 019999\n" in text and "line 000000" not in text
+    finally:
+        path.unlink(missing_ok=True)
