@@ -180,6 +180,7 @@ class Agent:
             if not job.running:
                 continue
             outcome = jobs.outcome(job, self.children.get(job.lease), now)
+            self._cap_log(job)  # at its end too: a job that wrote fast and exited between two steps
             if outcome is not None:
                 job.outcome = outcome
                 usage.finish(job)
@@ -194,12 +195,6 @@ class Agent:
                     f" ({outcome.reason})" if outcome.reason else "",
                 )
                 continue
-            cap = job.log_max_bytes or self.settings.log_max_bytes
-            if cap:
-                dropped = sandbox_logs.cap(job.log_path, cap)
-                if dropped:
-                    job.log_offset = max(0, job.log_offset - dropped)
-                    log.info("lease %d: log over its cap: the oldest %d bytes dropped", job.lease, dropped)
             if job.stopped_by is None and now >= job.started_at + job.max_seconds:
                 log.info("lease %d: expired after %.0f s: SIGTERM", job.lease, job.max_seconds)
                 jobs.stop(job, "expiry", now)
@@ -209,6 +204,14 @@ class Agent:
                 self.state.save_job(job)
         if ended or time.monotonic() >= self.next_sample:
             self.sample(now)
+
+    def _cap_log(self, job: Job) -> None:
+        cap = job.log_max_bytes or self.settings.log_max_bytes
+        if cap:
+            dropped = sandbox_logs.cap(job.log_path, cap)
+            if dropped:
+                job.log_offset = max(0, job.log_offset - dropped)
+                log.info("lease %d: log over its cap: the oldest %d bytes dropped", job.lease, dropped)
 
     def sample(self, now: float) -> None:
         """Sample every GPU, add to the counters and spool one report (on disk before it is ever sent)."""

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from nodeagent.agent import sandbox_users
+from nodeagent.agent import sandbox_cgroups, sandbox_users
 from tests.agent.conftest import AgentProcess
 from tests.agent.fakeserver import FakeServer, wait_for
 
@@ -97,11 +97,16 @@ def agent_killed() -> Iterator[list[AgentProcess]]:
     for agent in made:
         if agent.proc is not None and agent.proc.poll() is None:
             agent.kill()
-        for path in (agent.state_dir / "jobs").glob("*.json"):
-            pid = json.loads(path.read_text()).get("pid")
-            if pid:
+        records = [json.loads(p.read_text()) for p in (agent.state_dir / "jobs").glob("**/*.json")]
+        for record in records:
+            if record.get("pid") and record.get("outcome") is None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(pid, 9)
+                    os.killpg(record["pid"], 9)
+        for record in records:  # the job's cgroups, which its agent (killed) did not remove
+            for _ in range(50):
+                if sandbox_cgroups.remove(record.get("cgroups", [])):
+                    break
+                time.sleep(0.02)
 
 
 def test_a_job_sees_only_its_gpus_its_processes_and_its_directories(
