@@ -50,9 +50,12 @@ def result_to_json(r: Result) -> dict[str, Any]:
         "preemptions": preemptions,
         "retiered": r.retiered.tolist(),
         "reserved": [
-            {"node": r.node_names[n], "job": j}
-            for n, j in zip(r.reserved_node.tolist(), r.reserved_job.tolist(), strict=True)
+            {"node": r.node_names[n], "job": j, "start": s}
+            for n, j, s in zip(
+                r.reserved_node.tolist(), r.reserved_job.tolist(), r.reserved_start.tolist(), strict=True
+            )
         ],
+        "backfill": r.backfill_job.tolist(),
         "counters": dict(r.counters),
         "digest": r.digest,
     }
@@ -121,6 +124,8 @@ def _parse(d: Mapping[str, Any], book: Book) -> Result:
         spot_price=np.array([d["spot_price"][n] for n in book.types.names], dtype=np.int64),
         reserved_node=np.array([nodes[x["node"]] for x in reserved], dtype=np.int32),
         reserved_job=np.array([x["job"] for x in reserved], dtype=np.int64),
+        reserved_start=np.array([x.get("start", -1) for x in reserved], dtype=np.int64),
+        backfill_job=np.array(d.get("backfill", []), dtype=np.int64),
         counters={str(k): int(v) for k, v in d["counters"].items()},
         type_names=book.types.names,
         node_names=book.nodes.names,
