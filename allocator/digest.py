@@ -26,6 +26,7 @@ DIGEST_FIELDS = {
     "winners": ("job", "tier", "gpu_type", "price", "hold", "gpus", "slot_node", "slot_idx"),
     "losers": ("job", "reason", "gpu_type", "figure"),
     "preemptions": ("lease", "reason", "for_job"),
+    "moves": ("lease", "slot_ptr", "slot_node", "slot_idx"),
     "": (
         "retiered",
         "posted",

@@ -121,6 +121,30 @@ class Preemptions:
         return int(self.lease.shape[0])
 
 
+@dataclass(frozen=True)
+class Moves:
+    """Running leases moved to make room for a gang (step 5, consolidation): lease ``row`` in ``book.leases`` is
+    preempted (reason ``MOVED``, in ``Result.preemptions``) and its job placed again at once on the GPUs
+    ``(slot_node[j], slot_idx[j])`` for j in ``slot_ptr[i]:slot_ptr[i+1]``, same type, tier and price."""
+
+    lease: I64
+    row: I64
+    slot_ptr: I64
+    slot_node: I32
+    slot_idx: I32
+
+    def __post_init__(self) -> None:
+        _frozen_arrays(self)
+
+    def __len__(self) -> int:
+        return int(self.lease.shape[0])
+
+    @classmethod
+    def empty(cls) -> Moves:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, np.zeros(1, dtype=np.int64), z.astype(np.int32), z.astype(np.int32))
+
+
 class WinnerRecord(NamedTuple):
     """One winner as a small record, for consumers with few winners."""
 
@@ -139,7 +163,8 @@ class Result:
     ``spot_price``: the uniform tier-S price per type this round (-1: no spot winner); ``retiered``: lease ids
     moved to tier G (step 2); ``reserved_node``/``reserved_job``/``reserved_start``: nodes held for a blocked
     gang (step 5) and when the gang is expected to start there (epoch seconds, -1 unknown); ``backfill_job``: the
-    winners started by backfill on such nodes; ``counters``: named counts (e.g. ``guarantee_unrestored``)."""
+    winners started by backfill on such nodes; ``moves``: running leases moved to another node to make room for
+    a gang, with their new GPUs; ``counters``: named counts (e.g. ``guarantee_unrestored``)."""
 
     round: int
     winners: Winners
@@ -157,6 +182,7 @@ class Result:
     digest: str = ""
     reserved_start: I64 = field(default_factory=lambda: _UNSET)
     backfill_job: I64 = field(default_factory=lambda: _UNSET)
+    moves: Moves = field(default_factory=Moves.empty)
 
     def __post_init__(self) -> None:
         if self.reserved_start is _UNSET:

@@ -9,7 +9,7 @@ import numpy as np
 
 from allocator.book import TIER_NAMES, Book
 from allocator.errors import BookError
-from allocator.result import PREEMPT_NAMES, REASON_NAMES, Losers, Preemptions, Result, Winners
+from allocator.result import PREEMPT_NAMES, REASON_NAMES, Losers, Moves, Preemptions, Result, Winners
 
 
 def result_to_json(r: Result) -> dict[str, Any]:
@@ -56,6 +56,16 @@ def result_to_json(r: Result) -> dict[str, Any]:
             )
         ],
         "backfill": r.backfill_job.tolist(),
+        "moves": [
+            {
+                "lease": int(r.moves.lease[i]),
+                "gpus": [
+                    [r.node_names[r.moves.slot_node[j]], int(r.moves.slot_idx[j])]
+                    for j in range(int(r.moves.slot_ptr[i]), int(r.moves.slot_ptr[i + 1]))
+                ],
+            }
+            for i in range(len(r.moves))
+        ],
         "counters": dict(r.counters),
         "digest": r.digest,
     }
@@ -126,9 +136,23 @@ def _parse(d: Mapping[str, Any], book: Book) -> Result:
         reserved_job=np.array([x["job"] for x in reserved], dtype=np.int64),
         reserved_start=np.array([x.get("start", -1) for x in reserved], dtype=np.int64),
         backfill_job=np.array(d.get("backfill", []), dtype=np.int64),
+        moves=_moves(d.get("moves", []), lease_row, nodes),
         counters={str(k): int(v) for k, v in d["counters"].items()},
         type_names=book.types.names,
         node_names=book.nodes.names,
         tenant_names=book.tenants.names,
         digest=str(d["digest"]),
+    )
+
+
+def _moves(rows: list[Any], lease_row: Mapping[int, int], nodes: Mapping[str, int]) -> Moves:
+    if not rows:
+        return Moves.empty()
+    gp = [g for m in rows for g in m["gpus"]]
+    return Moves(
+        np.array([m["lease"] for m in rows], dtype=np.int64),
+        np.array([lease_row[m["lease"]] for m in rows], dtype=np.int64),
+        np.concatenate([[0], np.cumsum([len(m["gpus"]) for m in rows], dtype=np.int64)]).astype(np.int64),
+        np.array([nodes[g[0]] for g in gp], dtype=np.int32),
+        np.array([g[1] for g in gp], dtype=np.int32),
     )
