@@ -16,13 +16,16 @@ from frontend.views import (
     jobs,
     portal,
     spend,
+    sso,
     tokens,
 )
 
 app_name = "frontend"
 urlpatterns = [
     path("", auth.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
+    path("login/", auth.SignInView.as_view(), name="login"),
+    path("login/sso/", sso.sso_start, name="sso_start"),
+    path("login/sso/callback/", sso.sso_callback, name="sso_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "password/",
