@@ -15,7 +15,7 @@ import pytest
 
 from accounts.models import AuditEvent, GroupMapping, Membership, OidcIdentity, Role, User
 from oidc_device import DevicePrompt, device_login, exchange_for_api_token
-from tests.browser.helpers import shot
+from tests.browser.helpers import login, shot
 from tests.conftest import World
 from tests.oidc import CLI_CLIENT, WEB_CLIENT, WEB_SECRET, OidcProvider, start_provider
 
@@ -168,3 +168,20 @@ def test_device_flow_end_to_end(sso: OidcProvider, world: World, live_server: An
     again = httpx.post(f"{live_server.url}/api/v1/auth/oidc/token", json={"id_token": tokens.id_token})
     assert again.status_code == 400
     assert again.json()["fields"]["id_token"] == ["refused: its token was used before (replay)"]
+
+
+def test_console_mapping_page(
+    sso: OidcProvider, world: World, live_server: Any, page: Any, tmp_path: Path
+) -> None:
+    login(page, live_server.url, world.admin.username)
+    page.goto(f"{live_server.url}/console/sso/")
+    page.fill("#id_group", "")
+    page.click("#mapping-form button[type=submit]")
+    assert "required" in page.locator("#id_group-error").inner_text()
+    page.fill("#id_group", "gpu-admins")
+    page.select_option("#id_tenant", "gamma")
+    page.select_option("#id_role", "manager")
+    page.click("#mapping-form button[type=submit]")
+    page.wait_for_selector("#mappings code:text('gpu-admins')")
+    shot(page, tmp_path, "console-sso", docs=True)
+    assert GroupMapping.objects.filter(group="gpu-admins", tenant=world.gamma, role=Role.MANAGER).exists()
