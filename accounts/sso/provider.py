@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import httpx
 from django.conf import settings
@@ -98,7 +98,7 @@ def provider_keys(meta: ProviderMetadata, *, refresh: bool = False) -> KeySet:
         }
         cache.set(_key("jwks", meta.issuer), raw, CACHE_SECONDS)
     try:
-        return KeySet.import_key_set(raw)
+        return KeySet.import_key_set(cast(Any, raw))
     except Exception as exc:  # joserfc raises several kinds for a malformed key
         raise ProviderUnavailable(f"{meta.jwks_uri}: {exc}") from exc
 

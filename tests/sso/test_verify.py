@@ -91,7 +91,7 @@ def test_unsigned_and_symmetric_tokens_are_refused(sso_settings, key_issuer):
     import base64
     import json
 
-    def b64(data: dict) -> str:
+    def b64(data: dict[str, object]) -> str:
         return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
 
     unsigned = f"{b64({'alg': 'none'})}.{b64(_claims(key_issuer))}."
