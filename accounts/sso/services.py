@@ -47,12 +47,22 @@ def _identity(claims: IdClaims) -> OidcIdentity:
     )
     if found is not None:
         return found
-    user = User.objects.create(
-        username=_free_username(claims), email=claims.email, first_name=claims.name[:150]
-    )
-    user.set_unusable_password()
-    user.save(update_fields=["password"])
-    identity = OidcIdentity.objects.create(user=user, issuer=claims.issuer, subject=claims.subject)
+    try:
+        with transaction.atomic():  # a savepoint: another first sign-in of the same person may race this one
+            user = User.objects.create(
+                username=_free_username(claims), email=claims.email, first_name=claims.name[:150]
+            )
+            user.set_unusable_password()
+            user.save(update_fields=["password"])
+            identity = OidcIdentity.objects.create(user=user, issuer=claims.issuer, subject=claims.subject)
+    except IntegrityError as exc:
+        # The other sign-in committed first (we waited on its row): it made the user, so use it.
+        winner = OidcIdentity.objects.select_related("user").filter(
+            issuer=claims.issuer, subject=claims.subject
+        )
+        if (found := winner.first()) is not None:
+            return found
+        raise SignInRefused("another sign-in took this username at the same moment; sign in again") from exc
     audit(
         actor=None,
         tenant=None,

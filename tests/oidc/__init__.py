@@ -8,6 +8,7 @@ JWKS served from this process for a key the test holds, so the refusal tests can
 
 from __future__ import annotations
 
+import fcntl
 import json
 import shutil
 import subprocess
@@ -28,12 +29,18 @@ CLI_CLIENT = "gpumarket-cli"
 
 
 def ensure_node_modules() -> None:
-    if (HERE / "node_modules" / "oidc-provider" / "package.json").exists():
+    """`npm ci` from package-lock.json when node_modules is missing; a lock file keeps parallel test workers
+    from installing into the same folder at once."""
+    installed = HERE / "node_modules" / "oidc-provider" / "package.json"
+    if installed.exists():
         return
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("the sign-in tests need Node.js and npm (apt-get install nodejs npm)")
-    subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True, timeout=600)
+    with open(HERE / ".npm-install.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not installed.exists():
+            subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True, timeout=600)
 
 
 @dataclass
