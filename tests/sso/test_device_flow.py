@@ -12,6 +12,8 @@ from oidc_device import DeviceFlowError, DevicePrompt, device_login, discover
 from oidc_device.flow import SLOW_DOWN_S
 from tests.oidc import CLI_CLIENT, OidcProvider, TestKeyIssuer, start_provider
 
+pytestmark = pytest.mark.integration  # starts node-oidc-provider
+
 
 @pytest.fixture(scope="module")
 def provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
