@@ -4,8 +4,12 @@ groups claim; group changes apply at the next sign-in; the device flow driven en
 
 from __future__ import annotations
 
+import json
 import queue
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +18,7 @@ import httpx
 import pytest
 
 from accounts.models import AuditEvent, GroupMapping, Membership, OidcIdentity, Role, User
+from accounts.sso.verify import TokenRefused, verify_id_token
 from oidc_device import DevicePrompt, device_login, exchange_for_api_token
 from tests.browser.helpers import login, shot
 from tests.conftest import World
@@ -150,11 +155,7 @@ def test_device_flow_end_to_end(sso: OidcProvider, world: World, live_server: An
     thread.start()
     shown = prompts.get(timeout=30)
     assert shown.verification_uri_complete and shown.user_code in shown.verification_uri_complete
-    page.goto(shown.verification_uri_complete)
-    page.click("button[autofocus]")  # "Continue": the code on the page is the one on the terminal
-    _provider_login(page, "dev")
-    page.wait_for_load_state()
-    assert "Sign-in Success" in page.title()
+    _confirm_device(page, shown.verification_uri_complete, "dev")
     thread.join(timeout=60)
     assert "error" not in result, result.get("error")
     tokens = result["tokens"]
@@ -168,6 +169,48 @@ def test_device_flow_end_to_end(sso: OidcProvider, world: World, live_server: An
     again = httpx.post(f"{live_server.url}/api/v1/auth/oidc/token", json={"id_token": tokens.id_token})
     assert again.status_code == 400
     assert again.json()["fields"]["id_token"] == ["refused: its token was used before (replay)"]
+
+    # Signed by the real provider's keys, yet refused: made for the command line, not the portal (aud), and
+    # once past its expiry.
+    with pytest.raises(TokenRefused, match=r"another client \(aud\)"):
+        verify_id_token(tokens.id_token, audiences=[WEB_CLIENT])
+    with pytest.raises(TokenRefused, match=r"expired \(exp\)"):
+        verify_id_token(tokens.id_token, audiences=[CLI_CLIENT], now=time.time() + 3600 + 120)
+
+
+def _confirm_device(page: Any, url: str, subject: str) -> None:
+    """The provider's device pages: confirm the code shown, sign in, consent (signed out of the provider
+    first, so each run shows its login page)."""
+    page.context.clear_cookies()
+    page.goto(url)
+    page.click("button[autofocus]")  # "Continue": the code on the page is the one on the terminal
+    _provider_login(page, subject)
+    page.wait_for_load_state()
+    assert "Sign-in Success" in page.title()
+
+
+def test_device_sign_in_from_the_command_line(
+    sso: OidcProvider, world: World, live_server: Any, page: Any
+) -> None:
+    """`python -m oidc_device` as a process, as a person would run it: it prints where to go, the browser
+    confirms, and it prints the API token; a team the person is not in is refused with the field named."""
+    sso.set_user("cli-user", groups=["ml-team", "bio"])
+    command = [sys.executable, "-m", "oidc_device", "--issuer", sso.issuer, "--client-id", CLI_CLIENT]
+    command += ["--server", live_server.url]
+    for tenant, code in [("beta", 0), ("gamma", 1)]:
+        process = subprocess.Popen(
+            [*command, "--tenant", tenant], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        assert line.startswith("Open "), line
+        _confirm_device(page, line.split()[1], "cli-user")
+        out, err = process.communicate(timeout=60)
+        assert process.returncode == code, err
+        if code == 0:
+            assert json.loads(out)["tenant"] == "beta"
+        else:
+            assert "error: exchange (tenant): tenant: you are not a member of 'gamma'" in err
 
 
 def test_console_mapping_page(
