@@ -113,3 +113,12 @@ def test_unreachable_provider_is_503(world, sso_settings):
     sso_settings.OIDC_ISSUER = f"http://127.0.0.1:{port}"
     response = _post({"id_token": "a.b.c"})
     assert response.status_code == 503 and response.json()["error"] == "provider_unavailable"
+
+
+def test_leaving_the_group_ends_the_token_at_the_next_sign_in(mapped, key_issuer):
+    issued = _post({"id_token": _token(key_issuer)}).json()
+    api = APIClient(HTTP_AUTHORIZATION=f"Bearer {issued['token']}")
+    assert api.get("/api/v1/me").status_code == 200
+    # The next sign-in (here the next exchange) no longer names the group: no team, and the token stops.
+    assert _post({"id_token": _token(key_issuer, groups=[])}).status_code == 400
+    assert api.get("/api/v1/me").status_code == 401
