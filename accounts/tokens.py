@@ -40,7 +40,7 @@ def token_create(
 ) -> IssuedToken:
     """A new token. `secret` is only for the local demo, which keeps its token's secret under var/."""
     # The user's row lock serialises their token creations, so racing requests cannot pass the cap together.
-    User.objects.select_for_update().filter(pk=user.pk).first()
+    User.objects.select_for_update(no_key=True).filter(pk=user.pk).first()
     cap = settings.API_TOKENS_PER_USER
     if ApiToken.objects.filter(user=user, tenant=tenant, revoked_at__isnull=True).count() >= cap:
         raise TooManyTokens(

@@ -97,7 +97,9 @@ def _advance(round_id: int, stop_after: RoundState | None, memo: _Memo) -> Round
     while True:
         try:
             with transaction.atomic():
-                rnd = Round.objects.select_for_update(skip_locked=True).filter(pk=round_id).first()
+                rnd = (
+                    Round.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=round_id).first()
+                )
                 if rnd is None:  # another worker holds it: it will finish the step
                     return Round.objects.get(pk=round_id)
                 if rnd.state in DONE_STATES or rnd.state == stop_after:
@@ -133,7 +135,7 @@ def _step(rnd: Round, memo: _Memo) -> None:
 
 def _failed(round_id: int, exc: Exception, *, final: bool) -> Round:
     with transaction.atomic():
-        rnd = Round.objects.select_for_update().get(pk=round_id)
+        rnd = Round.objects.select_for_update(no_key=True).get(pk=round_id)
         rnd.attempts = F("attempts") + 1
         rnd.error = f"{type(exc).__name__}: {exc}"[:2000]
         rnd.save(update_fields=["attempts", "error"])
