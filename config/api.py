@@ -19,7 +19,9 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from config import dbretry
 from config.fields import SPACE, TEXT, AnyField
+from config.middleware import CONFLICT_RETRY_AFTER_S, conflict_body
 
 
 class Pagination(PageNumberPagination):
@@ -172,6 +174,12 @@ _REQUEST_PART = {"ParseError": "body", "BodyTooLarge": "body", "UnsupportedMedia
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Every error is {"error": code, "detail": text[, "fields": {...}]}."""
+    state = dbretry.conflict_of(exc)
+    if state and not dbretry.active():  # inside the net it propagates, to be retried (config/dbretry.py)
+        gave_up = dbretry.GaveUp(state, tries=1, committed=False)  # outside the net: only reads
+        return Response(
+            conflict_body(gave_up), status=503, headers={"Retry-After": str(CONFLICT_RETRY_AFTER_S)}
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
