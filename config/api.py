@@ -261,6 +261,8 @@ _WRITE_ERRORS = {
     "409": "Refused in the current state (key reused, not pending, insufficient funds, ...).",
     "413": "The body is larger than the server accepts.",
     "415": "The body is not JSON.",
+    "503": "Met concurrent writes on every try and did not happen (`database_conflict`); send it again after "
+    "Retry-After.",
 }
 
 
@@ -268,7 +270,7 @@ def schema_error_responses(
     result: dict[str, Any], generator: Any, request: Any, public: bool
 ) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: every operation documents the errors every operation can give
-    (400, 401, 403, 404, 429; writes also 409, 413, 415) with the one error shape, keeping any description
+    (400, 401, 403, 404, 429; writes also 409, 413, 415, 503) with the one error shape, keeping any description
     a view gave its own; string query parameters and headers are documented as non-empty and, where nothing
     narrower is said of them, as not blank (QuerySerializer refuses both)."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA

@@ -43,6 +43,37 @@ def test_every_row_lock_is_no_key() -> None:
     assert [where for where, call in calls if not no_key(call)] == []
 
 
+def _below(call: ast.Call) -> list[ast.Call]:
+    """The calls of a chain from `call` down: `a.b().c()` from c() gives c() and b()."""
+    chain: list[ast.Call] = []
+    node: ast.AST = call
+    while isinstance(node, ast.Call | ast.Attribute):
+        if isinstance(node, ast.Call):
+            chain.append(node)
+            node = node.func
+        else:
+            node = node.value
+    return chain
+
+
+def _name(call: ast.Call) -> str:
+    return call.func.attr if isinstance(call.func, ast.Attribute) else ""
+
+
+def test_a_row_lock_with_joined_rows_locks_only_its_own() -> None:
+    """select_related under a row lock joins the parents into the FOR ... UPDATE: without of=("self",) the
+    tenant or user rows would be locked too (tests/faults/test_bank.py saw that deadlock)."""
+    offenders = []
+    for name in ("select_for_update", "select_related"):
+        for where, call in _calls(name):
+            chain = _below(call)
+            locks = [c for c in chain if _name(c) == "select_for_update"]
+            joins = any(_name(c) == "select_related" for c in chain)
+            if joins and any(not any(k.arg == "of" for k in lock.keywords) for lock in locks):
+                offenders.append(where)
+    assert offenders == []
+
+
 def test_no_update_or_create_on_a_parent_model() -> None:
     parents = {
         field.related_model.__name__
