@@ -205,11 +205,16 @@ def node_reregister(
     Gpu.objects.filter(node=node, uuid__in=gone).update(absent=True)
     Gpu.objects.filter(node=node, uuid__in=list(reported)).update(absent=True)
     for info in gpus:
-        # Not update_or_create: its plain FOR UPDATE would make every lease's key check on this GPU wait
-        # (docs/rounds.md §Lock order); the node's lock already serialises this node's registrations.
-        values = {"node": node, "index": info.index, "model": info.model, "memory_mb": info.memory_mb}
-        if not Gpu.objects.filter(uuid=info.uuid).update(absent=False, **values):
-            Gpu.objects.create(uuid=info.uuid, absent=False, **values)
+        Gpu.objects.update_or_create(
+            uuid=info.uuid,
+            defaults={
+                "node": node,
+                "index": info.index,
+                "model": info.model,
+                "memory_mb": info.memory_mb,
+                "absent": False,
+            },
+        )
     added = sorted(set(reported) - set(known))
     node.agent_version, node.last_heartbeat = agent_version, now
     node.save(update_fields=["agent_version", "last_heartbeat"])
