@@ -106,21 +106,21 @@ def pause_s(retry: int) -> float:
     return random.uniform(base / 2, base) * (1 << retry)  # noqa: S311 - jitter, not a secret
 
 
-def retrying(work: Callable[[], T], *, where: str, repeatable: bool = False) -> T:
-    """work(), run again on a deadlock or serialization failure: at most DB_CONFLICT_RETRIES more times, and
-    (unless `repeatable`) only while nothing it wrote has been committed. Raises GaveUp when it stops;
-    counted in gpumarket_db_conflicts by `where` (request, task), SQLSTATE and outcome."""
+def retrying(work: Callable[[], T], *, where: str, repeatable: bool = False, retries: int | None = None) -> T:
+    """work(), run again on a deadlock or serialization failure: at most `retries` (DB_CONFLICT_RETRIES)
+    more times, and (unless `repeatable`) only while nothing it wrote has been committed. Raises GaveUp when
+    it stops; counted in gpumarket_db_conflicts by `where` (request, task), SQLSTATE and outcome."""
     if _active.get():  # nested (an eager task inside a request): the outer net retries the whole
         return work()
     token = _active.set(True)
     try:
-        return _attempts(work, where, repeatable)
+        limit: int = settings.DB_CONFLICT_RETRIES if retries is None else retries
+        return _attempts(work, where, repeatable, limit)
     finally:
         _active.reset(token)
 
 
-def _attempts(work: Callable[[], T], where: str, repeatable: bool) -> T:
-    retries: int = settings.DB_CONFLICT_RETRIES
+def _attempts(work: Callable[[], T], where: str, repeatable: bool, retries: int) -> T:
     state = ""
     for attempt in range(retries + 1):
         writes = _Writes()

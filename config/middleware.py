@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 from django.http.request import RawPostDataException
@@ -117,20 +117,37 @@ class DatabaseConflictMiddleware(Middleware):
     ) -> HttpResponse | None:
         if iscoroutinefunction(view):
             return None
-        _keep_body(request)
+        kept = _keep_body(request)
         try:
-            response: HttpResponse = dbretry.retrying(lambda: view(request, *args, **kwargs), where="request")
+            response: HttpResponse = dbretry.retrying(
+                lambda: view(request, *args, **kwargs), where="request", retries=None if kept else 0
+            )
         except dbretry.GaveUp as gave_up:
             return conflict_response(request, gave_up)
         return response
 
 
-def _keep_body(request: HttpRequest) -> None:
-    """Read the body into memory before the first try, so the parsers of a second one can read it again (a
-    stream read once is gone). One too large, or a form already read, is left to the view as before."""
-    if request.method in ("POST", "PUT", "PATCH", "DELETE"):
-        with contextlib.suppress(RequestDataTooBig, RawPostDataException):
-            request.body  # noqa: B018 - cached on the request
+def _keep_body(request: HttpRequest) -> bool:
+    """Read the body into memory before the first try, so that a second try's parser can read it again (a
+    stream read once is gone); False if it cannot be kept, and then there is no second try. Only a body whose
+    Content-Length is within DATA_UPLOAD_MAX_MEMORY_SIZE is read, as the parsers would read it: a larger one
+    is theirs to refuse (413), and one without a length is never read whole here (DRF reads none)."""
+    if request.method not in ("POST", "PUT", "PATCH", "DELETE") or hasattr(request, "_body"):
+        return True
+    try:
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        return False
+    if length <= 0:
+        return True
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    if limit is not None and length > limit:
+        return False
+    try:
+        request.body  # noqa: B018 - cached on the request
+    except (RequestDataTooBig, RawPostDataException):  # a multipart form already parsed: kept as parsed
+        return hasattr(request, "_post")
+    return True
 
 
 CONFLICT_RETRY_AFTER_S = 1

@@ -124,6 +124,14 @@ def test_a_deadlocked_request_is_retried_and_applied_once(world: World, monkeypa
     assert SpendAlertRule.objects.filter(tenant=world.alpha).count() == 1
 
 
+def test_a_deadlocked_portal_form_is_retried_and_applied_once(world: World, monkeypatch) -> None:
+    client = Client()
+    client.force_login(world.alice)
+    response = _Deadlock(world, monkeypatch).run(lambda: client.post(PAGE, BODY))
+    assert response.status_code == 302, response.content[:500]
+    assert SpendAlertRule.objects.filter(tenant=world.alpha).count() == 1
+
+
 def _api(world: World) -> Callable[[], Any]:
     client = world.client(world.alice)
     return lambda: client.post(URL, BODY, format="json")
