@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from allocator import BookError, Result, clear
+from config.dbretry import conflict_of
 from config.logs import bind
 from inventory.models import GpuType
 from market.models import DONE_STATES, Round, RoundState
@@ -109,6 +110,8 @@ def _advance(round_id: int, stop_after: RoundState | None, memo: _Memo) -> Round
             # Deterministic: repeating the step gives the same failure.
             return _failed(round_id, exc, final=True)
         except Exception as exc:
+            if conflict_of(exc):  # a deadlock is no fault of the round's: not an attempt; the net repeats it
+                raise
             log.exception("round %s: step failed", round_id)
             rnd = _failed(round_id, exc, final=False)
             if rnd.state == RoundState.FAILED:
