@@ -10,6 +10,7 @@ retries left, answer 503 with Retry-After saying nothing happened, and leave not
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -17,10 +18,11 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections
-from django.test import Client
+from django.test import AsyncClient, Client
 from prometheus_client import REGISTRY
 
 from accounts.models import AuditEvent
+from accounts.tokens import token_create
 from config.celery import app
 from config.dbretry import RetryingTask
 from market.models import SpendAlertRule
@@ -122,6 +124,26 @@ def test_a_deadlocked_request_is_retried_and_applied_once(world: World, monkeypa
     again = client.post(URL, BODY, format="json", HTTP_IDEMPOTENCY_KEY="k1")
     assert again.json()["id"] == response.json()["id"]
     assert SpendAlertRule.objects.filter(tenant=world.alpha).count() == 1
+
+
+def test_under_asgi_too(world: World, monkeypatch) -> None:
+    """Through Django's ASGI handler, as the shipped server runs it: the middleware's process_view and the
+    view run on the request's thread, so the net sees that thread's connection."""
+    secret = token_create(user=world.alice, tenant=world.alpha, name="asgi").secret
+    headers = {"Authorization": f"Bearer {secret}"}
+    post = AsyncClient().post(URL, BODY, content_type="application/json", headers=headers)
+    recovered = _conflicts("request", "recovered")
+    response = _Deadlock(world, monkeypatch).run(lambda: asyncio.run(post))
+    assert response.status_code == 201, response.content
+    assert SpendAlertRule.objects.filter(tenant=world.alpha).count() == 1
+    assert _conflicts("request", "recovered") == recovered + 1
+    # The handler's thread kept its connection (CONN_MAX_AGE) and is gone: end that session, or the test
+    # database could not be dropped at the end of the run.
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid() AND state = 'idle'"
+        )
 
 
 def test_a_deadlocked_portal_form_is_retried_and_applied_once(world: World, monkeypatch) -> None:
