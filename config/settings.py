@@ -81,6 +81,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: its process_view runs the view itself, after every other middleware's checks (CSRF included).
+    "config.middleware.DatabaseConflictMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -126,6 +128,10 @@ elif env_bool("DB_POOL", False):
         "max_size": env_int("DB_POOL_SIZE", 20, minimum=1),
         "timeout": 10,
     }
+# A request or task that meets a deadlock or a serialization failure is run again this many times, after
+# pauses growing from about this many milliseconds (config/dbretry.py); then a request gets a 503.
+DB_CONFLICT_RETRIES = env_int("DB_CONFLICT_RETRIES", 3, minimum=0)
+DB_CONFLICT_BACKOFF_MS = env_int("DB_CONFLICT_BACKOFF_MS", 50, minimum=1)
 # Under ASGI: how many sync requests of each kind one worker runs at once (config/slots.py); the rest wait
 # their turn in the event loop. Keep web + 2 x agent under DB_POOL_SIZE (the polls' looks have agent-many).
 ASGI_AGENT_SLOTS = env_int("ASGI_AGENT_SLOTS", 4, minimum=1)
