@@ -119,7 +119,9 @@ class GpuTypes:
 
 @dataclass(frozen=True)
 class Nodes:
-    """Nodes: GPU type, topology domain, capacity, and ``free[n, s]`` True when GPU slot s of node n is free."""
+    """Nodes: GPU type, topology domain, capacity, and ``free[n, s]`` True when GPU slot s of node n is free.
+    ``moved_at[n]``: when a job was last moved from or to node n (epoch seconds, -1 never): consolidation leaves
+    a node alone for ``Policy.move_cooldown_s`` after a move."""
 
     names: tuple[str, ...]
     gpu_type: I32
@@ -127,9 +129,17 @@ class Nodes:
     capacity: I32
     free: BOOL
     free_count_: I32 = field(init=False, repr=False, compare=False)  # cache of free_count
+    moved_at: I64 = field(default_factory=lambda: _UNSET_I64)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(self.names))
+        if self.moved_at is _UNSET_I64:
+            object.__setattr__(self, "moved_at", np.full(len(self.names), -1, dtype=np.int64))
+        _set(self, "moved_at", self.moved_at, np.int64, 1, "nodes")
+        if self.moved_at.shape[0] != len(self.names):
+            raise BookError(
+                "nodes.moved_at", f"has {self.moved_at.shape[0]} entries for {len(self.names)} nodes"
+            )
         for name in ("gpu_type", "domain", "capacity"):
             _set(self, name, getattr(self, name), np.int32, 1, "nodes")
         free = np.asarray(self.free, dtype=np.bool_)
@@ -411,7 +421,10 @@ class Policy:
     ``fair_reclaim``: whether a tenant below its entitlement may preempt for it (step 6);
     ``fair_share_half_life_s``: half-life of the fair-share history (``Tenants.owed``; 0: no history, every
     round starts afresh); ``fair_share_payback_s``: how fast what a tenant is owed is paid back: owed GPU-hours
-    over this time add to its entitlement (step 3; allocator/fairshare.py)."""
+    over this time add to its entitlement (step 3; allocator/fairshare.py); consolidation (step 5,
+    reference/consolidate.py): ``max_moves`` leases moved per round at most (0: no moves), none younger than
+    ``move_min_runtime_s``, none losing more than ``move_max_lost_gpu_s`` GPU-seconds of work since its last
+    checkpoint, no node moved from or to again within ``move_cooldown_s``."""
 
     min_runtime_s: int = 600
     starve_rounds: int = 5
@@ -421,6 +434,10 @@ class Policy:
     fair_reclaim: bool = True
     fair_share_half_life_s: int = 86400
     fair_share_payback_s: int = 3600
+    max_moves: int = 16
+    move_min_runtime_s: int = 1800
+    move_max_lost_gpu_s: int = 7200
+    move_cooldown_s: int = 3600
 
     def __post_init__(self) -> None:
         for name in (f.name for f in fields(self) if f.name != "fair_reclaim"):  # every integer knob

@@ -113,10 +113,15 @@ def nodes_from_json(rows: Any, type_ix: Mapping[str, int], busy: set[tuple[int, 
         for i, r in enumerate(rows)
     ]
     free = np.zeros((len(rows), max(caps, default=0)), dtype=bool)
-    gtype, domain = [], []
+    gtype, domain, moved_at = [], [], []
     for i, r in enumerate(rows):
         at = f"nodes[{i}]"
         gtype.append(_name(_get(r, "gpu_type", at), type_ix, f"{at}.gpu_type", "GPU type"))
+        moved_at.append(
+            _int(
+                _get(r, "moved_at", at, -1), f"{at}.moved_at", minimum=-1, what="a time (epoch seconds) or -1"
+            )
+        )
         domain.append(
             _int(_get(r, "domain", at, 0), f"{at}.domain", minimum=0, what="a non-negative integer")
         )
@@ -129,7 +134,14 @@ def nodes_from_json(rows: Any, type_ix: Mapping[str, int], busy: set[tuple[int, 
             if slot >= caps[i]:
                 raise BookError(f"{at}.free", "slot index beyond capacity")
             free[i, slot] = True
-    return Nodes(tuple(names), np.array(gtype), np.array(domain), np.array(caps), free)
+    return Nodes(
+        tuple(names),
+        np.array(gtype),
+        np.array(domain),
+        np.array(caps),
+        free,
+        np.array(moved_at, dtype=np.int64),
+    )
 
 
 def tenants_from_json(rows: Any, type_ix: Mapping[str, int], held_by_leases: np.ndarray) -> Tenants:
@@ -210,7 +222,14 @@ def leases_from_json(
         cols["tier"].append(_name(_get(r, "tier", at), tiers, f"{at}.tier", "tier (G, B or S)"))
         cols["start"].append(_int(_get(r, "start", at), f"{at}.start"))
         cols["checkpoint"].append(_int(_get(r, "checkpoint", at, cols["start"][-1]), f"{at}.checkpoint"))
-        cols["expect_end"].append(_int(_get(r, "expect_end", at, -1), f"{at}.expect_end", minimum=-1))
+        cols["expect_end"].append(
+            _int(
+                _get(r, "expect_end", at, -1),
+                f"{at}.expect_end",
+                minimum=-1,
+                what="a time (epoch seconds) or -1",
+            )
+        )
         for flag, default in (("preemptible", cols["tier"][-1] != 0), ("backfill", False)):
             value = _get(r, flag, at, default)
             if not isinstance(value, bool):
@@ -399,6 +418,7 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "domain": int(n.domain[i]),
             "capacity": int(n.capacity[i]),
             "free": np.flatnonzero(n.free[i]).tolist(),
+            "moved_at": int(n.moved_at[i]),
         }
         for i in range(len(n))
     ]
@@ -458,6 +478,10 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "fair_reclaim": bool(p.fair_reclaim),
             "fair_share_half_life_s": p.fair_share_half_life_s,
             "fair_share_payback_s": p.fair_share_payback_s,
+            "max_moves": p.max_moves,
+            "move_min_runtime_s": p.move_min_runtime_s,
+            "move_max_lost_gpu_s": p.move_max_lost_gpu_s,
+            "move_cooldown_s": p.move_cooldown_s,
         },
         "gpu_types": [
             {

@@ -15,7 +15,16 @@ from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.digest import compute_digest
 from allocator.fairshare import credit
 from allocator.reference.order import preferences
-from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
+from allocator.result import (
+    BELOW_RESERVE,
+    FAIR_SHARE,
+    GUARANTEE_FULL,
+    MOVED,
+    NO_FIT,
+    OUTBID,
+    Preemptions,
+    Result,
+)
 
 I64 = NDArray[np.int64]
 BOOL = NDArray[np.bool_]
@@ -57,7 +66,8 @@ def no_gpu_twice(book: Book, r: Result) -> list[str]:
         return out
     out += _first("GPU of the wrong type (job)", nodes.gpu_type[node] != w.gpu_type[owner], w.job[owner])
     key = node * width + slot
-    uniq, counts = np.unique(key, return_counts=True)
+    moved_key = r.moves.slot_node.astype(np.int64) * width + r.moves.slot_idx
+    uniq, counts = np.unique(np.concatenate([key, moved_key]), return_counts=True)
     out += _first("GPU bound twice (node*width+slot)", counts > 1, uniq)
     freed = np.zeros(len(ls), dtype=np.bool_)
     freed[r.preemptions.row] = True
@@ -69,6 +79,30 @@ def no_gpu_twice(book: Book, r: Result) -> list[str]:
     out += _first(
         "GPU neither free nor freed by preemption (job)", fresh & ~nodes.free[node, slot], w.job[owner]
     )
+    return out
+
+
+def moves_placed_again(book: Book, r: Result) -> list[str]:
+    """Consolidation (step 5): a lease preempted as moved is placed again in the same round (one entry in
+    ``moves``) and only such leases; on a node of its type, on GPUs free in the book, its GPU count kept; at most
+    ``max_moves`` per round; none younger than ``move_min_runtime_s``."""
+    m, p, ls, nodes = r.moves, r.preemptions, book.leases, book.nodes
+    moved = p.lease[p.reason == MOVED]
+    out = _first("moved lease not placed again (lease)", ~np.isin(moved, m.lease), moved)
+    out += _first("placed again without a move (lease)", ~np.isin(m.lease, moved), m.lease)
+    if not len(m):
+        return out
+    owner = np.repeat(np.arange(len(m)), np.diff(m.slot_ptr))
+    node, slot = m.slot_node.astype(np.int64), m.slot_idx.astype(np.int64)
+    out += _first(
+        "moved onto another type (lease)", nodes.gpu_type[node] != ls.gpu_type[m.row[owner]], m.lease[owner]
+    )
+    out += _first("moved onto a GPU not free (lease)", ~nodes.free[node, slot], m.lease[owner])
+    out += _first("move changed the GPU count (lease)", np.diff(m.slot_ptr) != ls.gpus[m.row], m.lease)
+    young = book.now - ls.start[m.row] < book.policy.move_min_runtime_s
+    out += _first("moved a lease younger than the minimum runtime for moves (lease)", young, m.lease)
+    if len(m) > book.policy.max_moves:
+        out.append(f"more moves than max_moves: {len(m)} > {book.policy.max_moves}")
     return out
 
 
@@ -145,9 +179,8 @@ def _held_after(book: Book, r: Result) -> I64:
     """GPUs per tenant and type after the round: held - preempted + won, all tiers."""
     ls = book.leases
     out = book.tenants.held.sum(axis=1).astype(np.int64)
-    np.subtract.at(
-        out, (ls.tenant[r.preemptions.row], ls.gpu_type[r.preemptions.row]), ls.gpus[r.preemptions.row]
-    )
+    gone = r.preemptions.row[r.preemptions.reason != MOVED]  # a moved lease is still held, elsewhere
+    np.subtract.at(out, (ls.tenant[gone], ls.gpu_type[gone]), ls.gpus[gone])
     np.add.at(out, (r.winners.tenant, r.winners.gpu_type), book.bids.gpus[r.winners.bid])
     return np.asarray(out, dtype=np.int64)
 
@@ -169,6 +202,8 @@ def preemption_rules(book: Book, r: Result) -> list[str]:
     younger than the minimum runtime, never below the victim's own guarantee at the round's end (what it held,
     less what was preempted, plus what it won)."""
     ls, p = book.leases, r.preemptions
+    keep = p.reason != MOVED  # a move is not a loss: moves_placed_again checks it
+    p = Preemptions(p.lease[keep], p.row[keep], p.reason[keep], p.for_job[keep])
     rows = p.row
     out = _first(
         "preempted a tier G lease (lease)", (ls.tier[rows] == TIER_G) | np.isin(p.lease, r.retiered), p.lease
@@ -238,6 +273,7 @@ def _leftover(book: Book, r: Result) -> tuple[I64, I64, I64]:
     free = nodes.free_count.astype(np.int64)
     np.subtract.at(free, r.winners.slot_node, 1)
     np.add.at(free, r.winners.slot_node, ~nodes.free[r.winners.slot_node, r.winners.slot_idx])
+    np.subtract.at(free, r.moves.slot_node, 1)
     open_ = np.ones(len(nodes), dtype=np.bool_)
     open_[r.reserved_node] = False
     n_types = len(book.types)
@@ -363,6 +399,7 @@ CHECKS: tuple[Check, ...] = (
     no_gpu_twice,
     gangs_whole,
     reserved_nodes_idle,
+    moves_placed_again,
     prices_and_holds,
     tier_g_within_guarantee,
     preemption_rules,

@@ -14,6 +14,7 @@ from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.fairshare import credit
+from allocator.reference import consolidate as cs
 from allocator.reference import placement as pl
 from allocator.reference import reclaim as rc
 from allocator.reference import reserve as rv
@@ -150,7 +151,8 @@ def serve_head(state: RoundState, t: int, s: TypeBids) -> None:
     (``fairshare.credit`` > 0) that fit no node now, and gangs that waited ``starve_rounds`` (whatever their
     price), most owed first (lowest ``tiers.share``), then longest wait, then market order; at most
     ``max_reservations`` of them per type. A starving gang that fits is placed before everything else; one that
-    does not gets the nodes that drain soonest reserved (at most ``max_reserved_pct`` of the type's nodes), and
+    does not is placed by moving a few running jobs where that makes room at once (``consolidate``), else gets
+    the nodes that drain soonest reserved (at most ``max_reserved_pct`` of the type's nodes), and
     once due (expected start reached) it preempts on them what backfill let in and ran past its prediction."""
     book, floor = state.book, state.floor
     policy = book.policy
@@ -178,6 +180,10 @@ def serve_head(state: RoundState, t: int, s: TypeBids) -> None:
             state.count("starving_placed")
             served += 1
             continue
+        if consolidate(state, t, (row, k, int(s.tenant[i]), job), tier):
+            s.placed[i], s.tier[i] = True, tier
+            served += 1
+            continue
         nodes, start = rv.reserve_drain_soonest(floor, book, t, k, job, limit, state.frees)
         if nodes.size == 0:
             continue
@@ -187,14 +193,39 @@ def serve_head(state: RoundState, t: int, s: TypeBids) -> None:
             s.placed[i], s.tier[i] = True, tier
 
 
+def consolidate(state: RoundState, t: int, gang: tuple[int, int, int, int], tier: int) -> bool:
+    """Consolidation (step 5, reference/consolidate.py): when moving a few running jobs elsewhere makes room for
+    the gang at once, within the round's move budget, move them and place the gang; every moved job is placed
+    again in the same round or nothing moves."""
+    book = state.book
+    budget = book.policy.max_moves - len(state.moved.rows)
+    if budget <= 0:
+        return False
+    row, k, claimant, job = gang
+    plan = cs.plan(book, state.floor, state.pre, t, k, claimant, job, budget)
+    if plan is None:
+        return False
+    cs.apply(book, state.floor, state.pre, t, (row, k, job), plan, tier, state.moved)
+    state.count("moved_leases", len(plan.moves))
+    state.count("consolidated_gangs")
+    return True
+
+
 def claim_due(state: RoundState, t: int, gang: tuple[int, int, int, int], tier: int) -> bool:
     """A reserved gang that is due takes its nodes back from backfilled jobs running past their prediction
-    (``reserve.due_victims``), preempting them (``BACKFILL_DUE``), and is placed there."""
-    p = state.pre
-    victims = rv.due_victims(state.book, state.floor, gang[3], p.preempted)
+    (``reserve.due_victims``), preempting them (``BACKFILL_DUE``) but never below their tenant's guarantee, and
+    is placed there."""
+    p, book = state.pre, state.book
+    victims = rv.due_victims(book, state.floor, gang[3], p.preempted)
     if not victims:
         return False
-    if rc.preempt_gang(p, state.floor, t, gang, victims, lambda v, taken: True, BACKFILL_DUE, tier):
+    q, held = book.tenants.guarantee[:, t], state.holding(t)
+
+    def may_take(v: int, taken: int) -> bool:  # never below the victim's own guarantee (step 6)
+        victim = int(book.leases.tenant[v])
+        return bool(held[victim] - taken - p.gpus[v] >= q[victim])
+
+    if rc.preempt_gang(p, state.floor, t, gang, victims, may_take, BACKFILL_DUE, tier):
         state.count("backfill_overran", sum(1 for v in victims if p.preempted[v]))
         return True
     return False

@@ -9,6 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Book
+from allocator.reference import consolidate as cs
 from allocator.reference import placement as pl
 from allocator.reference import reclaim as rc
 from allocator.reference import reserve as rv
@@ -44,6 +45,7 @@ class RoundState:
     retiered: I64
     counters: dict[str, int] = field(default_factory=dict)
     frees_: dict[int, list[tuple[int, int]]] | None = None
+    moved: cs.Moved = field(default_factory=cs.Moved)
 
     @classmethod
     def start(cls, book: Book) -> RoundState:
@@ -87,8 +89,10 @@ class RoundState:
                 "backfill_overran": 0,
                 "backfilled_gangs": 0,
                 "backfilled_gpus": 0,
+                "consolidated_gangs": 0,
                 "fair_reclaimed_gangs": 0,
                 "guarantee_unrestored": 0,
+                "moved_leases": 0,
                 "reclaimed_gangs": 0,
                 "reserved_idle_gpus": 0,
                 "starving_placed": 0,

@@ -102,8 +102,11 @@ class Market(Policy):
         # Jobs started by backfill on a node reserved for a gang (allocator/reference/reserve.py), while they run
         self.backfilled: set[int] = set()
         self.reserved_idle = 0  # GPUs the latest round left idle on reserved nodes
+        self.moved_at = np.full(len(cluster.node_pool), -1, dtype=np.int64)  # Nodes.moved_at
+        self.last_now = 0
 
     def decide(self, now: int) -> Decision:
+        self.last_now = now
         book = self.book(now)
         result = allocator.clear(book)
         self.last = result
@@ -152,7 +155,12 @@ class Market(Policy):
         n = len(cluster.node_pool)
         zeros = np.zeros(n, dtype=np.int32)
         return Nodes(
-            self.node_names, _i32(cluster.node_pool), zeros, _i32(cluster.node_size), cluster.owner == -1
+            self.node_names,
+            _i32(cluster.node_pool),
+            zeros,
+            _i32(cluster.node_size),
+            cluster.owner == -1,
+            self.moved_at.copy(),  # the book freezes its arrays; this one changes with each move
         )
 
     def tenants(self) -> Tenants:
@@ -236,7 +244,31 @@ class Market(Policy):
             for i in range(len(w))
         ]
         preempt = [int(lease) for lease in result.preemptions.lease]
+        starts += self.moved_starts(result)
         return Decision(starts=starts, preempt=preempt, posted_micro=self.prices(result))
+
+    def moved_starts(self, result: Result) -> list[Start]:
+        """Consolidation: each moved lease (preempted above) starts again at once on its new GPUs, same pool,
+        tier and price; it pays the restart overhead and resumes from its last checkpoint, as any preempted
+        job. Both ends of a move start a node's cool-down."""
+        state, m = self.state, result.moves
+        out = []
+        for i in range(len(m)):
+            job = int(m.lease[i])  # the simulator's lease ids are its job indices
+            nodes = _ints(m.slot_node[m.slot_ptr[i] : m.slot_ptr[i + 1]])
+            out.append(
+                Start(
+                    job=job,
+                    pool=int(state.lease_pool[job]),
+                    nodes=nodes,
+                    slots=_ints(m.slot_idx[m.slot_ptr[i] : m.slot_ptr[i + 1]]),
+                    price_micro=int(state.lease_price[job]),
+                    tier=int(state.lease_tier[job]),
+                )
+            )
+            old = state.lease_gpus[job][0]
+            self.moved_at[np.concatenate([nodes, old])] = self.last_now
+        return out
 
     def prices(self, result: Result) -> list[int]:
         return [int(p) for p in result.posted]
