@@ -22,6 +22,7 @@ from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
 from inventory.models import Gpu, GpuType
 from market.models import BidOutcome, Lease
+from market.models.policy import POLICY_LIMITS
 from market.selectors.fair_share import fair_share_report
 from market.selectors.fairness import fairness as fairness_report
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
@@ -29,7 +30,7 @@ from market.selectors.policy import market_policy
 from market.selectors.preemptions import round_preempted
 from market.selectors.rounds import round_get, rounds_list
 from market.services.gpu_type_prices import gpu_type_policy_save
-from market.services.policy import POLICY_LIMITS, policy_update
+from market.services.policy import policy_update
 from market.services.policy_versions import policy_versioned
 
 POLICY_LABELS = {

@@ -54,6 +54,15 @@ class Round(models.Model):
         return f"round {self.pk} ({self.state})"
 
 
+# Why a bid the allocator chose did not become a lease (BidOutcome.reason, beside the allocator's own reasons):
+# the round commit sets them, the explanations (market.selectors.explain) read them, so they live here.
+SKIP_CHANGED = "job_changed_during_round"
+SKIP_GPUS_TAKEN = "gpus_taken_during_round"
+SKIP_BUDGET = "over_budget_at_commit"
+SKIP_HOLD_CONFLICT = "hold_key_conflict"
+SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
+
+
 class RoundPrice(models.Model):
     """Prices of one GPU type in one round, micro-credits per GPU-hour. `spot` is null with no spot winner;
     `next_posted` is what the round published for the next one."""

@@ -16,10 +16,14 @@ from django.db import connection
 
 from config.money import format_fixed
 from market.models import BidOutcome, EndReason, Job, JobState, Lease, PreemptReason, RoundPrice
+from market.models.rounds import (
+    SKIP_BUDGET,
+    SKIP_CHANGED,
+    SKIP_GPUS_TAKEN,
+)
 from market.selectors.lost_work import gpu_time
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import preemption_of
-from market.services.round_commit import SKIP_BUDGET, SKIP_CHANGED, SKIP_GPUS_TAKEN
 
 TIER_WORDS = {"G": "guaranteed", "B": "borrowed", "S": "spot"}
 

@@ -41,6 +41,13 @@ from market.models import (
     Round,
     RoundPrice,
 )
+from market.models.rounds import (
+    SKIP_BUDGET,
+    SKIP_CHANGED,
+    SKIP_GPUS_TAKEN,
+    SKIP_HOLD_CONFLICT,
+    SKIP_UNAVAILABLE,
+)
 from market.selectors.book import Snapshot
 from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
@@ -50,12 +57,6 @@ from market.services.ledger_bulk import HoldRequest, ledger_hold_many
 
 # How long a bind command stays valid: an agent that has not picked it up by then is treated as lost.
 BIND_TTL = timedelta(minutes=30)
-
-SKIP_CHANGED = "job_changed_during_round"
-SKIP_GPUS_TAKEN = "gpus_taken_during_round"
-SKIP_BUDGET = "over_budget_at_commit"
-SKIP_HOLD_CONFLICT = "hold_key_conflict"
-SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
 
 
 def hold_key(round_id: int, job_id: int) -> str:
