@@ -24,6 +24,7 @@ from allocator.errors import BookError
 from allocator.reference import clear
 from allocator.result import (
     BELOW_RESERVE,
+    BUSY,
     FAIR_SHARE,
     GUARANTEE_FULL,
     NO_FIT,
@@ -41,6 +42,7 @@ from allocator.result import (
 
 __all__ = [
     "BELOW_RESERVE",
+    "BUSY",
     "FAIR_SHARE",
     "GUARANTEE_FULL",
     "MICRO",

@@ -61,6 +61,17 @@ SKIP_GPUS_TAKEN = "gpus_taken_during_round"
 SKIP_BUDGET = "over_budget_at_commit"
 SKIP_HOLD_CONFLICT = "hold_key_conflict"
 SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
+# The allocator's reason for a bid that found no GPU left for spot (allocator.result.BUSY) and the evidence the
+# commit keeps for it in Round.counters, per GPU type where some bid lost so: the type's GPUs after the round held
+# by guaranteed ("G"), borrowed ("B") and spot ("S") leases, and those left free ("free"). The job page's
+# sentence (market.selectors.explain) names them.
+BUSY = "busy"
+USE_PARTS = ("G", "B", "S", "free")
+
+
+def use_key(part: str, gpu_type: str) -> str:
+    """The Round.counters key of one part of a type's use after the round (USE_PARTS)."""
+    return f"use_{part}:{gpu_type}"
 
 
 class RoundPrice(models.Model):

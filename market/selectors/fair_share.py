@@ -187,6 +187,11 @@ def _worst(
             worst.tenant,
             f"{worst.tenant} ran out of budget: its bids' holds did not fit its available money.",
         )
+    if top == "busy":
+        return worst.tenant, (
+            f"{worst.tenant}'s bids found every GPU held or claimed by guaranteed and borrowed jobs: no spot "
+            "GPU was left, and no higher bid took its place."
+        )
     if top in ("outbid", "guarantee_full_below_posted", "below_reserve"):
         return worst.tenant, (
             f"{worst.tenant} bid below the posted price, so others' bids took the GPUs beyond its guarantee."
