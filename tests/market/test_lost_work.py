@@ -11,7 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from market.models import Lease, LeaseState, Round, RoundState
-from market.selectors.book import Snapshot
+from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.explain import lease_end_sentence
 from market.selectors.jobs import job_detail
 from market.selectors.lost_work import book_seconds, gpu_time, lost_gpu_seconds
@@ -146,6 +146,13 @@ def test_a_lease_that_never_ran_loses_nothing_and_the_sentence_says_nothing_of_i
     lease = Lease.objects.get(tenant=w.beta)
     assert lease.running_at is None
     assert lost_gpu_seconds(lease, timezone.now() + timedelta(hours=1)) == 0.0
+    # The clearing ranks it the same way: its book's starting point is the round's now, so nothing is at stake.
+    now = timezone.now() + timedelta(hours=1)
+    leases = book_snapshot(round_id=99, now=now, policy=market_policy()).book.leases
+    assert leases.lease.tolist() == [lease.pk]
+    assert leases.checkpoint.tolist() == [book_seconds(now)] and leases.lost_gpu_s(
+        book_seconds(now)
+    ).tolist() == [0]
 
 
 @pytest.mark.parametrize(
