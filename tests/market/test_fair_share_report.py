@@ -83,6 +83,13 @@ CASES: dict[str, tuple[list[list[Row]], str | None, dict[str, Figures], tuple[st
         {"alpha": (1.0, 1.0, 1.0, 0.0), "beta": (0.0, 0.0, 0.0, 0.5)},
         ("beta", "bid below the posted price"),
     ),
+    # beta's bids found every GPU held by guaranteed and borrowed jobs: busy, not a price it could have paid.
+    "busy": (
+        [[Row("alpha", 8, 4, 4, 4), Row("beta", 0, 4, 1, 4)]] * 2,
+        "busy",
+        {},
+        ("beta", "found every GPU held or claimed by guaranteed and borrowed jobs"),
+    ),
     "out of budget": (
         [[Row("alpha", 8, 4, 4, 4), Row("beta", 0, 4, 1, 4)]] * 2,
         "over_budget",
