@@ -25,6 +25,7 @@ from allocator.reference import clear
 from allocator.result import (
     BACKFILL_DUE,
     BELOW_RESERVE,
+    BUSY,
     FAIR_SHARE,
     GUARANTEE_FULL,
     MOVED,
@@ -45,6 +46,7 @@ from allocator.result import (
 __all__ = [
     "BACKFILL_DUE",
     "BELOW_RESERVE",
+    "BUSY",
     "FAIR_SHARE",
     "GUARANTEE_FULL",
     "MICRO",

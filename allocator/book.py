@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from allocator import lost
 from allocator.errors import BookError
 
 MICRO = 1_000_000
@@ -316,12 +317,14 @@ def _duplicated(values: NDArray[Any]) -> BOOL:
 class Leases:
     """Running leases. The GPUs of lease i are ``(slot_node[j], slot_idx[j])`` for j in
     ``slot_ptr[i]:slot_ptr[i+1]`` (CSR); a lease may span several nodes (a gang on whole nodes).
-    ``checkpoint[i]``: when the lease's job last saved its work (epoch seconds; default its start): preempting
-    it throws away ``gpus * (now - max(start, checkpoint))`` GPU-seconds, and reclaim prefers the victims that
-    lose the least. ``expect_end[i]``: when the lease is expected to end (epoch seconds: its predicted end, else
-    its start plus its maximum runtime; -1 unknown): the nodes that drain soonest by it are reserved for a
-    blocked gang (step 5). ``backfill[i]``: it was started on a node reserved for a gang, predicted to end before
-    the gang is due; if it runs past that it is the first victim when the gang is due."""
+    ``checkpoint[i]``: from when the lease's job would lose its work (epoch seconds; default its start): the
+    later of its job's start running and its last checkpoint (allocator.lost.lost_since; the round's ``now``
+    while the job is not running yet). Preempting it throws away ``gpus * (now - max(start, checkpoint))``
+    GPU-seconds (allocator.lost), and reclaim prefers the victims that lose the least. ``expect_end[i]``: when
+    the lease is expected to end (epoch seconds: its predicted end, else its start plus its maximum runtime; -1
+    unknown): the nodes that drain soonest by it are reserved for a blocked gang (step 5). ``backfill[i]``: it
+    was started on a node reserved for a gang, predicted to end before the gang is due; if it runs past that it
+    is the first victim when the gang is due."""
 
     lease: I64
     tenant: I32
@@ -391,9 +394,9 @@ class Leases:
         return int(self.lease.shape[0])
 
     def lost_gpu_s(self, now: int) -> I64:
-        """GPU-seconds of work each lease would throw away if preempted at ``now``: since its last checkpoint."""
-        since = np.maximum(self.start, self.checkpoint)
-        return np.asarray(np.maximum(now - since, 0) * self.gpus, dtype=np.int64)
+        """GPU-seconds of work each lease would throw away if preempted at ``now`` (allocator.lost, the figure the
+        commit records): since the later of its start and its checkpoint."""
+        return lost.lost_gpu_s(self.gpus, np.maximum(self.start, self.checkpoint), now)
 
     @property
     def gpus(self) -> I64:

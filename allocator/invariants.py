@@ -17,6 +17,7 @@ from allocator.fairshare import credit
 from allocator.reference.order import preferences
 from allocator.result import (
     BELOW_RESERVE,
+    BUSY,
     FAIR_SHARE,
     GUARANTEE_FULL,
     MOVED,
@@ -299,7 +300,7 @@ def work_conserving(book: Book, r: Result) -> list[str]:
     (outside reserved nodes): on one node when it fits a node, else on whole nodes of one domain."""
     single, multi, big = _leftover(book, r)
     lo = r.losers
-    active = np.isin(lo.reason, [OUTBID, NO_FIT, GUARANTEE_FULL])
+    active = np.isin(lo.reason, [OUTBID, BUSY, NO_FIT, GUARANTEE_FULL])
     k = book.bids.gpus[lo.bid].astype(np.int64)[:, None]
     eligible = book.bids.limit[lo.bid] >= book.types.reserve[None, :]
     fit = np.where(k <= big[None, :], k <= single[None, :], k <= multi[None, :]) & eligible
@@ -312,7 +313,7 @@ def guarantee_honoured(book: Book, r: Result) -> list[str]:
     single, multi, big = _leftover(book, r)
     gap = np.maximum(book.tenants.guarantee - _held_after(book, r), 0)
     lo = r.losers
-    active = np.isin(lo.reason, [OUTBID, NO_FIT, GUARANTEE_FULL])
+    active = np.isin(lo.reason, [OUTBID, BUSY, NO_FIT, GUARANTEE_FULL])
     k = book.bids.gpus[lo.bid].astype(np.int64)[:, None]
     eligible = book.bids.limit[lo.bid] >= book.types.reserve[None, :]
     inside = k <= gap[book.bids.tenant[lo.bid]]
@@ -359,7 +360,7 @@ def tier_b_follows_entitlement(book: Book, r: Result) -> list[str]:
         pool = (first == t) & (bids.limit[:, t] >= book.types.posted[t])
         elsewhere = pool & (won_type != t) & ((lost_type != t) | (reason == NO_FIT))
         unclear = np.bincount(bids.tenant[elsewhere], minlength=n_tenants) > 0
-        unmet_rows = pool & (lost_type == t) & (reason == OUTBID)
+        unmet_rows = pool & (lost_type == t) & np.isin(reason, [OUTBID, BUSY])
         gang = np.zeros(n_tenants, dtype=np.int64)
         np.maximum.at(gang, bids.tenant[unmet_rows], bids.gpus[unmet_rows])
         unmet = (gang > 0) & ~unclear

@@ -29,12 +29,16 @@ OVER_BUDGET = 2  # figure: the hold it needed (at its limit price)
 GUARANTEE_FULL = 3  # guarantee full and price below p, no spot GPUs left; figure: the posted price p
 OUTBID = 4  # figure: the limit per GPU-hour that would have won
 NO_FIT = 5  # figure: the largest gang that could still be placed in its type
+# Tiers G and B took every GPU of the type, so none was left for spot, and no higher bid took this one's place
+# (its tenant's guarantee is not what stops it either); figure -1: no price would have won this round.
+BUSY = 6
 REASON_NAMES = {
     BELOW_RESERVE: "below_reserve",
     OVER_BUDGET: "over_budget",
     GUARANTEE_FULL: "guarantee_full_below_posted",
     OUTBID: "outbid",
     NO_FIT: "no_node_fits",
+    BUSY: "busy",
 }
 # Why a lease is preempted (Preemptions.reason).
 RECLAIM = 1  # its GPUs restore another tenant's guarantee (step 6)

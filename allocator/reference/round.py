@@ -22,7 +22,16 @@ from allocator.reference.fill import group_by
 from allocator.reference.order import budget_filter, market_order, preferences
 from allocator.reference.state import RoundState, TypeBids, placed_gpus, placed_gpus_of
 from allocator.reference.tiers import entitlement, share, tier_b, tier_g, tier_s, whole_gpus
-from allocator.result import BACKFILL_DUE, BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, RECLAIM
+from allocator.result import (
+    BACKFILL_DUE,
+    BELOW_RESERVE,
+    BUSY,
+    FAIR_SHARE,
+    GUARANTEE_FULL,
+    NO_FIT,
+    OUTBID,
+    RECLAIM,
+)
 
 I64 = NDArray[np.int64]
 I8 = NDArray[np.int8]
@@ -383,8 +392,9 @@ def record(
     refused by the budget filter in an earlier pass) with its figure (docs/allocator.md, reasons): chosen by a
     tier but not placed, or priced to win with no node left: no node fits (figure: the largest gang that could
     still land). Else, where tiers G and B took every GPU: guarantee full and below p (figure p) when its
-    tenant's unused guarantee is short of the gang, else outbid (-1). Else outbid when at or below the lowest
-    winning spot price (figure: that price + 1)."""
+    tenant's unused guarantee is short of the gang, else busy (-1: no spot GPU was left and no bid outbid it;
+    this was reported as outbid with no figure before). Else outbid when at or below the lowest winning spot
+    price (figure: that price + 1)."""
     posted = int(state.book.types.posted[t])
     won = s.rows[s.placed]
     state.won_tier[won] = s.tier[s.placed]
@@ -406,7 +416,7 @@ def record(
     figure = np.full(at.size, pl.largest_fit(state.floor, t), dtype=np.int64)
     if spot_supply <= 0:
         full = unsold & (left[s.tenant[at]] < s.gpus[at]) & (price < posted)
-        reason[unsold] = np.where(full[unsold], GUARANTEE_FULL, OUTBID)
+        reason[unsold] = np.where(full[unsold], GUARANTEE_FULL, BUSY)
         figure[unsold] = np.where(full[unsold], posted, -1)
     elif low >= 0:
         out = unsold & (price <= low)

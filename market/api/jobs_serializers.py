@@ -22,7 +22,7 @@ from config.money import format_credits
 from inventory.models import GpuType
 from market.api.ledger_serializers import CreditsField
 from market.models import Bid, BidOutcome, Job, JobState, JournalEntry, Lease, LeaseGpu, PreemptReason
-from market.selectors.explain import preemption_sentence
+from market.selectors.explain import explain_outcomes, preemption_sentence
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
 from market.selectors.lost_work import gpu_time
@@ -334,6 +334,9 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
         help_text="For reason outbid: the price that would have won (micro-credits per GPU-hour)."
     )
     would_have_won_credits = serializers.SerializerMethodField()
+    text = serializers.SerializerMethodField(
+        help_text="Why, in one sentence, with the figures the round stored (the job page's sentence)."
+    )
 
     class Meta:
         model = BidOutcome
@@ -349,6 +352,7 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
             "figure",
             "would_have_won",
             "would_have_won_credits",
+            "text",
         ]
         read_only_fields = fields
 
@@ -357,6 +361,11 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
 
     def get_would_have_won(self, outcome: BidOutcome) -> int | None:
         return outcome.figure if outcome.reason == "outbid" else None
+
+    def get_text(self, outcome: BidOutcome) -> str:
+        # Set by JobDetailSerializer for the outcomes it shows (explain_outcomes reads their rounds in one go).
+        texts: dict[int, str] = self.context.get("outcome_text", {})
+        return texts.get(outcome.pk, "")
 
     def get_would_have_won_credits(self, outcome: BidOutcome) -> str | None:
         figure = self.get_would_have_won(outcome)
@@ -711,3 +720,10 @@ class JobDetailSerializer(JobSerializer):
 
     def get_log_tail(self, job: Job) -> str:
         return job_log_tail(job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+
+    def to_representation(self, instance: Job) -> dict[str, Any]:
+        # Each outcome's sentence, as the job page words it: computed once for all of them (their rounds'
+        # prices and evidence in one read each), then read by OutcomeSerializer.get_text.
+        explained = explain_outcomes(instance, instance.latest_outcomes, instance.history)  # type: ignore[attr-defined]  # set by job_detail's Prefetch(to_attr=...)
+        self.context["outcome_text"] = {e.outcome.pk: e.sentence for e in explained}
+        return super().to_representation(instance)

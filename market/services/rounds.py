@@ -34,7 +34,7 @@ from market.selectors.rounds import round_summary
 from market.services.fair_share import fair_share_record
 from market.services.holds import leases_hold_check
 from market.services.leases import leases_expire
-from market.services.round_commit import commit_result
+from market.services.round_commit import busy_evidence, commit_result
 from market.services.shadow import shadow_rounds_run
 
 log = logging.getLogger(__name__)
@@ -205,7 +205,11 @@ def _commit(rnd: Round, memo: _Memo) -> None:
     rnd.winners, rnd.skipped = stats.winners, stats.skipped
     rnd.preemptions, rnd.gpus_allocated = stats.preemptions, stats.gpus_allocated
     rnd.losers = len(result.losers) + stats.skipped
-    rnd.counters = {**rnd.counters, **{f"skipped_{k}": v for k, v in stats.skipped_reasons.items()}}
+    rnd.counters = {
+        **rnd.counters,
+        **{f"skipped_{k}": v for k, v in stats.skipped_reasons.items()},
+        **busy_evidence(snapshot.book, result),
+    }
     rnd.state, rnd.committed_at = RoundState.COMMITTED, now
     rnd.commit_ms = round((time.perf_counter() - started) * 1000)
     prices = {

@@ -169,6 +169,17 @@ CASES = [
         want_losers={5: "guarantee_full_below_posted", 6: "guarantee_full_below_posted"},
     ),
     Case(
+        "tiers G and B take every GPU: a bid no price or guarantee stopped is busy, not outbid (no figure)",
+        book(
+            [node("n0")],
+            [tenant("a", guarantee=8), tenant("b")],
+            bids("a", 8, first_job=1, limit=R) + bids("b", 2, first_job=100, limit=9 * MICRO),
+        ),
+        want_gpus={"a": 8},
+        want_tiers={"a": {"G": 8}},
+        want_losers={100: "busy", 101: "busy"},
+    ),
+    Case(
         "an idle guarantee is lent in tier S",
         book(
             [node("n0")],
