@@ -427,7 +427,9 @@ class Policy:
     over this time add to its entitlement (step 3; allocator/fairshare.py); consolidation (step 5,
     reference/consolidate.py): ``max_moves`` leases moved per round at most (0: no moves), none younger than
     ``move_min_runtime_s``, none losing more than ``move_max_lost_gpu_s`` GPU-seconds of work since its last
-    checkpoint, no node moved from or to again within ``move_cooldown_s``."""
+    checkpoint, no node moved from or to again within ``move_cooldown_s``; a move costs ``move_restart_s`` per
+    GPU (stopping, checkpointing, starting again) plus the work lost, and happens only when that costs less than
+    the gang waiting for its nodes to drain."""
 
     min_runtime_s: int = 600
     starve_rounds: int = 5
@@ -441,6 +443,7 @@ class Policy:
     move_min_runtime_s: int = 1800
     move_max_lost_gpu_s: int = 7200
     move_cooldown_s: int = 3600
+    move_restart_s: int = 600
 
     def __post_init__(self) -> None:
         for name in (f.name for f in fields(self) if f.name != "fair_reclaim"):  # every integer knob

@@ -482,6 +482,7 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "move_min_runtime_s": p.move_min_runtime_s,
             "move_max_lost_gpu_s": p.move_max_lost_gpu_s,
             "move_cooldown_s": p.move_cooldown_s,
+            "move_restart_s": p.move_restart_s,
         },
         "gpu_types": [
             {

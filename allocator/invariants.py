@@ -129,9 +129,9 @@ def gangs_whole(book: Book, r: Result) -> list[str]:
 
 
 def reserved_nodes_idle(book: Book, r: Result) -> list[str]:
-    """Nodes reserved for a gang take no other new work but backfill: a job marked backfill, predicted to end
-    (now + its ``expect_s``) no later than the gang's expected start on that node; no multi-node gang
-    backfills."""
+    """Nodes reserved for a gang take no other new work but backfill (a job marked backfill, predicted to end,
+    now + its ``expect_s``, no later than the gang's expected start on that node) and tier-G gangs (a guarantee
+    comes first); neither on several nodes."""
     if not r.reserved_node.size:
         return []
     owner = _winner_of_slot(r)
@@ -144,7 +144,8 @@ def reserved_nodes_idle(book: Book, r: Result) -> list[str]:
     other = (target >= 0) & (target != w.job[owner])
     ends = book.now + book.bids.expect_s[w.bid[owner]]
     single = np.diff(w.slot_ptr)[owner] <= book.nodes.capacity[w.slot_node]
-    allowed = np.isin(w.job[owner], r.backfill_job) & (ends <= start[w.slot_node]) & single
+    backfill = np.isin(w.job[owner], r.backfill_job) & (ends <= start[w.slot_node]) & single
+    allowed = backfill | ((w.tier[owner] == TIER_G) & single)  # a guarantee comes first
     return _first("work placed on a node reserved for another gang (job)", other & ~allowed, w.job[owner])
 
 

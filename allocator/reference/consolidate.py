@@ -7,7 +7,8 @@ committed only if every job it moves is placed again (``plan`` returns nothing o
 the round policy: at most ``max_moves`` leases per round, only leases older than ``move_min_runtime_s``, none that
 would lose more than ``move_max_lost_gpu_s`` GPU-seconds of work since its last checkpoint, no node moved from or
 to within ``move_cooldown_s`` of its last move; among the ways to make room, the one that moves the fewest GPUs,
-then loses the least work, wins (``cost``). Leases spanning several nodes are never moved.
+then loses the least work, wins (``cost``), and it is carried out only when cheaper than waiting for the nodes
+that drain soonest (``cheaper``). Leases spanning several nodes are never moved.
 """
 
 from __future__ import annotations
@@ -182,6 +183,14 @@ def _plan_whole(
         if best is None or cost < best.cost:
             best = Plan(sorted(taken), where, cost)
     return best
+
+
+def cheaper(book: Book, plan_: Plan, wait_cost: int) -> bool:
+    """Moving is cheaper than waiting (KAI moves only then too): the GPU-seconds the moves cost (each moved GPU
+    restarting for ``move_restart_s``, plus the work lost since the leases' checkpoints) are fewer than the
+    gang's GPUs waiting for its reserved nodes to drain (``wait_cost``; unknown ends: never drain)."""
+    moved_gpus, lost_s = plan_.cost
+    return moved_gpus * book.policy.move_restart_s + lost_s < wait_cost
 
 
 def apply(

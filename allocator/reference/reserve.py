@@ -65,14 +65,14 @@ def drain_time(free_now: int, events: list[tuple[int, int]], k: int, now: int) -
     return at if have >= k else NEVER
 
 
-def reserve_drain_soonest(
+def drain_soonest(
     floor: Floor, book: Book, t: int, k: int, job: int, limit: int, frees: dict[int, list[tuple[int, int]]]
 ) -> tuple[I64, int]:
-    """Reserve for a gang of ``k`` GPUs (job ``job``) that fits no node now the nodes of type ``t`` that will
-    hold it soonest: for a gang of a node or less the one node that has k free first (then the most free now,
+    """The nodes to reserve for a gang of ``k`` GPUs (job ``job``) that fits no node now: those of type ``t``
+    that will hold it soonest: for a gang of a node or less the one node that has k free first (then the most free now,
     then the lowest index); for a larger gang whole nodes of one domain, the domain whose nodes empty first. At
-    most ``limit`` of the type's nodes are reserved at once. Returns the nodes (none: nothing reserved) and the
-    expected start."""
+    most ``limit`` of the type's nodes are reserved at once. Returns the nodes (none: no reservation is possible)
+    and the expected start; ``mark_reserved`` makes it so."""
     nodes = floor.nodes
     ix = floor.open_nodes(t)
     ix = ix[~floor.touched[ix]]
@@ -113,11 +113,15 @@ def reserve_drain_soonest(
     already = int(floor.reserved[floor.type_nodes[t]].sum())
     if already + chosen.size > limit:
         return none, NEVER
-    floor.reserved[chosen] = True
-    for node in chosen.tolist():
+    return chosen, start
+
+
+def mark_reserved(floor: Floor, nodes: I64, job: int, start: int) -> None:
+    """Reserve ``nodes`` for ``job``, expected to start there at ``start``: nominated to it from now on."""
+    floor.reserved[nodes] = True
+    for node in nodes.tolist():
         floor.reserved_for[node] = job
         floor.reserved_start[node] = start
-    return chosen, start
 
 
 def backfill(floor: Floor, book: Book, t: int, rows: I64, tiers: NDArray[np.int8]) -> BOOL:
@@ -180,5 +184,6 @@ __all__ = [
     "due_victims",
     "expected_ends",
     "frees_by_node",
-    "reserve_drain_soonest",
+    "drain_soonest",
+    "mark_reserved",
 ]

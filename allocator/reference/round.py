@@ -125,6 +125,7 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     if first:
         serve_head(state, t, s)
     place_groups(state, t, s)
+    guarantee_on_reserved(state, t, s)
     gained = placed_gpus(s, unused.shape[0])  # by tenant, GPUs placed so far in this type and pass
     reclaim_guarantees(state, t, s, gained)
     if first and state.book.policy.fair_reclaim:
@@ -189,30 +190,36 @@ def serve_head(state: RoundState, t: int, s: TypeBids) -> None:
             state.count("starving_placed")
             served += 1
             continue
-        if consolidate(state, t, (row, k, int(s.tenant[i]), job), tier):
+        nodes, start = rv.drain_soonest(floor, book, t, k, job, limit, state.frees)
+        wait_cost = k * max(0, min(start, rv.NEVER) - book.now) if nodes.size else rv.NEVER
+        if consolidate(state, t, (row, k, int(s.tenant[i]), job), tier, wait_cost):
             s.placed[i], s.tier[i] = True, tier
             served += 1
             continue
-        nodes, start = rv.reserve_drain_soonest(floor, book, t, k, job, limit, state.frees)
         if nodes.size == 0:
             continue
+        rv.mark_reserved(floor, nodes, job, start)
         served += 1
         state.count("starving_reserved")
         if start <= book.now and claim_due(state, t, (row, k, int(s.tenant[i]), job), tier):
             s.placed[i], s.tier[i] = True, tier
 
 
-def consolidate(state: RoundState, t: int, gang: tuple[int, int, int, int], tier: int) -> bool:
+def consolidate(
+    state: RoundState, t: int, gang: tuple[int, int, int, int], tier: int, wait_cost: int
+) -> bool:
     """Consolidation (step 5, reference/consolidate.py): when moving a few running jobs elsewhere makes room for
-    the gang at once, within the round's move budget, move them and place the gang; every moved job is placed
-    again in the same round or nothing moves."""
+    the gang at once, within the round's move budget, and costs less than waiting (``consolidate.cheaper``:
+    what the moves throw away and spend restarting against the gang's GPUs idle until its nodes drain,
+    ``wait_cost`` GPU-seconds), move them and place the gang; every moved job is placed again in the same round
+    or nothing moves."""
     book = state.book
     budget = book.policy.max_moves - len(state.moved.rows)
     if budget <= 0:
         return False
     row, k, claimant, job = gang
     plan = cs.plan(book, state.floor, state.pre, t, k, claimant, job, budget)
-    if plan is None:
+    if plan is None or not cs.cheaper(book, plan, wait_cost):
         return False
     cs.apply(book, state.floor, state.pre, t, (row, k, job), plan, tier, state.moved)
     state.count("moved_leases", len(plan.moves))
@@ -285,6 +292,29 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
                 ok = pl.best_fit(floor, t, k, s.rows[run], tier)
             s.placed[run[ok]] = True
             s.tier[run[ok]] = tier
+
+
+def guarantee_on_reserved(state: RoundState, t: int, s: TypeBids) -> None:
+    """A guarantee comes first (step 2): a tier-G gang of a node or less that no open node holds takes a node
+    reserved for another gang, best fit; that gang waits longer. (Before reclaim, so nothing is preempted for a
+    guarantee that free GPUs could hold.)"""
+    floor = state.floor
+    if not floor.reserved_for:
+        return
+    pos = np.flatnonzero((s.tier == TIER_G) & ~s.placed & (s.gpus <= floor.max_cap[t]))
+    reserved = np.array(sorted(n for n in floor.reserved_for if floor.nodes.gpu_type[n] == t), dtype=np.int64)
+    if pos.size == 0 or reserved.size == 0:
+        return
+    for i in pos[np.argsort(-s.gpus[pos].astype(np.int64), kind="stable")].tolist():
+        k = int(s.gpus[i])
+        cand = reserved[floor.free[reserved] >= k]
+        if cand.size == 0:
+            continue
+        node = int(cand[np.lexsort((cand, floor.free[cand]))[0]])
+        one = np.array([s.rows[i]], dtype=np.int64)
+        floor.record(one, np.array([node]), np.array([k], dtype=np.int64), one * 0, TIER_G, t)
+        s.placed[i] = True
+        state.count("guarantee_on_reserved")
 
 
 def size_runs(size: NDArray[np.integer[Any]]) -> list[tuple[int, int, int]]:

@@ -91,6 +91,7 @@ class RoundState:
                 "backfilled_gpus": 0,
                 "consolidated_gangs": 0,
                 "fair_reclaimed_gangs": 0,
+                "guarantee_on_reserved": 0,
                 "guarantee_unrestored": 0,
                 "moved_leases": 0,
                 "reclaimed_gangs": 0,
