@@ -195,6 +195,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         field = _REQUEST_PART.get(type(exc).__name__)
         if field is not None:
             body |= {"detail": f"{field}: {detail}", "fields": {field: [str(detail)]}}
+        elif isinstance(
+            named := getattr(exc, "field", None), str
+        ):  # a refusal about one input (a reused key)
+            body["fields"] = {named: [str(detail)]}
     response.data = body
     return response
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,6 +18,7 @@ from accounts.models import User
 from config.api import BodySerializer, Pagination, QuerySerializer
 from config.errors import PolicyError
 from config.fields import TextField
+from config.idempotency import HEADER, IdempotencyKeyReused, header_key, key_header
 from config.money import MAX_AMOUNT
 from market.api.errors import api_exception
 from market.api.policy import _knob
@@ -32,7 +33,7 @@ from market.selectors.policy_versions import (
 )
 from market.services import canary as canaries
 from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
-from market.services.policy_apply import KEY_MAX, policy_revert
+from market.services.policy_apply import policy_revert
 from market.services.policy_proposals import policy_version_propose
 from market.services.policy_versions import REASON_MAX
 
@@ -174,6 +175,23 @@ class ProposeSerializer(BodySerializer):
     reason = _reason()
 
 
+def _key(request: Request) -> str | None:
+    """The Idempotency-Key header by the one rule (config/idempotency.header_key); None without one."""
+    try:
+        return header_key(request.headers) or None
+    except PolicyError as exc:
+        raise api_exception(exc) from exc
+
+
+def _refused(exc: PolicyError) -> Exception:
+    """A service's refusal, its `key` argument named as the header it came in."""
+    if exc.field != "key":
+        return api_exception(exc)
+    if isinstance(exc, IdempotencyKeyReused):
+        return api_exception(IdempotencyKeyReused(exc.message))
+    return api_exception(PolicyError(HEADER, exc.message))
+
+
 class VersionListView(APIView):
     pagination_class = Pagination
 
@@ -194,11 +212,9 @@ class VersionListView(APIView):
         request=ProposeSerializer,
         responses={201: VersionDetailSerializer},
         parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                description="Up to 100 characters; a retry with the same key returns the first draft.",
+            key_header(
+                "A retry with the same key and body returns the first draft; the same key for another draft "
+                "is refused (409 idempotency_key_reused)."
             )
         ],
         summary="Record a proposed version (a draft, not applied; platform admins)",
@@ -207,12 +223,11 @@ class VersionListView(APIView):
         admin = _admin(request)
         body = ProposeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        key = request.headers.get("Idempotency-Key")
+        key = _key(request)
         try:
             version = policy_version_propose(actor=admin, key=key, **body.validated_data)
         except PolicyError as exc:
-            field = "Idempotency-Key" if exc.field == "key" else exc.field
-            raise api_exception(PolicyError(field, exc.message)) from exc
+            raise _refused(exc) from exc
         return Response(_detail(version), status=status.HTTP_201_CREATED)
 
 
@@ -245,11 +260,9 @@ class RevertView(APIView):
         request=ReasonSerializer,
         responses=RevertResultSerializer,
         parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                description=f"Up to {KEY_MAX} characters; a retry with the same key returns the first revert.",
+            key_header(
+                "A retry with the same key returns the first revert; the same key for a revert to another "
+                "version is refused (409 idempotency_key_reused)."
             )
         ],
         summary="Make this version's policy the one in force for everyone (platform admins; audited)",
@@ -259,12 +272,11 @@ class RevertView(APIView):
         version = _version(number)
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        key = request.headers.get("Idempotency-Key")
+        key = _key(request)
         try:
             result = policy_revert(actor=admin, version=version, key=key, **body.validated_data)
         except PolicyError as exc:
-            field = "Idempotency-Key" if exc.field == "key" else exc.field
-            raise api_exception(PolicyError(field, exc.message)) from exc
+            raise _refused(exc) from exc
         return Response(
             {
                 "version": VersionSerializer(result.version).data if result.version else None,

@@ -18,7 +18,7 @@ from django.db import transaction
 
 from accounts.audit import audit
 from accounts.models import Tenant, User
-from config.errors import PolicyError
+from config import idempotency
 from inventory.models import GpuType
 from inventory.services.gpu_types import gpu_type_save
 from market.models import Allowance, Guarantee, PolicyVersion, VersionKind
@@ -27,7 +27,7 @@ from market.services.allowance import allowance_set
 from market.services.policy import policy_update, tenant_policy_update
 from market.services.policy_versions import check_reason, lock_policy, policy_versioned
 
-KEY_MAX = 200
+KEY_MAX = idempotency.KEY_MAX_CHARS
 
 
 @dataclass
@@ -136,18 +136,20 @@ class RevertResult:
     skipped_types: list[str]
 
 
-def _check_key(key: Any) -> str:
-    if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX:
-        raise PolicyError("key", f"must be text of 1 to {KEY_MAX} characters")
-    return key
-
-
-def _replay(key: str, target: PolicyVersion) -> RevertResult | None:
-    made = PolicyVersion.objects.filter(kind=VersionKind.REVERT, detail__key=key).first()
+def _replay(key: str, target: PolicyVersion, reason: str) -> RevertResult | None:
+    """The revert a first call with `key` made (config/idempotency.py: the one rule); a key used for a revert
+    to another version, or with another reason, is refused."""
+    made = idempotency.replay(
+        key=key,
+        found=PolicyVersion.objects.filter(kind=VersionKind.REVERT, detail__key=key).first(),
+        same=lambda made: made.parent_id == target.pk and made.reason == reason,
+        name=lambda made: (
+            f"version {made.number}, a revert to version {made.parent.number if made.parent else '-'}"
+        ),
+        field="key",
+    )
     if made is None:
         return None
-    if made.parent_id != target.pk:
-        raise PolicyError("key", "was used for a revert to another version")
     detail = made.detail
     return RevertResult(made, True, True, detail.get("skipped_tenants", []), detail.get("skipped_types", []))
 
@@ -163,9 +165,9 @@ def policy_revert(
         raise PermissionDenied("Only platform admins may revert policy.")
     reason = check_reason(reason)
     if key is not None:
-        key = _check_key(key)
+        key = idempotency.check_key(key, field="key", required=True)
     lock_policy()  # a retry racing the first waits here, then finds its version
-    if key is not None and (replay := _replay(key, version)) is not None:
+    if key is not None and (replay := _replay(key, version, reason)) is not None:
         return replay
     with policy_versioned(actor=actor, reason=reason, kind=VersionKind.REVERT, parent=version) as frame:
         applied = snapshot_apply(admin=actor, target=version_target(version))
