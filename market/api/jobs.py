@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from accounts.access import access_tenant, caller
 from accounts.models import ApiToken, Tenant
-from config.api import Pagination
+from config.api import Pagination, no_body
 from config.errors import PolicyError
 from config.idempotency import IdempotencyKeyReused, header_key, key_header, request_digest
 from market.api.errors import api_exception
@@ -212,7 +212,7 @@ class JobCancelView(APIView):
     def post(self, request: Request, slug: str, job_id: int) -> Response:
         tenant = access_tenant(caller(request), slug, auth=request.auth)
         job = _job(tenant, job_id)
-        request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
+        no_body(request)
         try:
             job = services.job_cancel(job=job, actor=caller(request))
         except services.JobError as exc:

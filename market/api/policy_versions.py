@@ -127,7 +127,6 @@ def _amount(**kwargs: Any) -> serializers.IntegerField:
 
 
 class KnobsSerializer(BodySerializer):
-    refuse_unknown = True
     unknown_message = "is not a market policy setting"
 
     def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]  # any DRF field
@@ -135,13 +134,11 @@ class KnobsSerializer(BodySerializer):
 
 
 class PricesSerializer(BodySerializer):
-    refuse_unknown = True
     reserve_price = _amount(required=False, help_text="Micro-credits per GPU-hour.")
     max_price = _amount(required=False, help_text="Micro-credits per GPU-hour, at least the reserve.")
 
 
 class AllowanceSerializer(BodySerializer):
-    refuse_unknown = True
     amount = serializers.IntegerField(min_value=1, max_value=MAX_AMOUNT, help_text="Micro-credits a period.")
     period = serializers.ChoiceField(choices=AllowancePeriod.choices)
     cap = _amount()
@@ -149,7 +146,6 @@ class AllowanceSerializer(BodySerializer):
 
 
 class TenantPartSerializer(BodySerializer):
-    refuse_unknown = True
     weight = serializers.IntegerField(required=False, min_value=WEIGHT_LIMITS[0], max_value=WEIGHT_LIMITS[1])
     guardrail = _amount(required=False, allow_null=True, help_text="Micro-credits; null: none.")
     guarantees = serializers.DictField(
@@ -161,14 +157,12 @@ class TenantPartSerializer(BodySerializer):
 
 
 class SnapshotSerializer(BodySerializer):
-    refuse_unknown = True
     market = KnobsSerializer(required=False)
     gpu_types = serializers.DictField(child=PricesSerializer(), required=False, help_text="By type name.")
     tenants = serializers.DictField(child=TenantPartSerializer(), required=False, help_text="By slug.")
 
 
 class ProposeSerializer(BodySerializer):
-    refuse_unknown = True
     snapshot = SnapshotSerializer(
         help_text="A full or partial snapshot; what is not named is taken from the policy in force."
     )
@@ -241,7 +235,6 @@ class VersionDetailView(APIView):
 
 
 class ReasonSerializer(BodySerializer):
-    refuse_unknown = True
     reason = _reason()
 
 
@@ -329,7 +322,6 @@ def _limited(limits: tuple[int, int], help_text: str, **kwargs: Any) -> serializ
 class CanaryStartSerializer(BodySerializer):
     """Name at least one tenant or set `market`; the tenants must be in the version."""
 
-    refuse_unknown = True
     version = serializers.IntegerField(
         min_value=1, max_value=2_147_483_647, help_text="The version's number (usually a proposed one)."
     )

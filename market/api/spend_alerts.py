@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 
 from accounts.access import access_tenant, caller, can_manage
 from accounts.models import Tenant
-from config.api import BodySerializer, Pagination
+from config.api import BodySerializer, Pagination, no_body
 from config.errors import PolicyError
 from config.fields import DecimalStringField, TextField
 from config.idempotency import header_key, key_header, request_digest
@@ -42,7 +42,6 @@ def threshold_value(kind: str, threshold: Decimal) -> int:
 
 
 class RuleWriteSerializer(BodySerializer):
-    refuse_unknown = True
     unknown_message = "is not a spend alert setting"
 
     kind = serializers.ChoiceField(choices=AlertKind.choices)
@@ -276,7 +275,7 @@ class RuleLiftView(APIView):
     )
     def post(self, request: Request, slug: str, rule_id: int) -> Response:
         _, rule = _rule(request, slug, rule_id, manage=True)
-        request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
+        no_body(request)
         rule = _write(services.spend_alert_lift, actor=caller(request), rule=rule)
         return Response(render(rule, manages=True))
 
