@@ -25,6 +25,7 @@ from market.api.policy import _knob
 from market.models import AllowancePeriod, OnExpiry, PolicyCanary, PolicyVersion, VersionStatus
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import (
+    applied_as,
     current_version,
     snapshot_diff,
     version_by_number,
@@ -79,9 +80,14 @@ class VersionDetailSerializer(VersionSerializer):
     snapshot = serializers.JSONField(read_only=True, help_text="The whole policy as this version records it.")
     current = serializers.IntegerField(allow_null=True, read_only=True, help_text="The version in force.")
     diff = ChangeSerializer(many=True, read_only=True, help_text="From the policy in force to this version.")
+    applied_as = serializers.IntegerField(
+        allow_null=True,
+        read_only=True,
+        help_text="A proposed draft applied to everyone: the version (kind apply) that applied it.",
+    )
 
     class Meta(VersionSerializer.Meta):
-        fields = [*VersionSerializer.Meta.fields, "snapshot", "current", "diff"]
+        fields = [*VersionSerializer.Meta.fields, "snapshot", "current", "diff", "applied_as"]
         read_only_fields = fields
 
 
@@ -89,11 +95,13 @@ def _detail(version: PolicyVersion) -> dict[str, Any]:
     current = current_version()
     data = dict(VersionSerializer(version).data)
     changes = snapshot_diff(policy_snapshot(), version_target(version))
+    applied = applied_as(drafts=[version]).get(version.pk)
     return {
         **data,
         "snapshot": version.snapshot,
         "current": current.number if current else None,
         "diff": [c._asdict() for c in changes],
+        "applied_as": applied.number if applied else None,
     }
 
 

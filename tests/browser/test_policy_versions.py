@@ -42,7 +42,7 @@ def test_list_diff_and_revert(world: World, live_server: Any, page: Any, tmp_pat
     shot(page, tmp_path, "policy-version-diff", docs=True)
     page.click("text=Revert to version 1")
     page.wait_for_load_state()
-    assert "Reverted to version 1: now version 4." in page.locator("main").inner_text()
+    assert "Reverted to version 1: version 4 is now in force." in page.locator("main").inner_text()
     newest = current_version()
     assert newest is not None and newest.kind == "revert" and newest.reason == "back to the start"
     assert policy_snapshot()["tenants"]["beta"]["weight"] == 2
