@@ -250,7 +250,7 @@ def json_500(request: Any) -> JsonResponse:
 ERROR_SCHEMA = {
     "type": "object",
     "properties": {
-        "error": {"type": "string", "description": "A code: invalid, not_found, key_conflict, ..."},
+        "error": {"type": "string", "description": "A code: invalid, not_found, idempotency_key_reused, ..."},
         "detail": {"type": "string"},
         "fields": {
             "type": "object",
