@@ -56,6 +56,7 @@ __all__ = [
 # Sentinels for optional columns: "not given", replaced in __post_init__ by the documented default.
 _UNSET_F64: F64 = np.zeros(0)
 _UNSET_I64: I64 = np.zeros(0, dtype=np.int64)
+_UNSET_BOOL: BOOL = np.zeros(0, dtype=np.bool_)
 
 
 def hold_of(gpus: Any, price: Any, max_s: Any) -> Any:
@@ -224,7 +225,9 @@ class Tenants:
 @dataclass(frozen=True)
 class Bids:
     """Pending bids, one per job: gang size k, limit price per GPU-hour per type (``NO_PRICE`` = not acceptable),
-    maximum runtime in seconds, submit time (epoch seconds) and rounds already waited."""
+    maximum runtime in seconds, submit time (epoch seconds) and rounds already waited. ``expect_s``: the runtime
+    the platform predicts (docs/predictions.md; default ``max_s``): a job starts on a node reserved for a gang
+    only when it is predicted to end before the gang is due (backfill, step 5)."""
 
     job: I64
     tenant: I32
@@ -233,8 +236,12 @@ class Bids:
     max_s: I64
     submit: I64
     waited: I32
+    expect_s: I64 = field(default_factory=lambda: _UNSET_I64)
 
     def __post_init__(self) -> None:
+        if self.expect_s is _UNSET_I64:
+            object.__setattr__(self, "expect_s", self.max_s)
+        _set(self, "expect_s", self.expect_s, np.int64, 1, "bids")
         for name, dtype in (("job", np.int64), ("tenant", np.int32), ("gpus", np.int32), ("max_s", np.int64)):
             _set(self, name, getattr(self, name), dtype, 1, "bids")
         _set(self, "submit", self.submit, np.int64, 1, "bids")
@@ -249,8 +256,18 @@ class Bids:
             "gpus": self.gpus,
             "limit": self.limit,
         }
-        _same_rows("bids", {**cols, "max_s": self.max_s, "submit": self.submit, "waited": self.waited})
+        _same_rows(
+            "bids",
+            {
+                **cols,
+                "max_s": self.max_s,
+                "submit": self.submit,
+                "waited": self.waited,
+                "expect_s": self.expect_s,
+            },
+        )
         _first_bad("bids.gpus", self.gpus <= 0, "must be a positive integer")
+        _first_bad("bids.expect_s", self.expect_s <= 0, "must be a positive integer")
         _first_bad("bids.max_s", self.max_s <= 0, "must be a positive integer")
         _first_bad(
             "bids.limit", self.limit < NO_PRICE, "must be a non-negative integer or -1 (not acceptable)"
@@ -291,7 +308,10 @@ class Leases:
     ``slot_ptr[i]:slot_ptr[i+1]`` (CSR); a lease may span several nodes (a gang on whole nodes).
     ``checkpoint[i]``: when the lease's job last saved its work (epoch seconds; default its start): preempting
     it throws away ``gpus * (now - max(start, checkpoint))`` GPU-seconds, and reclaim prefers the victims that
-    lose the least."""
+    lose the least. ``expect_end[i]``: when the lease is expected to end (epoch seconds: its predicted end, else
+    its start plus its maximum runtime; -1 unknown): the nodes that drain soonest by it are reserved for a
+    blocked gang (step 5). ``backfill[i]``: it was started on a node reserved for a gang, predicted to end before
+    the gang is due; if it runs past that it is the first victim when the gang is due."""
 
     lease: I64
     tenant: I32
@@ -303,11 +323,19 @@ class Leases:
     slot_node: I32
     slot_idx: I32
     checkpoint: I64 = field(default_factory=lambda: _UNSET_I64)
+    expect_end: I64 = field(default_factory=lambda: _UNSET_I64)
+    backfill: BOOL = field(default_factory=lambda: _UNSET_BOOL)
 
     def __post_init__(self) -> None:
         if self.checkpoint is _UNSET_I64:
             object.__setattr__(self, "checkpoint", self.start)
         _set(self, "checkpoint", self.checkpoint, np.int64, 1, "leases")
+        if self.expect_end is _UNSET_I64:
+            object.__setattr__(self, "expect_end", np.full(np.asarray(self.start).shape, -1, dtype=np.int64))
+        _set(self, "expect_end", self.expect_end, np.int64, 1, "leases")
+        if self.backfill is _UNSET_BOOL:
+            object.__setattr__(self, "backfill", np.zeros(np.asarray(self.start).shape, dtype=np.bool_))
+        _set(self, "backfill", self.backfill, np.bool_, 1, "leases")
         for name, dtype in (
             ("lease", np.int64),
             ("tenant", np.int32),
@@ -327,7 +355,17 @@ class Leases:
         }
         n = _same_rows(
             "leases",
-            {**cols, "start": self.start, "preemptible": self.preemptible, "checkpoint": self.checkpoint},
+            {
+                **cols,
+                "start": self.start,
+                "preemptible": self.preemptible,
+                "checkpoint": self.checkpoint,
+                "expect_end": self.expect_end,
+                "backfill": self.backfill,
+            },
+        )
+        _first_bad(
+            "leases.expect_end", self.expect_end < -1, "must be a time (epoch seconds) or -1 (unknown)"
         )
         if self.slot_ptr.shape[0] != n + 1 or self.slot_ptr[0] != 0 or (np.diff(self.slot_ptr) <= 0).any():
             raise BookError(

@@ -94,15 +94,23 @@ def gangs_whole(book: Book, r: Result) -> list[str]:
 
 
 def reserved_nodes_idle(book: Book, r: Result) -> list[str]:
-    """Nodes reserved for a starving gang take no other new work."""
+    """Nodes reserved for a gang take no other new work but backfill: a job marked backfill, predicted to end
+    (now + its ``expect_s``) no later than the gang's expected start on that node; no multi-node gang
+    backfills."""
     if not r.reserved_node.size:
         return []
     owner = _winner_of_slot(r)
+    w = r.winners
     reserved_for = np.full(len(book.nodes), -1, dtype=np.int64)
     reserved_for[r.reserved_node] = r.reserved_job
-    target = reserved_for[r.winners.slot_node]
-    bad = (target >= 0) & (target != r.winners.job[owner])
-    return _first("work placed on a node reserved for another gang (job)", bad, r.winners.job[owner])
+    start = np.full(len(book.nodes), -1, dtype=np.int64)
+    start[r.reserved_node] = r.reserved_start
+    target = reserved_for[w.slot_node]
+    other = (target >= 0) & (target != w.job[owner])
+    ends = book.now + book.bids.expect_s[w.bid[owner]]
+    single = np.diff(w.slot_ptr)[owner] <= book.nodes.capacity[w.slot_node]
+    allowed = np.isin(w.job[owner], r.backfill_job) & (ends <= start[w.slot_node]) & single
+    return _first("work placed on a node reserved for another gang (job)", other & ~allowed, w.job[owner])
 
 
 def prices_and_holds(book: Book, r: Result) -> list[str]:
@@ -293,7 +301,7 @@ def _outcome(book: Book, r: Result) -> tuple[I64, I64, I64]:
 def tier_b_follows_entitlement(book: Book, r: Result) -> list[str]:
     """Tier B within one gang of the weighted entitlement over holdings: for every tenant i still outbid in its
     first-choice type t at or above p, no tenant j that won tier-B GPUs there ends, counting the excess it held
-    before and its tier-B winners, above (x_i + largest unmet gang of i + 1) / w_i per weight, where x_i is the
+    before and its tier-B winners less the one GPU that counting entitlements in whole GPUs may add, above (x_i + largest unmet gang of i + 1) / w_i per weight, where x_i is the
     excess i holds after the round. Tenants whose bids at or above p in t may have been selected but not placed
     there (lost as no_node_fits, or ended in another type) are left out: placement, not the shares, decided;
     so are gangs placed by fair reclaim (step 6 has its own rules: they bring a tenant up to its entitlement
@@ -327,7 +335,8 @@ def tier_b_follows_entitlement(book: Book, r: Result) -> list[str]:
         x_b = np.maximum(before[:, t] - q[:, t], 0) + b
         out += _first(
             f"tier B beyond the weighted entitlement in type {t} (tenant)",
-            (b > 0) & ((x_b - owed) / weight > floor_i + 1e-9),
+            # less one GPU: entitlements are counted in whole GPUs by largest remainder (tiers.whole_gpus)
+            (b > 0) & ((x_b - 1 - owed) / weight > floor_i + 1e-9),
             np.arange(n_tenants),
         )
     return out

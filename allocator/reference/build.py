@@ -105,7 +105,9 @@ def build_result(state: RoundState) -> Result:
     book, pre = state.book, state.pre
     spot = spot_prices(state)
     gone = np.flatnonzero(pre.preempted)
-    reserved = sorted(state.floor.reserved_for.items())
+    floor = state.floor
+    reserved = sorted(floor.reserved_for.items())
+    state.counters["reserved_idle_gpus"] = int(sum(int(floor.free[n]) for n, _ in reserved))
     return Result(
         round=int(book.round),
         winners=winners(state, spot),
@@ -118,6 +120,8 @@ def build_result(state: RoundState) -> Result:
         spot_price=spot,
         reserved_node=np.array([n for n, _ in reserved], dtype=np.int32),
         reserved_job=np.array([j for _, j in reserved], dtype=np.int64),
+        reserved_start=np.array([floor.reserved_start.get(n, -1) for n, _ in reserved], dtype=np.int64),
+        backfill_job=np.sort(book.bids.job[np.array(floor.backfilled, dtype=np.int64)]),
         counters=dict(state.counters),
         type_names=book.types.names,
         node_names=book.nodes.names,

@@ -1,4 +1,4 @@
-"""Step 5 of ARCHITECTURE.md §Clearing: gangs onto nodes, and nodes reserved for starving gangs.
+"""Step 5 of ARCHITECTURE.md §Clearing: gangs onto nodes (reservations and backfill: reserve.py).
 
 A gang that fits a node lands on one node, best fit (the open node with the fewest free GPUs that holds it, ties
 by node index); a larger gang takes whole free nodes of one topology domain (the domain with the least whole-free
@@ -51,6 +51,8 @@ class Floor:
     batches: list[Placed] = field(default_factory=list)
     spread: bool = False  # some gang spans several nodes (then a batch has several entries for it)
     reserved_for: dict[int, int] = field(default_factory=dict)  # node -> job
+    reserved_start: dict[int, int] = field(default_factory=dict)  # node -> the gang's expected start there
+    backfilled: list[int] = field(default_factory=list)  # bid rows started by backfill on reserved nodes
 
     @classmethod
     def of(cls, nodes: Nodes, n_types: int) -> Floor:

@@ -16,11 +16,12 @@ from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.fairshare import credit
 from allocator.reference import placement as pl
 from allocator.reference import reclaim as rc
+from allocator.reference import reserve as rv
 from allocator.reference.fill import group_by
 from allocator.reference.order import budget_filter, market_order, preferences
-from allocator.reference.state import RoundState, TypeBids, placed_gpus
-from allocator.reference.tiers import entitlement, share, tier_b, tier_g, tier_s
-from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, RECLAIM
+from allocator.reference.state import RoundState, TypeBids, placed_gpus, placed_gpus_of
+from allocator.reference.tiers import entitlement, share, tier_b, tier_g, tier_s, whole_gpus
+from allocator.result import BACKFILL_DUE, BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, RECLAIM
 
 I64 = NDArray[np.int64]
 I8 = NDArray[np.int8]
@@ -112,12 +113,15 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     open_ = np.flatnonzero(s.tier < 0)
     s.tier[open_[tier_s(s.gpus[open_], supply)]] = TIER_S
     if first:
-        serve_starving(state, t, s)
+        serve_head(state, t, s)
     place_groups(state, t, s)
     gained = placed_gpus(s, unused.shape[0])  # by tenant, GPUs placed so far in this type and pass
     reclaim_guarantees(state, t, s, gained)
     if first and state.book.policy.fair_reclaim:
         fair_reclaim(state, t, s, gained)
+    before = s.placed.copy()
+    serve_backfill(state, t, s)
+    gained += placed_gpus_of(s, s.placed & ~before, unused.shape[0])
     record(state, t, s, left, spot_supply, gained, first=first)
     return s.placed
 
@@ -133,7 +137,7 @@ def select_tier_b(state: RoundState, t: int, s: TypeBids, g: BOOL) -> int:
     at_p = np.flatnonzero((s.price >= book.types.posted[t]) & ~g)
     pending = np.bincount(s.tenant[at_p], weights=s.gpus[at_p], minlength=q.shape[0]).astype(np.int64)
     c = credit(book, t)
-    e = entitlement(held, q, pending, weight, int(state.schedulable[t]), c)
+    e = whole_gpus(entitlement(held, q, pending, weight, int(state.schedulable[t]), c))
     state.entitled[:, t] = e
     supply = state.floor.free_open(t) - int(s.gpus[g].sum())
     b = tier_b(s.tenant[at_p], s.gpus[at_p], e, np.maximum(held - q, 0), weight, supply, c)
@@ -141,25 +145,79 @@ def select_tier_b(state: RoundState, t: int, s: TypeBids, g: BOOL) -> int:
     return int(s.gpus[at_p[b]].sum())
 
 
-def serve_starving(state: RoundState, t: int, s: TypeBids) -> None:
-    """No starvation (step 5): a gang that has waited at least ``starve_rounds`` (whatever its price) is placed
-    in its best type before everything else; if it does not fit, nodes are reserved for it, longest wait first,
-    at most ``max_reservations`` gangs per type and ``max_reserved_pct`` of the type's nodes."""
+def serve_head(state: RoundState, t: int, s: TypeBids) -> None:
+    """The head of the line (step 5, reserve.py): gangs of tenants the fair-share history says are owed
+    (``fairshare.credit`` > 0) that fit no node now, and gangs that waited ``starve_rounds`` (whatever their
+    price), most owed first (lowest ``tiers.share``), then longest wait, then market order; at most
+    ``max_reservations`` of them per type. A starving gang that fits is placed before everything else; one that
+    does not gets the nodes that drain soonest reserved (at most ``max_reserved_pct`` of the type's nodes), and
+    once due (expected start reached) it preempts on them what backfill let in and ran past its prediction."""
     book, floor = state.book, state.floor
     policy = book.policy
-    at = np.flatnonzero(book.bids.waited[s.rows] >= policy.starve_rounds)
-    if at.size == 0:
+    rows = s.rows
+    waited = book.bids.waited[rows]
+    c = credit(book, t)
+    blocked = s.gpus > pl.largest_fit(floor, t)
+    starving = waited >= policy.starve_rounds
+    at = np.flatnonzero(starving | ((c[s.tenant] > 0) & blocked & ~s.placed))
+    if at.size == 0 or policy.max_reservations == 0:
         return
-    at = at[np.argsort(-book.bids.waited[s.rows[at]], kind="stable")][: policy.max_reservations]
+    q = book.tenants.guarantee[:, t].astype(np.int64)
+    standing = share(np.maximum(state.holding(t) - q, 0).astype(np.float64), book.tenants.weight, c)
+    owed = c[s.tenant[at]] > 0
+    at = at[np.lexsort((at, -waited[at], np.where(owed, standing[s.tenant[at]], np.inf)))]
     limit = max(1, floor.type_nodes[t].size * policy.max_reserved_pct // 100)
+    served = 0
     for i in at.tolist():
-        row, k = int(s.rows[i]), int(s.gpus[i])
+        if served >= policy.max_reservations:
+            break
+        row, k, job = int(rows[i]), int(s.gpus[i]), int(book.bids.job[rows[i]])
         tier = TIER_S if s.tier[i] < 0 else int(s.tier[i])
         if pl.place_one(floor, t, k, row, tier):
             s.placed[i], s.tier[i] = True, tier
             state.count("starving_placed")
-        elif pl.reserve_for(floor, t, k, int(book.bids.job[row]), limit).size:
-            state.count("starving_reserved")
+            served += 1
+            continue
+        nodes, start = rv.reserve_drain_soonest(floor, book, t, k, job, limit, state.frees)
+        if nodes.size == 0:
+            continue
+        served += 1
+        state.count("starving_reserved")
+        if start <= book.now and claim_due(state, t, (row, k, int(s.tenant[i]), job), tier):
+            s.placed[i], s.tier[i] = True, tier
+
+
+def claim_due(state: RoundState, t: int, gang: tuple[int, int, int, int], tier: int) -> bool:
+    """A reserved gang that is due takes its nodes back from backfilled jobs running past their prediction
+    (``reserve.due_victims``), preempting them (``BACKFILL_DUE``), and is placed there."""
+    p = state.pre
+    victims = rv.due_victims(state.book, state.floor, gang[3], p.preempted)
+    if not victims:
+        return False
+    if rc.preempt_gang(p, state.floor, t, gang, victims, lambda v, taken: True, BACKFILL_DUE, tier):
+        state.count("backfill_overran", sum(1 for v in victims if p.preempted[v]))
+        return True
+    return False
+
+
+def serve_backfill(state: RoundState, t: int, s: TypeBids) -> None:
+    """Backfill (step 5, ``reserve.backfill``): what is still unplaced, tier G, B, S, then the rest, each in market
+    order, may start on reserved nodes when predicted to end before the gang is due (in tier S at most)."""
+    if not state.floor.reserved_for:
+        return
+    pos = np.flatnonzero(~s.placed)
+    if pos.size == 0:
+        return
+    group = np.where(s.tier[pos] < 0, REST, s.tier[pos])
+    pos = pos[np.argsort(group, kind="stable")]  # market order within a group: a raised bid only moves ahead
+    ok = rv.backfill(state.floor, state.book, t, s.rows[pos], s.tier[pos])
+    if ok.any():
+        s.placed[pos[ok]] = True
+        s.tier[pos[ok]] = np.where(
+            (s.tier[pos[ok]] < 0) | (s.tier[pos[ok]] == TIER_G), TIER_S, s.tier[pos[ok]]
+        )
+        state.count("backfilled_gangs", int(ok.sum()))
+        state.count("backfilled_gpus", int(s.gpus[pos[ok]].sum()))
 
 
 def place_groups(state: RoundState, t: int, s: TypeBids) -> None:

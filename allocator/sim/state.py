@@ -47,6 +47,17 @@ class History:
     price_time: list[int] = field(default_factory=list)
     price_micro: list[list[int]] = field(default_factory=list)  # posted price per pool at each change
     cleared_rounds: int = 0
+    # Placement figures a policy reports (the market's reservations, backfill and moves, docs/simulator.md):
+    # GPU-seconds reserved and left idle, GPU-seconds run by backfilled jobs, leases moved and the GPU-seconds
+    # of work those moves threw away.
+    placement: dict[str, int] = field(
+        default_factory=lambda: {
+            "reserved_idle_gpu_s": 0,
+            "backfilled_gpu_s": 0,
+            "moves": 0,
+            "moved_lost_gpu_s": 0,
+        }
+    )
 
 
 @dataclass(frozen=True)

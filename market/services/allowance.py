@@ -69,7 +69,7 @@ def allowance_set(
 
 
 def _write(actor: User, tenant: Tenant, values: dict[str, Any]) -> Allowance:
-    allowance = Allowance.objects.select_for_update().filter(tenant=tenant).first()
+    allowance = Allowance.objects.select_for_update(no_key=True).filter(tenant=tenant).first()
     if allowance is None:
         allowance = Allowance.objects.create(tenant=tenant, **values)
         audit(actor=actor, tenant=tenant, action="allowance.create", detail=dict(values))

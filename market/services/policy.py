@@ -87,7 +87,7 @@ def policy_update(*, actor: User | None, reason: str = "", **changes: Any) -> Ma
     policy_check(changes)
     with policy_versioned(actor=admin, reason=reason):
         market_policy()  # creates the row with its defaults on first use
-        policy = MarketPolicy.objects.select_for_update().get(singleton=1)
+        policy = MarketPolicy.objects.select_for_update(no_key=True).get(singleton=1)
         diff = {f: [getattr(policy, f), v] for f, v in changes.items() if getattr(policy, f) != v}
         if diff:
             for field, (_, new) in diff.items():
@@ -163,7 +163,7 @@ def _tenant_policy_write(
     guarantees: dict[str, int],
     types: dict[str, GpuType],
 ) -> Tenant:
-    locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    locked = Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
     diff: dict[str, list[Any]] = {}
     if weight is not None and weight != locked.weight:
         diff["weight"] = [locked.weight, weight]

@@ -203,14 +203,14 @@ def _lock(result: Result, winners: list[Winner]) -> Locked:
     retiered = sorted(set(result.retiered.tolist()))
     leases = {
         lease.pk: lease
-        for lease in Lease.objects.select_for_update()
+        for lease in Lease.objects.select_for_update(no_key=True)
         .filter(pk__in=preempted + retiered, state__in=LIVE_LEASE_STATES)
         .order_by("pk")
     }
     victims = [leases[pk] for pk in preempted if pk in leases]
     job_ids = [w.job_id for w in winners] + [lease.job_id for lease in victims]
     rows = (
-        Job.objects.select_for_update()
+        Job.objects.select_for_update(no_key=True)
         .filter(pk__in=bulk.any_of(job_ids))
         .order_by("pk")
         .values_list(*_JOB_FIELDS)

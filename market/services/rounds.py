@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from allocator import BookError, Result, clear
+from config.dbretry import conflict_of
 from config.logs import bind
 from inventory.models import GpuType
 from market.models import DONE_STATES, Round, RoundState
@@ -97,7 +98,9 @@ def _advance(round_id: int, stop_after: RoundState | None, memo: _Memo) -> Round
     while True:
         try:
             with transaction.atomic():
-                rnd = Round.objects.select_for_update(skip_locked=True).filter(pk=round_id).first()
+                rnd = (
+                    Round.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=round_id).first()
+                )
                 if rnd is None:  # another worker holds it: it will finish the step
                     return Round.objects.get(pk=round_id)
                 if rnd.state in DONE_STATES or rnd.state == stop_after:
@@ -107,6 +110,8 @@ def _advance(round_id: int, stop_after: RoundState | None, memo: _Memo) -> Round
             # Deterministic: repeating the step gives the same failure.
             return _failed(round_id, exc, final=True)
         except Exception as exc:
+            if conflict_of(exc):  # a deadlock is no fault of the round's: not an attempt; the net repeats it
+                raise
             log.exception("round %s: step failed", round_id)
             rnd = _failed(round_id, exc, final=False)
             if rnd.state == RoundState.FAILED:
@@ -133,7 +138,7 @@ def _step(rnd: Round, memo: _Memo) -> None:
 
 def _failed(round_id: int, exc: Exception, *, final: bool) -> Round:
     with transaction.atomic():
-        rnd = Round.objects.select_for_update().get(pk=round_id)
+        rnd = Round.objects.select_for_update(no_key=True).get(pk=round_id)
         rnd.attempts = F("attempts") + 1
         rnd.error = f"{type(exc).__name__}: {exc}"[:2000]
         rnd.save(update_fields=["attempts", "error"])
