@@ -169,8 +169,9 @@ def policy_revert(
     *, actor: User | None, version: PolicyVersion, reason: str = "", key: str | None = None
 ) -> RevertResult:
     """Make `version`'s snapshot the policy in force for everyone, as one new version of kind revert whose
-    parent is `version` (of kind apply when `version` is a proposed draft). Idempotent: a retry with the same `key` returns the first revert; without a key, a
-    repeat finds the policy already equal to the snapshot and changes nothing (no version)."""
+    parent is `version` (of kind apply when `version` is a proposed draft). Idempotent: a retry with the same
+    `key` returns the first revert; without a key, a repeat finds the policy already equal to the snapshot and
+    changes nothing (no version)."""
     if actor is None or not actor.is_staff:
         raise PermissionDenied("Only platform admins may revert policy.")
     reason = check_reason(reason)
