@@ -439,7 +439,7 @@ class Policy:
     fair_reclaim: bool = True
     fair_share_half_life_s: int = 86400
     fair_share_payback_s: int = 3600
-    max_moves: int = 16
+    max_moves: int = 4
     move_min_runtime_s: int = 1800
     move_max_lost_gpu_s: int = 7200
     move_cooldown_s: int = 3600
