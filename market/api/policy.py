@@ -64,6 +64,17 @@ class MarketPolicyPatchSerializer(BodySerializer):
     fair_share_payback_s = _knob(
         "fair_share_payback_s", "Owed GPU-hours are paid back over this many seconds (adds to entitlement)."
     )
+    max_moves = _knob(
+        "max_moves", "Running jobs moved per round at most to make room for a blocked gang; 0: none."
+    )
+    move_min_runtime_s = _knob("move_min_runtime_s", "A lease younger than this is never moved, seconds.")
+    move_max_lost_gpu_s = _knob(
+        "move_max_lost_gpu_s", "Never move a lease losing more GPU-seconds of work since its last checkpoint."
+    )
+    move_cooldown_s = _knob("move_cooldown_s", "A node moved from or to is left alone this long, seconds.")
+    move_restart_s = _knob(
+        "move_restart_s", "A move's cost per GPU, seconds; a move happens only when cheaper than waiting."
+    )
     retention_days = _knob("retention_days", "Days round books, bid outcomes and old commands are kept.")
     energy_price_kwh = _knob("energy_price_kwh", "Micro-credits per measured kWh added to charges; 0: none.")
     idle_util_pct = _knob("idle_util_pct", "Release leases whose GPUs stay below this utilisation; 0: off.")

@@ -27,6 +27,12 @@ POLICY_LIMITS: dict[str, tuple[int, int]] = {
     "fair_share_half_life_s": (0, 30 * DAY),
     # Paid back over at least a minute (the clearing divides by it), at most a week.
     "fair_share_payback_s": (60, 7 * DAY),
+    # Consolidation (allocator/reference/consolidate.py): moves a round, and what a move may cost.
+    "max_moves": (0, 1_000),
+    "move_min_runtime_s": (0, 7 * DAY),
+    "move_max_lost_gpu_s": (0, 1_000 * DAY),
+    "move_cooldown_s": (0, 7 * DAY),
+    "move_restart_s": (0, DAY),
     "retention_days": (1, 3_650),
     "energy_price_kwh": (0, 1_000_000_000),
     "idle_util_pct": (0, 100),
@@ -71,6 +77,24 @@ class MarketPolicy(models.Model):
     fair_share_payback_s = models.PositiveIntegerField(
         default=_BOOK.fair_share_payback_s,
         help_text="What a tenant is owed is paid back over this time (owed GPU-hours / it add to entitlement).",
+    )
+    max_moves = models.PositiveIntegerField(
+        default=_BOOK.max_moves,
+        help_text="Running jobs moved per round at most to make room for a blocked gang; 0: no moves.",
+    )
+    move_min_runtime_s = models.PositiveIntegerField(
+        default=_BOOK.move_min_runtime_s, help_text="A lease younger than this is never moved."
+    )
+    move_max_lost_gpu_s = models.PositiveIntegerField(
+        default=_BOOK.move_max_lost_gpu_s,
+        help_text="Never move a lease that would lose more GPU-seconds of work since its last checkpoint.",
+    )
+    move_cooldown_s = models.PositiveIntegerField(
+        default=_BOOK.move_cooldown_s, help_text="A node moved from or to is left alone this long."
+    )
+    move_restart_s = models.PositiveIntegerField(
+        default=_BOOK.move_restart_s,
+        help_text="What a move costs per GPU (stop, checkpoint, start); moves happen only when cheaper than waiting.",
     )
     retention_days = models.PositiveIntegerField(
         default=30,
