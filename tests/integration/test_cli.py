@@ -1,0 +1,146 @@
+"""The `gpumarket` command line as a user runs it: a subprocess against a live server (pytest-django's
+live_server), with a real Celery worker clearing the rounds and a real agent running the jobs for the newcomer
+path, which runs README.md's own lines (extracted from it, so the README cannot drift from what works)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from accounts.tokens import token_create
+from market.models import Job, JobState
+from tests.integration.cli_helpers import ROOT, LosingProxy, cli_env, run
+from tests.integration.test_agent_e2e import cluster, run_round, wait_until, worker_env  # noqa: F401 - fixtures
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
+
+README_URL = "http://127.0.0.1:8000"
+README_TOKEN = "var/demo_token"
+
+
+def readme_newcomer_lines() -> list[str]:
+    """The `gpumarket ...` lines of README.md's newcomer block (between its two markers)."""
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"<!-- newcomer-path -->\n```sh\n(.*?)```\n<!-- /newcomer-path -->", text, re.S)
+    assert block is not None, "README.md lost its newcomer-path block"
+    lines = [line.split("  #")[0].strip() for line in block.group(1).splitlines()]
+    return [line for line in lines if line.startswith("gpumarket ")]
+
+
+def signed_in(tmp_path: Path, world: Any, url: str) -> dict[str, str]:
+    token = tmp_path / "token"
+    token.write_text(token_create(user=world.alice, tenant=world.alpha, name="cli").secret + "\n")
+    env = cli_env(tmp_path / "config")
+    done = run(["login", "--url", url, "--token-file", str(token)], env)
+    assert done.returncode == 0, done.stderr
+    return env
+
+
+def test_the_readme_newcomer_path_runs_a_job_to_completion(cluster, tmp_path, monkeypatch):  # noqa: F811
+    w = cluster["world"]
+    # The demo job is `python -m nodeagent.agent.demo_job`: `python` is this checkout's, as under `make run`.
+    bin_dir = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    agent = cluster["agent"]()
+    token = tmp_path / "demo_token"
+    token.write_text(token_create(user=w.alice, tenant=w.alpha, name="demo").secret)
+    env = cli_env(tmp_path / "config", PATH=os.environ["PATH"])
+    lines = readme_newcomer_lines()
+    assert [shlex.split(line)[1] for line in lines] == ["login", "submit", "jobs"]
+    outputs = []
+    for line in lines:
+        line = line.replace(README_URL, cluster["live_url"]).replace(README_TOKEN, str(token))
+        proc = subprocess.Popen(
+            ["bash", "-c", line], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        # submit --wait: the test clears the rounds a beat would (a fresh round while the job waits).
+        while proc.poll() is None:
+            if Job.objects.filter(state=JobState.PENDING).exists():
+                run_round(cluster)
+            time.sleep(0.5)
+        out, err = proc.communicate()
+        assert proc.returncode == 0, f"{line}\n{out}\n{err}\n{agent.tail()}"
+        outputs.append(out)
+    login, submitted, listed = outputs
+    assert "Signed in to" in login and "alice" in login
+    mode = stat.S_IMODE((tmp_path / "config" / "gpumarket" / "profiles.json").stat().st_mode)
+    assert mode == 0o600
+    job = Job.objects.get()
+    assert job.state == JobState.COMPLETED
+    assert "Estimate for 'resnet'" in submitted and f"Submitted job {job.pk}" in submitted
+    assert "CUDA_VISIBLE_DEVICES" in submitted  # its log, as it ran
+    assert re.search(rf"job {job.pk} completed, exit code 0; charged [0-9.]+ credits", submitted), submitted
+    assert str(job.pk) in listed and "completed" in listed
+
+
+def test_commands_against_the_live_server(world, live_server, tmp_path):
+    world.fund(world.alpha, 1000)
+    world.nodes(world.h100, 1, size=8)
+    env = signed_in(tmp_path, world, live_server.url)
+    me = json.loads(run(["whoami", "--json"], env).stdout)
+    assert (me["username"], me["token_tenant"]) == ("alice", "alpha")
+    flags = ["--name", "train", "--command", "python train.py", "--gpus", "2", "--max-hours", "1"]
+    flags += ["--bid", "H100=5"]
+
+    dry = run(["submit", *flags, "--dry-run", "--json"], env)
+    assert dry.returncode == 0, dry.stderr
+    estimate = json.loads(dry.stdout)
+    assert estimate["job"] is None and not Job.objects.exists()
+    assert estimate["estimate"]["guidance"][0]["gpu_type"] == "H100"
+    assert estimate["estimate"]["guidance"][0]["tier"] in ("B", "S")
+    human = run(["submit", *flags, "--dry-run"], env)
+    assert "Estimate for 'train'" in human.stdout and "H100 at 5:" in human.stdout
+
+    # A bad field: the API's message, naming it, and the exit code for a refusal; no traceback.
+    bad = run(["submit", *flags[:-2], "--bid", "H100=5", "--max-hours", "0"], env)
+    assert bad.returncode == 3, bad.stderr
+    assert bad.stderr.startswith("error: max_hours:") and "Traceback" not in bad.stderr
+    bad_json = run(["submit", *flags[:-2], "--bid", "B200=5", "--json"], env)
+    assert bad_json.returncode == 3
+    refused = json.loads(bad_json.stderr)
+    assert refused["error"] == "invalid" and refused["field"].startswith("bids")
+
+    # The same key twice (a script re-run after a lost answer): one job.
+    first = json.loads(run(["submit", *flags, "--idempotency-key", "k-1", "--json"], env).stdout)["job"]
+    again = json.loads(run(["submit", *flags, "--idempotency-key", "k-1", "--json"], env).stdout)["job"]
+    assert first["id"] == again["id"] and Job.objects.count() == 1
+
+    # A lost answer inside one invocation: the retry repeats the key, the server replays, one more job.
+    host, port = live_server.url.rsplit("//", 1)[1].split(":")
+    proxy = LosingProxy((host, int(port)), b"POST /api/v1/tenants/alpha/jobs ")
+    try:
+        token = json.loads((tmp_path / "config" / "gpumarket" / "profiles.json").read_text())
+        profile = token["profiles"]["default"]
+        via = {"GPUMARKET_URL": proxy.url, "GPUMARKET_TOKEN": profile["token"], "GPUMARKET_TENANT": "alpha"}
+        lost = run(["submit", *flags, "--json"], {**env, **via})
+    finally:
+        proxy.close()
+    assert lost.returncode == 0, lost.stderr
+    assert proxy.dropped == 1 and Job.objects.count() == 2
+
+    listed = json.loads(run(["jobs", "--json"], env).stdout)
+    assert [j["id"] for j in listed] == sorted(Job.objects.values_list("pk", flat=True), reverse=True)
+    assert {"state", "tier", "gpus", "node", "rounds_waited", "reason"} <= set(listed[0])
+
+    cancelled = run(["cancel", str(first["id"]), "--json"], env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert json.loads(cancelled.stdout)["state"] == "cancelled"
+    shown = run(["show", str(first["id"])], env)
+    assert f"job {first['id']} 'train': cancelled" in shown.stdout
+
+    missing = run(["show", "999999"], env)
+    assert missing.returncode == 5 and missing.stderr.startswith("error: ")
+    gone = run(["jobs"], {**env, "GPUMARKET_URL": "http://127.0.0.1:9", "GPUMARKET_TOKEN": "x", "GPUMARKET_TENANT": "alpha"})
+    assert gone.returncode == 6 and "cannot reach the server" in gone.stderr and "Traceback" not in gone.stderr
+    device = run(["login", "--device", "--url", live_server.url], env)
+    assert device.returncode != 0 and "device sign-in is not configured on this server" in device.stderr
