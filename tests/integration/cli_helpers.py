@@ -23,7 +23,9 @@ def cli_env(config: Path, **extra: str) -> dict[str, str]:
     return {**env, "XDG_CONFIG_HOME": str(config), "COLUMNS": "200", **extra}
 
 
-def run(args: list[str], env: dict[str, str], *, timeout: float = 60, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], env: dict[str, str], *, timeout: float = 60, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*GPUMARKET, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, input=stdin
     )

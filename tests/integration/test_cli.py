@@ -140,7 +140,12 @@ def test_commands_against_the_live_server(world, live_server, tmp_path):
 
     missing = run(["show", "999999"], env)
     assert missing.returncode == 5 and missing.stderr.startswith("error: ")
-    gone = run(["jobs"], {**env, "GPUMARKET_URL": "http://127.0.0.1:9", "GPUMARKET_TOKEN": "x", "GPUMARKET_TENANT": "alpha"})
-    assert gone.returncode == 6 and "cannot reach the server" in gone.stderr and "Traceback" not in gone.stderr
+    gone = run(
+        ["jobs"],
+        {**env, "GPUMARKET_URL": "http://127.0.0.1:9", "GPUMARKET_TOKEN": "x", "GPUMARKET_TENANT": "alpha"},
+    )
+    assert (
+        gone.returncode == 6 and "cannot reach the server" in gone.stderr and "Traceback" not in gone.stderr
+    )
     device = run(["login", "--device", "--url", live_server.url], env)
     assert device.returncode != 0 and "device sign-in is not configured on this server" in device.stderr
