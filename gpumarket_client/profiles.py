@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -48,6 +47,8 @@ def _read() -> dict[str, object]:
 
 
 def _write(data: dict[str, object]) -> None:
+    import tempfile  # only a login or logout writes: the other commands do not pay for it
+
     folder = config_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     # Written whole to a private temporary file and renamed, so a crash never leaves half a file and the

@@ -85,10 +85,27 @@ def cli() -> None:
     """gpumarket: submit GPU jobs, follow them and watch your team's spend."""
 
 
+def _without_httpx_cli() -> None:
+    """httpx's __init__ imports httpx's own command line (httpx._main) whenever click and rich are installed,
+    and with it all of rich: half of what `gpumarket jobs --json` spends importing (bench/cli.py). This
+    process never runs httpx's command line, so a stand-in takes its place; rich is then loaded only by the
+    commands that draw a table. Done here, in the console script only: a notebook that imports the client
+    keeps its httpx as it is."""
+    import types
+
+    def unavailable() -> None:
+        raise RuntimeError("httpx's command line is not loaded inside gpumarket")
+
+    stand_in = types.ModuleType("httpx._main")
+    stand_in.main = unavailable  # type: ignore[attr-defined]  # the one name httpx takes from it
+    sys.modules.setdefault("httpx._main", stand_in)
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script: errors are one line on stderr (JSON with --json) and an exit code, never a
     traceback (GPUMARKET_DEBUG=1 shows one)."""
     args = sys.argv[1:] if argv is None else argv
+    _without_httpx_cli()
     try:
         # Not standalone: click would print its own errors and a traceback for ours. A command's
         # click.exceptions.Exit(code) comes back as the return value.
