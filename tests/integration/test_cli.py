@@ -138,6 +138,13 @@ def test_commands_against_the_live_server(world, live_server, tmp_path):
     shown = run(["show", str(first["id"])], env)
     assert f"job {first['id']} 'train': cancelled" in shown.stdout
 
+    pending = json.loads(lost.stdout)["job"]["id"]
+    waiting = run(["show", str(pending)], env)
+    assert waiting.returncode == 0, waiting.stderr
+    assert "queue:    #1 for H100" in waiting.stdout and "start:    H100:" in waiting.stdout, waiting.stdout
+    table = run(["jobs", "--state", "pending"], env)
+    assert "pending" in table.stdout and "rounds)" in table.stdout and "cancelled" not in table.stdout
+
     missing = run(["show", "999999"], env)
     assert missing.returncode == 5 and missing.stderr.startswith("error: ")
     gone = run(
@@ -149,3 +156,51 @@ def test_commands_against_the_live_server(world, live_server, tmp_path):
     )
     device = run(["login", "--device", "--url", live_server.url], env)
     assert device.returncode != 0 and "device sign-in is not configured on this server" in device.stderr
+
+
+def test_admin_commands_against_the_live_server(world, live_server, tmp_path):
+    from market.selectors.policy_snapshot import policy_snapshot
+    from market.services.policy_proposals import policy_version_propose
+
+    (node,) = world.nodes(world.h100, 1, size=8)
+    draft = policy_version_propose(
+        actor=world.admin, snapshot={"tenants": {"beta": {"weight": 9}}}, reason="more for beta"
+    )
+    token = tmp_path / "token"
+    token.write_text(token_create(user=world.admin, tenant=world.alpha, name="cli").secret)
+    env = cli_env(tmp_path / "config")
+    assert (
+        run(
+            ["login", "--profile", "ops", "--url", live_server.url, "--token-file", str(token)], env
+        ).returncode
+        == 0
+    )
+    ops = ["--profile", "ops"]
+
+    nodes = json.loads(run(["nodes", "--json", *ops], env).stdout)
+    assert [n["name"] for n in nodes] == [node.name]
+    drained = run(["drain", node.name, "--json", *ops], env)
+    assert drained.returncode == 0, drained.stderr
+    assert json.loads(drained.stdout)["state"] in ("draining", "drained")
+    versions = json.loads(run(["policy", "versions", "--json", *ops], env).stdout)
+    assert draft.number in [v["number"] for v in versions]
+    diff = run(["policy", "diff", str(draft.number), *ops], env)
+    assert "tenants.beta.weight: 2 -> 9" in diff.stdout, diff.stdout
+    applied = run(["policy", "revert", str(draft.number), "--reason", "apply it", "--json", *ops], env)
+    assert applied.returncode == 0, applied.stderr
+    assert json.loads(applied.stdout)["changed"] is True
+    assert policy_snapshot()["tenants"]["beta"]["weight"] == 9
+    no_reason = run(["policy", "revert", str(draft.number), *ops], env)
+    assert no_reason.returncode == 2 and "--reason" in no_reason.stderr
+
+    # A member is not an admin: the API's refusal, and the exit code for it.
+    member = tmp_path / "member"
+    member.write_text(token_create(user=world.amy, tenant=world.alpha, name="cli").secret)
+    assert run(["login", "--url", live_server.url, "--token-file", str(member)], env).returncode == 0
+    refused = run(["nodes"], env)
+    assert refused.returncode == 4 and refused.stderr.startswith("error: "), refused.stderr
+    spend = json.loads(run(["spend", "--json"], env).stdout)
+    assert spend["spend"]["total"] == 0 and spend["balance"]["available"] == 0 and spend["alerts"] == []
+    prices = json.loads(run(["prices", "--json"], env).stdout)
+    assert {p["gpu_type"] for p in prices} == {"H100", "A100"}
+    assert "PROFILE" in run(["profiles"], env).stdout

@@ -86,7 +86,13 @@ TENANT_ONLY = [
     (
         "post",
         "/api/v1/tenants/{slug}/jobs/estimate",
-        {"name": "x", "command": "y", "gpus": 1, "max_hours": "1", "bids": [{"gpu_type": "H100", "limit": "3"}]},
+        {
+            "name": "x",
+            "command": "y",
+            "gpus": 1,
+            "max_hours": "1",
+            "bids": [{"gpu_type": "H100", "limit": "3"}],
+        },
     ),
     (
         "post",
