@@ -204,3 +204,29 @@ def test_admin_commands_against_the_live_server(world, live_server, tmp_path):
     prices = json.loads(run(["prices", "--json"], env).stdout)
     assert {p["gpu_type"] for p in prices} == {"H100", "A100"}
     assert "PROFILE" in run(["profiles"], env).stdout
+
+
+def test_the_python_client_against_the_live_server(world, live_server):
+    from gpumarket_client import ApiError, Client
+
+    world.fund(world.alpha, 1000)
+    world.nodes(world.h100, 1, size=8)
+    secret = token_create(user=world.amy, tenant=world.alpha, name="nb").secret
+    job_args: dict[str, Any] = {"name": "nb", "command": "python nb.py", "gpus": 2, "max_hours": "1"}
+    with Client(live_server.url, secret) as client:
+        assert client.tenant == "alpha"  # asked of the server: the token's team
+        found = client.estimate(**job_args, bids={"H100": "5"})
+        assert found.guidance[0].tier == "B" and found.starts[0].gpu_type == "H100"
+        job = client.jobs.submit(**job_args, bids=[("H100", "5")], idempotency_key="nb-1")
+        assert job.state == "pending" and job.bids[0].limit == 5_000_000
+        assert client.jobs.submit(**job_args, bids={"H100": "5"}, idempotency_key="nb-1").id == job.id
+        assert job.refresh().queue[0].position == 1 and job.logs() == ""
+        with pytest.raises(ApiError) as refused:
+            client.jobs.submit(**{**job_args, "gpus": 3}, bids={"H100": "5"}, idempotency_key="nb-1")
+        assert (refused.value.status, refused.value.code) == (409, "idempotency_key_reused")
+        with pytest.raises(ApiError) as bad:
+            client.jobs.submit(**{**job_args, "max_hours": "0"}, bids={"H100": "5"})
+        assert (bad.value.code, bad.value.field, bad.value.exit_code) == ("invalid", "max_hours", 3)
+        assert job.cancel().state == "cancelled"
+        assert job.wait(interval=0.1, timeout=5).state == "cancelled" and job.exit_code is None
+        assert [j.id for j in client.jobs.list(state="cancelled")] == [job.id]
