@@ -87,3 +87,16 @@ def test_spend_sums_charges_per_day_and_type(world: World) -> None:
 def test_spend_refuses_days_out_of_range(world: World) -> None:
     resp = world.client(world.amy).get(SPEND, {"days": 0})
     assert resp.status_code == 400 and "days" in resp.json()["fields"]
+
+
+def test_estimate_warns_when_max_hours_is_below_what_similar_jobs_needed(world: World) -> None:
+    from tests.market.predict_helpers import finished_job
+
+    (node,) = world.nodes(world.h100, 1, size=8)
+    for i, hours in enumerate((2, 2.5, 3, 3.5)):
+        finished_job(world.alpha, world.amy, node, runtime_s=hours * 3600, name="train", command="python train.py", gpus=2, ended_ago_s=600 + i)  # fmt: skip
+    client = world.client(world.amy)
+    short = client.post(ESTIMATE, body(max_hours="0.5"), format="json").json()
+    assert short["prediction"]["basis_jobs"] == 4 and short["cost"] is not None
+    assert short["warning"].startswith("Max hours 0.5 is less than the ") and "stopped" in short["warning"]
+    assert client.post(ESTIMATE, body(max_hours="8"), format="json").json()["warning"] == ""
