@@ -69,6 +69,7 @@ def test_the_readme_newcomer_path_runs_a_job_to_completion(cluster, tmp_path, mo
                 run_round(cluster)
             time.sleep(0.5)
         out, err = proc.communicate()
+        print(f"$ {line}\n{out}{err}")  # shown on a failure (or with -s)
         assert proc.returncode == 0, f"{line}\n{out}\n{err}\n{agent.tail()}"
         outputs.append(out)
     login, submitted, listed = outputs
