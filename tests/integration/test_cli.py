@@ -99,6 +99,10 @@ def test_commands_against_the_live_server(world, live_server, tmp_path):
     assert estimate["job"] is None and not Job.objects.exists()
     assert estimate["estimate"]["guidance"][0]["gpu_type"] == "H100"
     assert estimate["estimate"]["guidance"][0]["tier"] in ("B", "S")
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text("name: from-file\ncommand: python t.py\ngpus: 2\nbids:\n  H100: '5'\n")
+    from_file = run(["submit", str(job_file), "--max-hours", "2", "--dry-run"], env)
+    assert from_file.returncode == 0 and "Estimate for 'from-file': 2 GPUs, up to 2 h" in from_file.stdout
     human = run(["submit", *flags, "--dry-run"], env)
     assert "Estimate for 'train'" in human.stdout and "H100 at 5:" in human.stdout
 
