@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from gpumarket_client.cli.common import emit_json, options, table
-from gpumarket_client.errors import EXIT_USAGE, ClientError
+from gpumarket_client.errors import ClientError
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 
@@ -143,6 +143,3 @@ def whoami(profile: str | None, as_json: bool) -> None:
     click.echo(
         f"{me.username} <{me.email}> on {url}{admin}\ntoken for team: {me.token_tenant}\nteams: {roles}"
     )
-
-
-__all__ = ["EXIT_USAGE", "login", "logout", "profiles_cmd", "whoami"]

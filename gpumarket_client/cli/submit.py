@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from gpumarket_client.cli.common import client, credits, emit_json, local_time, options
+from gpumarket_client.cli.common import client, credits, emit_json, options
 
 if TYPE_CHECKING:
     from gpumarket_client.models import Estimate
@@ -128,6 +128,3 @@ def submit(
             emit_json({"estimate": found.to_json(), "job": submitted.to_json()})
         if wait_:
             raise click.exceptions.Exit(outcome_code(submitted))
-
-
-__all__ = ["estimate", "local_time", "submit"]
