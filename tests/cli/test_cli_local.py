@@ -102,6 +102,22 @@ def test_completion_scripts_for_bash_and_zsh(tmp_path: Path) -> None:
     assert bash.returncode == 0 and "_GPUMARKET_COMPLETE=bash_complete" in bash.stdout
     zsh = gpumarket("completion", "zsh", config=tmp_path)
     assert zsh.returncode == 0 and "#compdef gpumarket" in zsh.stdout
+    # What the scripts ask: the words so far, answered with the commands that fit.
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "_GPUMARKET_COMPLETE": "bash_complete",
+        "COMP_WORDS": "gpumarket su",
+        "COMP_CWORD": "1",
+    }
+    asked = subprocess.run(
+        [sys.executable, "-m", "gpumarket_client"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert asked.stdout.split() == ["plain,submit"]
+    env |= {"_GPUMARKET_COMPLETE": "zsh_complete", "COMP_WORDS": "gpumarket policy ", "COMP_CWORD": "2"}
+    asked = subprocess.run(
+        [sys.executable, "-m", "gpumarket_client"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert {"diff", "revert", "versions"} <= set(asked.stdout.split())
 
 
 def test_following_a_log_prints_only_what_is_new() -> None:
