@@ -20,7 +20,7 @@ import pytest
 from accounts.tokens import token_create
 from market.models import Job, JobState
 from tests.integration.cli_helpers import ROOT, LosingProxy, cli_env, run
-from tests.integration.test_agent_e2e import cluster, run_round, wait_until, worker_env  # noqa: F401 - fixtures
+from tests.integration.test_agent_e2e import cluster, run_round, worker_env  # noqa: F401 - fixtures, used by name
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
 
