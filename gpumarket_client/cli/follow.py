@@ -52,7 +52,19 @@ def outcome_code(job: Job) -> int:
 
 def follow(job: Job, *, interval: float = 2.0, quiet: bool = False, log_only: bool = False) -> Job:
     """Print as the job moves (to stderr when `quiet`: stdout is then the caller's JSON); the log always
-    goes to stdout unless quiet."""
+    goes to stdout unless quiet. Ctrl-C stops following, not the job, and says so."""
+    try:
+        return _follow(job, interval=interval, quiet=quiet, log_only=log_only)
+    except KeyboardInterrupt:
+        click.echo(
+            f"\nStopped following job {job.id}; it carries on ({job.state}). `gpumarket wait {job.id}` follows it "
+            f"again, `gpumarket cancel {job.id}` cancels it.",
+            err=True,
+        )
+        raise click.exceptions.Exit(130) from None
+
+
+def _follow(job: Job, *, interval: float, quiet: bool, log_only: bool) -> Job:
     from gpumarket_client.models import new_output
 
     say_out = (lambda text: click.echo(text, err=True)) if quiet else click.echo

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import pytest
 
 from accounts.tokens import token_create
 from market.models import Job, JobState
-from tests.integration.cli_helpers import ROOT, LosingProxy, cli_env, run
+from tests.integration.cli_helpers import GPUMARKET, ROOT, LosingProxy, cli_env, run
 from tests.integration.test_agent_e2e import cluster, run_round, worker_env  # noqa: F401 - fixtures, used by name
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db(transaction=True)]
@@ -147,6 +148,21 @@ def test_commands_against_the_live_server(world, live_server, tmp_path):
     waiting = run(["show", str(pending)], env)
     assert waiting.returncode == 0, waiting.stderr
     assert "queue:    #1 for H100" in waiting.stdout and "start:    H100:" in waiting.stdout, waiting.stdout
+    # Ctrl-C while following stops the following, not the job, and says how to pick it up again.
+    follower = subprocess.Popen(
+        [*GPUMARKET, "wait", str(pending), "--interval", "0.2"],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)
+    follower.send_signal(signal.SIGINT)
+    _, err = follower.communicate(timeout=30)
+    assert (
+        follower.returncode == 130 and f"Stopped following job {pending}; it carries on (pending)" in err
+    ), err
+    assert Job.objects.get(pk=pending).state == JobState.PENDING
     table = run(["jobs", "--state", "pending"], env)
     assert "pending" in table.stdout and "rounds)" in table.stdout and "cancelled" not in table.stdout
 
