@@ -100,3 +100,26 @@ def test_estimate_warns_when_max_hours_is_below_what_similar_jobs_needed(world: 
     assert short["prediction"]["basis_jobs"] == 4 and short["cost"] is not None
     assert short["warning"].startswith("Max hours 0.5 is less than the ") and "stopped" in short["warning"]
     assert client.post(ESTIMATE, body(max_hours="8"), format="json").json()["warning"] == ""
+
+
+def test_the_list_and_the_detail_say_where_a_job_runs_and_why_one_waits(world: World) -> None:
+    from market.services.rounds import round_tick
+    from tests.market.round_helpers import make_job
+
+    (node,) = world.nodes(world.h100, 1, size=8)
+    world.fund(world.alpha, 1000)
+    winner = make_job(world.alpha, world.amy, gpus=2, limits={world.h100: 3}, name="winner")
+    low = make_job(world.alpha, world.amy, gpus=1, limits={world.h100: 1}, name="low")  # below the reserve 2
+    rnd = round_tick()
+    assert rnd is not None and rnd.state == "dispatched"
+    client = world.client(world.amy)
+    rows = {j["name"]: j for j in client.get("/api/v1/tenants/alpha/jobs").json()["results"]}
+    assert (rows["winner"]["tier"], rows["winner"]["node"], rows["winner"]["reason"]) == ("B", node.name, "")
+    assert rows["low"]["tier"] is None and rows["low"]["node"] is None
+    assert rows["low"]["reason"].startswith("Your limit 1.00 is below the H100 reserve price 2.00")
+    detail = client.get(f"/api/v1/tenants/alpha/jobs/{low.pk}").json()
+    assert detail["reason"] == rows["low"]["reason"]
+    assert detail["queue"] == [{"gpu_type": "H100", "limit": 1_000_000, "position": 1, "gpus_ahead": 0}]
+    shown = client.get(f"/api/v1/tenants/alpha/jobs/{winner.pk}").json()
+    assert shown["queue"] == [] and shown["reason"].startswith("Won 2 H100 GPUs in tier B")
+    assert shown["leases"][0]["exit_code"] is None  # running: no exit yet
