@@ -19,7 +19,9 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from config import dbretry
 from config.fields import SPACE, TEXT, AnyField
+from config.middleware import CONFLICT_RETRY_AFTER_S, conflict_body
 
 
 class Pagination(PageNumberPagination):
@@ -172,6 +174,12 @@ _REQUEST_PART = {"ParseError": "body", "BodyTooLarge": "body", "UnsupportedMedia
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Every error is {"error": code, "detail": text[, "fields": {...}]}."""
+    state = dbretry.conflict_of(exc)
+    if state and not dbretry.active():  # inside the net it propagates, to be retried (config/dbretry.py)
+        gave_up = dbretry.GaveUp(state, tries=1, committed=False)  # outside the net: only reads
+        return Response(
+            conflict_body(gave_up), status=503, headers={"Retry-After": str(CONFLICT_RETRY_AFTER_S)}
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -253,6 +261,8 @@ _WRITE_ERRORS = {
     "409": "Refused in the current state (key reused, not pending, insufficient funds, ...).",
     "413": "The body is larger than the server accepts.",
     "415": "The body is not JSON.",
+    "503": "Met concurrent writes on every try and did not happen (`database_conflict`); send it again after "
+    "Retry-After.",
 }
 
 
@@ -260,7 +270,7 @@ def schema_error_responses(
     result: dict[str, Any], generator: Any, request: Any, public: bool
 ) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: every operation documents the errors every operation can give
-    (400, 401, 403, 404, 429; writes also 409, 413, 415) with the one error shape, keeping any description
+    (400, 401, 403, 404, 429; writes also 409, 413, 415, 503) with the one error shape, keeping any description
     a view gave its own; string query parameters and headers are documented as non-empty and, where nothing
     narrower is said of them, as not blank (QuerySerializer refuses both)."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA

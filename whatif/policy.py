@@ -21,8 +21,8 @@ from config.errors import PolicyError
 from config.money import MAX_AMOUNT
 from inventory.models import GpuType
 from market.models import Guarantee
+from market.models.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.selectors.policy import market_policy
-from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from whatif.trace import Trace
 
 Policy = dict[str, Any]

@@ -22,14 +22,14 @@ from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
 from inventory.models import Gpu, GpuType
 from market.models import BidOutcome, Lease
-from market.selectors.fair_share import fair_share_report
-from market.selectors.fairness import fairness as fairness_report
+from market.models.policy import POLICY_LIMITS
+from market.selectors.fair_share import fair_share_report, fairness_diagnostics
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import round_preempted
 from market.selectors.rounds import round_get, rounds_list
 from market.services.gpu_type_prices import gpu_type_policy_save
-from market.services.policy import POLICY_LIMITS, policy_update
+from market.services.policy import policy_update
 from market.services.policy_versions import policy_versioned
 
 POLICY_LABELS = {
@@ -73,7 +73,7 @@ def console(request: HttpRequest) -> HttpResponse:
 def fairness(request: HttpRequest) -> HttpResponse:
     window, since = _window(request)
     share = fair_share_report(since=since)
-    report = fairness_report(since=since)  # the diagnostics: Jain's index, guarantee compliance, preemptions
+    report = fairness_diagnostics(since=since)  # Jain's index, guarantee compliance, preemptions
     weights = {t.tenant: t.weight for t in report.tenants}
     weights |= dict(
         Tenant.objects.filter(slug__in=[t.tenant for t in share.tenants]).values_list("slug", "weight")

@@ -40,6 +40,16 @@ def _read_token(token: str | None, token_file: Path | None) -> str:
     help="A file holding the API token.",
 )
 @click.option("--device", is_flag=True, help="Sign in through the organisation's identity provider instead.")
+@click.option(
+    "--issuer", envvar="GPUMARKET_OIDC_ISSUER", default=None, help="--device: the provider's issuer URL."
+)
+@click.option(
+    "--client-id",
+    envvar="GPUMARKET_OIDC_CLIENT_ID",
+    default=None,
+    help="--device: the command line's client there.",
+)
+@click.option("--tenant", default=None, help="--device: the team the token acts in (if you are in several).")
 @click.option("--no-default", is_flag=True, help="Save the profile without making it the default.")
 @options
 def login(
@@ -47,6 +57,9 @@ def login(
     token: str | None,
     token_file: Path | None,
     device: bool,
+    issuer: str | None,
+    client_id: str | None,
+    tenant: str | None,
     no_default: bool,
     profile: str | None,
     as_json: bool,
@@ -61,24 +74,22 @@ def login(
     if device:
         from gpumarket_client.device import device_login
 
-        secret = device_login(url)
+        secret = device_login(url, issuer=issuer, client_id=client_id, tenant=tenant).token
     else:
         secret = _read_token(token, token_file)
     with Client(url, secret) as c:
         me = c.me()
-    tenant = me.token_tenant or (me.tenants[0].slug if me.tenants else "")
+    team = me.token_tenant or (me.tenants[0].slug if me.tenants else "")
     name = profile or profiles.DEFAULT_PROFILE
-    saved = profiles.Profile(
-        name=name, url=url.rstrip("/"), token=secret, tenant=tenant, username=me.username
-    )
+    saved = profiles.Profile(name=name, url=url.rstrip("/"), token=secret, tenant=team, username=me.username)
     path = profiles.save(saved, make_default=not no_default)
     if as_json:
         emit_json(
-            {"profile": name, "url": saved.url, "username": me.username, "tenant": tenant, "path": str(path)}
+            {"profile": name, "url": saved.url, "username": me.username, "tenant": team, "path": str(path)}
         )
         return
     click.echo(
-        f"Signed in to {saved.url} as {me.username}, team {tenant or '(none)'}: profile {name!r} ({path})."
+        f"Signed in to {saved.url} as {me.username}, team {team or '(none)'}: profile {name!r} ({path})."
     )
 
 

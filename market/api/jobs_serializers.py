@@ -334,6 +334,9 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
         help_text="For reason outbid: the price that would have won (micro-credits per GPU-hour)."
     )
     would_have_won_credits = serializers.SerializerMethodField()
+    text = serializers.SerializerMethodField(
+        help_text="Why, in one sentence, with the figures the round stored (the job page's sentence)."
+    )
 
     class Meta:
         model = BidOutcome
@@ -349,6 +352,7 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
             "figure",
             "would_have_won",
             "would_have_won_credits",
+            "text",
         ]
         read_only_fields = fields
 
@@ -357,6 +361,11 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
 
     def get_would_have_won(self, outcome: BidOutcome) -> int | None:
         return outcome.figure if outcome.reason == "outbid" else None
+
+    def get_text(self, outcome: BidOutcome) -> str:
+        # Set by JobDetailSerializer for the outcomes it shows (explain_outcomes reads their rounds in one go).
+        texts: dict[int, str] = self.context.get("outcome_text", {})
+        return texts.get(outcome.pk, "")
 
     def get_would_have_won_credits(self, outcome: BidOutcome) -> str | None:
         figure = self.get_would_have_won(outcome)
@@ -770,10 +779,16 @@ class JobDetailSerializer(JobSerializer):
         return [dict(QueuePlaceSerializer(asdict(place)).data) for place in queue_places(job)]
 
     def get_reason(self, job: Job) -> str:
-        latest = list(job.latest_outcomes[:1])  # type: ignore[attr-defined]  # set by market.selectors.jobs.job_detail
-        if not latest:
-            return ""
-        return explain_outcomes(job, latest, job.history)[0].sentence  # type: ignore[attr-defined]  # set by job_detail
+        latest = job.latest_outcomes[:1]  # type: ignore[attr-defined]  # set by market.selectors.jobs.job_detail
+        # The newest outcome's sentence, from those to_representation explained for the outcomes' `text`.
+        return str(self.context["outcome_text"].get(latest[0].pk, "")) if latest else ""
 
     def get_log_tail(self, job: Job) -> str:
         return job_log_tail(job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+
+    def to_representation(self, instance: Job) -> dict[str, Any]:
+        # Each outcome's sentence, as the job page words it: computed once for all of them (their rounds'
+        # prices and evidence in one read each), then read by OutcomeSerializer.get_text.
+        explained = explain_outcomes(instance, instance.latest_outcomes, instance.history)  # type: ignore[attr-defined]  # set by job_detail's Prefetch(to_attr=...)
+        self.context["outcome_text"] = {e.outcome.pk: e.sentence for e in explained}
+        return super().to_representation(instance)

@@ -23,14 +23,9 @@ from config.fields import TextField
 from market.api.errors import api_exception
 from market.api.ledger_serializers import CreditsField
 from market.models import MarketPolicy
+from market.models.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.selectors.policy import TenantPolicy, market_policy, tenant_policy
-from market.services.policy import (
-    GUARANTEE_MAX,
-    POLICY_LIMITS,
-    WEIGHT_LIMITS,
-    policy_update,
-    tenant_policy_update,
-)
+from market.services.policy import policy_update, tenant_policy_update
 from market.services.policy_versions import REASON_MAX
 
 # Market policy

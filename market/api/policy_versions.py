@@ -22,6 +22,7 @@ from config.money import MAX_AMOUNT
 from market.api.errors import api_exception
 from market.api.policy import _knob
 from market.models import AllowancePeriod, OnExpiry, PolicyCanary, PolicyVersion, VersionStatus
+from market.models.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import (
     current_version,
@@ -31,7 +32,6 @@ from market.selectors.policy_versions import (
     versions,
 )
 from market.services import canary as canaries
-from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.services.policy_apply import KEY_MAX, policy_revert
 from market.services.policy_proposals import policy_version_propose
 from market.services.policy_versions import REASON_MAX

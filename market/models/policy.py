@@ -11,6 +11,30 @@ from allocator.book import Policy
 # The clearing's own defaults, so the platform and the simulator start from the same knobs.
 _BOOK = Policy()
 
+DAY = 86_400
+
+# Inclusive bounds (what market.services.policy accepts and the policy snapshot reads) of each market-wide knob; the API builds its fields from this table.
+POLICY_LIMITS: dict[str, tuple[int, int]] = {
+    "round_seconds": (10, DAY),
+    "price_step_bp": (1, 5_000),
+    "min_runtime_s": (0, 7 * DAY),
+    "default_grace_s": (0, 3_600),
+    "starve_rounds": (1, 1_000),
+    "max_reservations": (0, 1_000),
+    "max_reserved_pct": (1, 100),
+    "fair_reclaim": (0, 1),
+    # 0: no history; at most 30 days (a longer memory would let last month's use decide today's round).
+    "fair_share_half_life_s": (0, 30 * DAY),
+    # Paid back over at least a minute (the clearing divides by it), at most a week.
+    "fair_share_payback_s": (60, 7 * DAY),
+    "retention_days": (1, 3_650),
+    "energy_price_kwh": (0, 1_000_000_000),
+    "idle_util_pct": (0, 100),
+    "idle_seconds": (60, 7 * DAY),
+}
+WEIGHT_LIMITS = (1, 1_000_000)
+GUARANTEE_MAX = 1_000_000
+
 
 class MarketPolicy(models.Model):
     """The knobs of the clearing and the rounds. The clearing's knobs default to allocator.book.Policy's own

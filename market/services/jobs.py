@@ -367,13 +367,15 @@ def _lock(job: Job) -> Job:
 
 
 def _lock_once(job: Job, *, strict: bool) -> Job:
-    live = Lease.objects.select_for_update().filter(job_id=job.pk, state__in=LIVE_LEASE_STATES)
+    live = Lease.objects.select_for_update(no_key=True).filter(job_id=job.pk, state__in=LIVE_LEASE_STATES)
     locked = set(live.order_by("pk").values_list("pk", flat=True))
-    # of=("self",): without it PostgreSQL's FOR UPDATE also locks the joined tenant and submitter rows, which every
-    # insert referencing them (a submit's job, an audit event) must share-lock: a deadlock under concurrent
-    # submits and cancels (tests/faults/test_bank.py saw it on accounts_user).
+    # of=("self",): without it PostgreSQL would also lock the joined tenant and submitter rows, which every
+    # submit and audit event touches (tests/faults/test_bank.py saw a deadlock on accounts_user when the lock
+    # was a plain FOR UPDATE, which every insert's key check waits for; docs/rounds.md §Lock order).
     locked_job = (
-        Job.objects.select_for_update(of=("self",)).select_related("tenant", "submitter").get(pk=job.pk)
+        Job.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("tenant", "submitter")
+        .get(pk=job.pk)
     )
     now_live = Lease.objects.filter(job_id=job.pk, state__in=LIVE_LEASE_STATES).values_list("pk", flat=True)
     if strict and not set(now_live) <= locked:  # read without a lock: taking it is what must not happen

@@ -74,7 +74,7 @@ def lease_request_stop(
     A lease already stopping or ended is returned as it is: the first reason stands.
     """
     now = now or timezone.now()
-    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    lease = Lease.objects.select_for_update(no_key=True).get(pk=lease_id)
     if lease.state not in LIVE_LEASE_STATES:
         return lease
     lease.state, lease.stop_requested_at, lease.end_reason = LeaseState.STOPPING, now, reason
@@ -105,7 +105,7 @@ def lease_request_stop(
 def lease_running(*, lease_id: int, now: datetime | None = None) -> Lease:
     """The agent started the job on the lease's GPUs."""
     now = now or timezone.now()
-    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    lease = Lease.objects.select_for_update(no_key=True).get(pk=lease_id)
     if lease.state != LeaseState.ALLOCATED:
         return lease
     lease.state, lease.running_at = LeaseState.RUNNING, now
@@ -126,11 +126,11 @@ def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: dateti
     itself: completed or failed); a requested stop keeps its own reason.
     """
     now = now or timezone.now()
-    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    lease = Lease.objects.select_for_update(no_key=True).get(pk=lease_id)
     if lease.state == LeaseState.ENDED:
         return lease
     # Lock order (docs/rounds.md §Lock order): the lease, its job, then the hold and the accounts.
-    Job.objects.select_for_update().filter(pk=lease.job_id).first()
+    Job.objects.select_for_update(no_key=True).filter(pk=lease.job_id).first()
     final = EndReason(lease.end_reason) if lease.end_reason else (reason or EndReason.COMPLETED)
     charge = measured_charge(lease_id=lease.pk, price=lease.price)
     entry = ledger_settle(hold_key=lease.hold_key, charge=charge, key=settle_key(lease.pk))
@@ -143,7 +143,7 @@ def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: dateti
 
 
 def _job_after_lease(job_id: int, reason: EndReason, now: datetime) -> None:
-    job = Job.objects.select_for_update().get(pk=job_id)
+    job = Job.objects.select_for_update(no_key=True).get(pk=job_id)
     if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED):
         return
     target = _JOB_AFTER[reason]

@@ -242,7 +242,7 @@ def ledger_refund(*, tenant: Tenant, amount: int, key: str, actor: User, memo: s
         )
         available = _tenant_account(tenant, AccountKind.AVAILABLE)
         # Serialises refunds of one tenant, so two of them cannot both fit under the same charges.
-        Account.objects.select_for_update().filter(pk=available.pk).get()
+        Account.objects.select_for_update(no_key=True).filter(pk=available.pk).get()
         spent = tenant_spent(tenant=tenant)
         if amount > spent:
             raise RefundExceedsCharges(
@@ -270,7 +270,7 @@ def ledger_hold_extend(*, hold_key: str, amount: int, key: str, memo: str = "") 
         entry = JournalEntry.objects.create(
             key=key, kind=EntryKind.HOLD, tenant=hold.tenant, amount=amount, hold=hold, memo=memo
         )
-        locked = Hold.objects.select_for_update().get(pk=hold.pk)
+        locked = Hold.objects.select_for_update(no_key=True).get(pk=hold.pk)
         if locked.state != HoldState.OPEN:
             raise HoldClosed(f"hold {hold_key!r} was already settled")
         legs = [(_tenant_account(hold.tenant, AccountKind.AVAILABLE), -amount)]
@@ -305,7 +305,7 @@ def _close_hold(*, kind: EntryKind, hold_key: str, charge: int, key: str) -> Jou
         # The entry goes in before the hold is locked, so that a concurrent call with the same key fails on
         # the key (and replays) rather than finding the hold closed.
         entry = JournalEntry.objects.create(key=key, kind=kind, tenant=hold.tenant, amount=charge, hold=hold)
-        locked = Hold.objects.select_for_update().get(pk=hold.pk)
+        locked = Hold.objects.select_for_update(no_key=True).get(pk=hold.pk)
         if locked.state != HoldState.OPEN:
             raise HoldClosed(f"hold {hold_key!r} was already settled")
         charged = min(charge, hold.amount)

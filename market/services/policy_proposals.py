@@ -21,9 +21,10 @@ from config.money import MAX_AMOUNT
 from inventory.models import GpuType
 from inventory.services.gpu_types import prices_check
 from market.models import PolicyVersion, VersionKind, VersionStatus
+from market.models.policy import GUARANTEE_MAX, WEIGHT_LIMITS
 from market.services.allowance import allowance_check
 from market.services.guarantees import cluster_gpus
-from market.services.policy import GUARANTEE_MAX, WEIGHT_LIMITS, check_int, guardrail_check, policy_check
+from market.services.policy import check_int, guardrail_check, policy_check
 from market.services.policy_versions import check_reason, ensure_current, version_create
 
 _TOP = ("market", "gpu_types", "tenants")

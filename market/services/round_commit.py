@@ -20,10 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import NamedTuple
 
+import numpy as np
 from django.db.models import F, OuterRef, Q
 
 from accounts.models import Tenant
-from allocator import PREEMPT_NAMES, REASON_NAMES, TIER_NAMES, Book, Preemptions, Result
+from allocator import BUSY, PREEMPT_NAMES, REASON_NAMES, TIER_NAMES, Book, Preemptions, Result
 from inventory.models import Gpu, GpuType, Node
 from market import bulk
 from market.models import (
@@ -41,6 +42,14 @@ from market.models import (
     Round,
     RoundPrice,
 )
+from market.models.rounds import (
+    SKIP_BUDGET,
+    SKIP_CHANGED,
+    SKIP_GPUS_TAKEN,
+    SKIP_HOLD_CONFLICT,
+    SKIP_UNAVAILABLE,
+    use_key,
+)
 from market.selectors.book import Snapshot
 from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
@@ -50,12 +59,6 @@ from market.services.ledger_bulk import HoldRequest, ledger_hold_many
 
 # How long a bind command stays valid: an agent that has not picked it up by then is treated as lost.
 BIND_TTL = timedelta(minutes=30)
-
-SKIP_CHANGED = "job_changed_during_round"
-SKIP_GPUS_TAKEN = "gpus_taken_during_round"
-SKIP_BUDGET = "over_budget_at_commit"
-SKIP_HOLD_CONFLICT = "hold_key_conflict"
-SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
 
 
 def hold_key(round_id: int, job_id: int) -> str:
@@ -203,14 +206,14 @@ def _lock(result: Result, winners: list[Winner]) -> Locked:
     retiered = sorted(set(result.retiered.tolist()))
     leases = {
         lease.pk: lease
-        for lease in Lease.objects.select_for_update()
+        for lease in Lease.objects.select_for_update(no_key=True)
         .filter(pk__in=preempted + retiered, state__in=LIVE_LEASE_STATES)
         .order_by("pk")
     }
     victims = [leases[pk] for pk in preempted if pk in leases]
     job_ids = [w.job_id for w in winners] + [lease.job_id for lease in victims]
     rows = (
-        Job.objects.select_for_update()
+        Job.objects.select_for_update(no_key=True)
         .filter(pk__in=bulk.any_of(job_ids))
         .order_by("pk")
         .values_list(*_JOB_FIELDS)
@@ -507,3 +510,28 @@ def _count(reasons: Iterable[str]) -> dict[str, int]:
     for reason in reasons:
         counts[reason] = counts.get(reason, 0) + 1
     return counts
+
+
+def busy_evidence(book: Book, result: Result) -> dict[str, int]:
+    """For each GPU type where a bid lost as busy (no GPU left for spot, allocator.result.BUSY): the type's GPUs
+    after the round, by the tier of the lease holding them, and those left free, as Round.counters entries
+    (market.models.rounds.use_key). The evidence the waiting job's sentence names (market.selectors.explain);
+    empty when no bid lost so. Counted from the clearing's decision: a winner the commit skips is counted."""
+    lo = result.losers
+    types = sorted(set(lo.gpu_type[lo.reason == BUSY].tolist()))
+    if not types:
+        return {}
+    ls, w = book.leases, result.winners
+    kept = ~np.isin(ls.lease, result.preemptions.lease)
+    won_gpus = np.diff(w.slot_ptr)
+    out: dict[str, int] = {}
+    for t in types:
+        name = book.types.names[t]
+        for tier, part in enumerate(TIER_NAMES):
+            held = ls.gpus[kept & (ls.gpu_type == t) & (ls.tier == tier)].sum()
+            won = won_gpus[(w.gpu_type == t) & (w.tier == tier)].sum()
+            out[use_key(part, name)] = int(held + won)
+        free = book.nodes.free[book.nodes.gpu_type == t].sum()
+        freed = ls.gpus[~kept & (ls.gpu_type == t)].sum()
+        out[use_key("free", name)] = int(free + freed - won_gpus[w.gpu_type == t].sum())
+    return out

@@ -131,7 +131,7 @@ def spend_alert_create(
     try:
         with transaction.atomic():
             # Serialises creates of one tenant, so the count below cannot be raced past.
-            Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+            Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
             if SpendAlertRule.objects.filter(tenant=tenant).count() >= MAX_RULES_PER_TENANT:
                 raise TooManyRules(
                     f"{tenant.slug} already has {MAX_RULES_PER_TENANT} spend alerts, the most a team may have; "
@@ -177,7 +177,11 @@ def spend_alert_update(
     unknown = sorted(set(changes) - set(EDITABLE))
     if unknown:
         raise PolicyError(unknown[0], "cannot be changed")
-    rule = SpendAlertRule.objects.select_for_update().select_related("tenant").get(pk=rule.pk)
+    rule = (
+        SpendAlertRule.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("tenant")
+        .get(pk=rule.pk)
+    )
     values = {f: getattr(rule, f) for f in ("kind", *EDITABLE)}
     if changes.get("action", rule.action) != AlertAction.CAP and "cap" not in changes:
         values["cap"] = None
@@ -222,7 +226,11 @@ def spend_alert_lift(*, actor: User, rule: SpendAlertRule) -> SpendAlertRule:
     """End a rule's pause or cap: new bids go through again. The rule has fired for this period, so it does
     not pause again before the next one. Lifting a rule that blocks nothing changes nothing."""
     _check_manager(actor, rule.tenant)
-    rule = SpendAlertRule.objects.select_for_update().select_related("tenant").get(pk=rule.pk)
+    rule = (
+        SpendAlertRule.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("tenant")
+        .get(pk=rule.pk)
+    )
     if rule.blocked_since is None:
         return rule
     since = rule.blocked_since

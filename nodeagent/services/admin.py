@@ -20,7 +20,7 @@ def require_admin(actor: User | None) -> User:
 
 
 def _locked(node: Node) -> Node:
-    return Node.objects.select_for_update().get(pk=node.pk)
+    return Node.objects.select_for_update(no_key=True).get(pk=node.pk)
 
 
 def _set_state(node: Node, actor: User, action: str, **fields: object) -> Node:

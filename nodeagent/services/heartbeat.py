@@ -46,7 +46,7 @@ def node_heartbeat(
 ) -> Node:
     """Record that the node is alive, its GPUs' health and the leases whose jobs it runs."""
     now = now or timezone.now()
-    node = Node.objects.select_for_update().get(pk=node.pk)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     fields = ["last_heartbeat", "boot_epoch"]
     node.last_heartbeat, node.boot_epoch = now, max(node.boot_epoch, boot_epoch)
     if node.state == Node.State.DOWN:

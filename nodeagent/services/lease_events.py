@@ -37,7 +37,7 @@ def command_ack(*, command: Command, result: str, detail: str = "", now: datetim
     """The agent applied or refused a command. A refused bind means the job will never start there: the
     lease is settled (nothing was measured) and its job requeued. The first answer stands."""
     now = now or timezone.now()
-    command = Command.objects.select_for_update().get(pk=command.pk)
+    command = Command.objects.select_for_update(no_key=True).get(pk=command.pk)
     if command.state == CommandState.ACKED:
         return command
     command.state, command.acked_at, command.result, command.result_detail = (
@@ -90,7 +90,7 @@ def lease_exited(
     now = now or timezone.now()
     # The lease row first, as every settlement path takes it (then the ledger's accounts): repeated or
     # concurrent exit reports of one lease queue here.
-    Lease.objects.select_for_update().filter(pk=lease.pk).first()
+    Lease.objects.select_for_update(no_key=True).filter(pk=lease.pk).first()
     if usage is not None:
         lease_counters_save(node_id=node.pk, counters=[usage], now=now)
     LeaseUsage.objects.get_or_create(lease=lease, node=node)

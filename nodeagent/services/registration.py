@@ -196,7 +196,7 @@ def node_reregister(
     """A registered node reports its GPUs again: new UUIDs join, missing ones become absent (no new work)."""
     now = now or timezone.now()
     _check_gpus(gpus)
-    node = Node.objects.select_for_update().get(pk=node.pk)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     _foreign_uuids(gpus, node)
     reported = {g.uuid: g for g in gpus}
     known = {g.uuid: g for g in Gpu.objects.filter(node=node)}

@@ -33,11 +33,11 @@ from market.models import (
     RoundPrice,
     RoundState,
 )
+from market.models.rounds import SKIP_CHANGED
 from market.selectors.policy import market_policy
 from market.services import rounds
 from market.services.guarantees import guarantee_set
 from market.services.leases import lease_running
-from market.services.round_commit import SKIP_CHANGED
 from tests.conftest import World
 from tests.market.round_helpers import make_job
 from tests.sqlite_twin import on_sqlite

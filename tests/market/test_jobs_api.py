@@ -213,8 +213,9 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
     client = w.client(w.amy)
     # auth 3, tenant, job, bids, outcomes, leases, types; then the estimate (docs/predictions.md): at most 14
     # more whatever the history's size (two finished-job samples, cached after the first read; the job's
-    # leases; policy, guarantee, capacity, queue, running leases, recent prices).
-    # Then why the newest round did not run it (that round's prices) and its queue place per type of its bid.
+    # leases; policy, guarantee, capacity, queue, running leases, recent prices); and one for the outcomes'
+    # sentences (their rounds' prices; their rounds' busy evidence only where one lost as busy), the newest
+    # of which is also its `reason`; then its queue place per type of its bid.
     with django_assert_max_num_queries(9 + 14 + 1 + len(job.limits)):
         resp = client.get(url(job))
     assert resp.status_code == 200
@@ -239,6 +240,7 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
         "figure": None,
         "would_have_won": None,
         "would_have_won_credits": None,
+        "text": "Won 2 H100 GPUs in tier S (spot) at 6.00 credits per GPU-hour.",
     }
     assert (lost["round"], lost["reason"], lost["would_have_won"], lost["would_have_won_credits"]) == (
         rounds[-2].pk,
@@ -246,6 +248,7 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
         6_500_000,
         "6.5",
     )
+    assert lost["text"].startswith("Outbid: the lowest winning H100 price was 6.50 credits per GPU-hour")
     assert data["leases"] == [] and data["charges"] == []
 
 
