@@ -95,6 +95,12 @@ def test_usage_errors_and_not_signed_in_are_one_line_with_their_exit_codes(tmp_p
     assert missing.returncode == 2 and "bids: required" in missing.stderr
     empty = gpumarket("login", "--url", "http://127.0.0.1:9", config=tmp_path, stdin="")
     assert empty.returncode == 2 and "the token is empty" in empty.stderr
+    unset = gpumarket("login", "--device", "--url", "http://127.0.0.1:9", config=tmp_path)
+    assert unset.returncode == 3 and "give --issuer and --client-id" in unset.stderr
+    gone = gpumarket(
+        "login", "--device", "--issuer", "http://127.0.0.1:9", "--client-id", "cli", config=tmp_path
+    )
+    assert gone.returncode == 6 and gone.stderr.startswith("error: device sign-in: http: http://127.0.0.1:9")
 
 
 def test_completion_scripts_for_bash_and_zsh(tmp_path: Path) -> None:

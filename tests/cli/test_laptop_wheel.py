@@ -1,5 +1,5 @@
 """`gpumarket-client` alone (clients/python/pyproject.toml): the wheel a laptop installs holds only
-gpumarket_client, and installed in an empty virtual environment it brings click, rich, httpx and PyYAML and no
+gpumarket_client and oidc_device, and installed in an empty virtual environment it brings click, rich, httpx and PyYAML and no
 server package, and runs."""
 
 from __future__ import annotations
@@ -34,10 +34,9 @@ def test_the_client_wheel_installs_alone_and_runs(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr[-3000:]
     (wheel,) = tmp_path.glob("gpumarket_client-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {n.split("/")[0] for n in names} == {
-        "gpumarket_client",
-        wheel.name.split("-py3")[0] + ".dist-info",
-    }
+    # gpumarket_client and the device-flow client it signs in with (oidc_device, httpx only; docs/sso.md).
+    packages = {"gpumarket_client", "oidc_device", wheel.name.split("-py3")[0] + ".dist-info"}
+    assert {n.split("/")[0] for n in names} == packages
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "laptop")], check=True)
     python = tmp_path / "laptop" / "bin" / "python"
     installed = subprocess.run(
