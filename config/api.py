@@ -85,13 +85,15 @@ class QuerySerializer(serializers.Serializer[object]):
 # Base of every JSON request body (a comment, not a docstring: the schema would show a docstring as the
 # description of every body that has none of its own). Each field takes only the JSON type its schema
 # documents, where DRF would take "5" for an integer, 0 for false, the number 5 for a name and "" for no
-# related object. With refuse_unknown, a name that is no writable field is a 400 naming it (a misspelt setting
-# must not look like a change that did nothing), and the schema says additionalProperties: false
-# (config/schema.py). The portal checks its forms with the same serializers: with context {"form": True} the
+# related object. A name that is no writable field is a 400 naming it (a misspelt setting, or a job's
+# `max_hour` for `max_hours`, must not look like a request that did what it said; issue 37 §5), and the schema
+# says additionalProperties: false (config/schema.py). Every request body of the API is one of these; only the
+# node agents' protocol (nodeagent/api/serializers.py) takes fields it does not know, so that a newer agent can
+# talk to an older server. The portal checks its forms with the same serializers: with context {"form": True} the
 # values are form text, so their JSON types are not checked (DRF's fields parse "2" as a number, as a form
 # needs).
 class BodySerializer(serializers.Serializer[object]):
-    refuse_unknown = False
+    refuse_unknown = True
     unknown_message = "is not a field of this request"
 
     def to_internal_value(self, data: Any) -> Any:
@@ -108,6 +110,18 @@ class BodySerializer(serializers.Serializer[object]):
             if errors:
                 raise exceptions.ValidationError(errors)
         return super().to_internal_value(data)
+
+
+class NoBodySerializer(BodySerializer):
+    """The body of a write that takes none (cancel, lift, drain, shadow start): empty, or `{}`."""
+
+    unknown_message = "is not a field of this request: it takes no body"
+
+
+def no_body(request: Any) -> None:
+    """Parse the body of a write that takes none, like any other (a bad one is a 400), and refuse any field
+    in it by name rather than ignoring what the client meant."""
+    NoBodySerializer(data=request.data).is_valid(raise_exception=True)
 
 
 def json_type_problem(field: AnyField, value: Any) -> Any:
@@ -203,6 +217,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         field = _REQUEST_PART.get(type(exc).__name__)
         if field is not None:
             body |= {"detail": f"{field}: {detail}", "fields": {field: [str(detail)]}}
+        elif isinstance(
+            named := getattr(exc, "field", None), str
+        ):  # a refusal about one input (a reused key)
+            body["fields"] = {named: [str(detail)]}
     response.data = body
     return response
 
@@ -240,7 +258,7 @@ def json_500(request: Any) -> JsonResponse:
 ERROR_SCHEMA = {
     "type": "object",
     "properties": {
-        "error": {"type": "string", "description": "A code: invalid, not_found, key_conflict, ..."},
+        "error": {"type": "string", "description": "A code: invalid, not_found, idempotency_key_reused, ..."},
         "detail": {"type": "string"},
         "fields": {
             "type": "object",

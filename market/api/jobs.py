@@ -6,7 +6,7 @@ from typing import Any
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,9 +14,9 @@ from rest_framework.views import APIView
 
 from accounts.access import access_tenant, caller
 from accounts.models import ApiToken, Tenant
-from config.api import Pagination
+from config.api import Pagination, no_body
 from config.errors import PolicyError
-from config.idempotency import request_digest
+from config.idempotency import IdempotencyKeyReused, header_key, key_header, request_digest
 from market.api.errors import api_exception
 from market.api.jobs_serializers import (
     BidAmendSerializer,
@@ -46,13 +46,8 @@ def _render(
 
 
 def _idempotency_key(request: Request) -> str:
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return ""
-    if not key.strip(" "):
-        raise serializers.ValidationError({"Idempotency-Key": ["must not be empty or blank when given"]})
     try:
-        return services.check_idempotency_key(key)
+        return header_key(request.headers)
     except PolicyError as exc:
         raise api_exception(exc) from exc
 
@@ -94,14 +89,9 @@ def _job(tenant: Tenant, job_id: int) -> Job:
     return get_object_or_404(tenant_jobs(tenant=tenant), pk=job_id)
 
 
-_IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key",
-    # Printable ASCII, not only spaces: what check_idempotency_key and _idempotency_key take.
-    {"type": "string", "pattern": r"^[ -~]*[!-~][ -~]*$", "maxLength": services.IDEMPOTENCY_KEY_MAX_CHARS},
-    OpenApiParameter.HEADER,
-    required=False,
-    description="1 to 200 printable characters. Repeating a submit with the same key and body returns the "
-    "first response; the same key with another body is refused (409 idempotency_key_reused).",
+_IDEMPOTENCY_HEADER = key_header(
+    "Repeating a submit with the same key and body returns the first response; the same key with another "
+    "body is refused (409 idempotency_key_reused)."
 )
 
 
@@ -172,7 +162,7 @@ class JobListView(APIView):
 def _replay(tenant: Tenant, key: str, digest: str) -> Job | None:
     try:
         return services.job_replay(tenant=tenant, idempotency_key=key, request_digest=digest)
-    except services.JobError as exc:  # the key was used for another body
+    except IdempotencyKeyReused as exc:  # the key was used for another body
         raise api_exception(exc) from exc
 
 
@@ -225,7 +215,7 @@ class JobCancelView(APIView):
     def post(self, request: Request, slug: str, job_id: int) -> Response:
         tenant = access_tenant(caller(request), slug, auth=request.auth)
         job = _job(tenant, job_id)
-        request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
+        no_body(request)
         try:
             job = services.job_cancel(job=job, actor=caller(request))
         except services.JobError as exc:

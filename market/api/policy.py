@@ -46,7 +46,6 @@ def _knob(name: str, help_text: str) -> serializers.IntegerField:
 class MarketPolicyPatchSerializer(BodySerializer):
     """Any subset of the knobs; unknown names are refused."""
 
-    refuse_unknown = True
     unknown_message = "is not a market policy setting"
 
     round_seconds = _knob("round_seconds", "Seconds between round starts.")
@@ -136,7 +135,6 @@ class TenantPolicySerializer(serializers.Serializer[object]):
 class TenantPolicyPatchSerializer(BodySerializer):
     """Any subset; all of it is applied or none. Unknown names are refused."""
 
-    refuse_unknown = True
     unknown_message = "is not a tenant policy setting"
 
     weight = serializers.IntegerField(required=False, min_value=WEIGHT_LIMITS[0], max_value=WEIGHT_LIMITS[1])

@@ -18,6 +18,8 @@ from django.db import models
 class VersionKind(models.TextChoices):
     CHANGE = "change", "Change"
     REVERT = "revert", "Revert"
+    # A proposed draft applied to everyone (a revert whose target is a draft): not a step back (issue 37 §5).
+    APPLY = "apply", "Draft applied"
     CANARY_START = "canary-start", "Canary start"
     CANARY_PROMOTE = "canary-promote", "Canary promoted"
     CANARY_REVERT = "canary-revert", "Canary reverted"

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import caller, require_admin
-from config.api import Pagination
+from config.api import Pagination, no_body
 from inventory.models import Node
 from nodeagent.api import serializers as s
 from nodeagent.api.errors import refused
@@ -90,6 +90,7 @@ class NodeActionView(APIView):
 
     def post(self, request: Request, name: str) -> Response:
         require_admin(caller(request))
+        no_body(request)
         try:
             type(self).service(node=_node(name), actor=caller(request))
         except NodeError as exc:

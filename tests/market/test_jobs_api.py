@@ -91,8 +91,12 @@ def test_submit_creates_a_pending_job_with_bid_version_1(market: World) -> None:
     assert (event.actor, event.tenant, event.detail["job"]) == (w.amy, w.alpha, job.pk)
 
 
-def test_submit_defaults_grace_to_the_market_policy_and_ignores_unknown_fields(market: World) -> None:
-    resp = market.client(market.alice).post(url(), body(priority="urgent", state="running"), format="json")
+def test_submit_defaults_grace_to_the_market_policy_and_refuses_unknown_fields(market: World) -> None:
+    # An unknown field is refused by name, not ignored (issue 37 §5): a client must hear that `state` or a
+    # misspelt `max_hour` did nothing.
+    refused = market.client(market.alice).post(url(), body(priority="urgent", state="running"), format="json")
+    assert refused.status_code == 400 and set(refused.json()["fields"]) == {"priority", "state"}
+    resp = market.client(market.alice).post(url(), body(), format="json")
     assert resp.status_code == 201, resp.json()
     assert resp.json()["grace_seconds"] == 120  # MarketPolicy.default_grace_s
     assert resp.json()["state"] == "pending"
@@ -271,7 +275,10 @@ def test_amend_appends_a_version_and_keeps_history(market: World) -> None:
     w = market
     job = submit(w, w.amy, gpus=4)
     new = [{"gpu_type": "A100", "limit": "4"}, {"gpu_type": "H100", "limit": "6.000001"}]
-    resp = w.client(w.amy).post(url(job, "bid"), {"bids": new, "gpus": 99}, format="json")
+    # The gang is not part of a bid: sending it is refused by name (issue 37 §5), not ignored.
+    refused = w.client(w.amy).post(url(job, "bid"), {"bids": new, "gpus": 99}, format="json")
+    assert refused.status_code == 400 and "gpus" in refused.json()["fields"]
+    resp = w.client(w.amy).post(url(job, "bid"), {"bids": new}, format="json")
     assert resp.status_code == 200, resp.json()
     assert resp.json()["bid_version"] == 2 and resp.json()["gpus"] == 4
     assert [b["limit"] for b in resp.json()["bids"]] == [4_000_000, 6_000_001]

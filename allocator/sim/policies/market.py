@@ -48,6 +48,11 @@ class MarketOptions:
     fair_reclaim: bool = _ROUND_DEFAULTS.fair_reclaim  # ARCHITECTURE.md §Clearing step 6
     fair_share_half_life_s: int = _ROUND_DEFAULTS.fair_share_half_life_s  # 0: no fair-share history
     fair_share_payback_s: int = _ROUND_DEFAULTS.fair_share_payback_s
+    max_moves: int = _ROUND_DEFAULTS.max_moves  # consolidation (ARCHITECTURE.md §Clearing step 5)
+    move_min_runtime_s: int = _ROUND_DEFAULTS.move_min_runtime_s
+    move_max_lost_gpu_s: int = _ROUND_DEFAULTS.move_max_lost_gpu_s
+    move_cooldown_s: int = _ROUND_DEFAULTS.move_cooldown_s
+    move_restart_s: int = _ROUND_DEFAULTS.move_restart_s
 
     def round_policy(self) -> RoundPolicy:
         knobs: dict[str, Any] = {
@@ -59,6 +64,11 @@ class MarketOptions:
             "fair_reclaim": self.fair_reclaim,
             "fair_share_half_life_s": self.fair_share_half_life_s,
             "fair_share_payback_s": self.fair_share_payback_s,
+            "max_moves": self.max_moves,
+            "move_min_runtime_s": self.move_min_runtime_s,
+            "move_max_lost_gpu_s": self.move_max_lost_gpu_s,
+            "move_cooldown_s": self.move_cooldown_s,
+            "move_restart_s": self.move_restart_s,
         }
         return RoundPolicy(**knobs)
 
