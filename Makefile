@@ -79,6 +79,7 @@ bench: install
 	$(PY) bench/retention.py
 	$(PY) bench/agent.py
 	$(PY) bench/speed_estimates.py
+	$(PY) bench/cli.py
 
 clean:
 	rm -rf $(VENV) var

@@ -22,11 +22,13 @@ from market.api.jobs_serializers import (
     BidAmendSerializer,
     JobDetailSerializer,
     JobFilterSerializer,
+    JobListItemSerializer,
     JobSerializer,
     JobSubmitSerializer,
 )
 from market.models import TERMINAL_STATES, Job
 from market.selectors.job_estimate import job_estimate
+from market.selectors.job_notes import job_notes
 from market.selectors.jobs import gpu_types_by_name, job_detail, job_list, tenant_jobs
 from market.services import jobs as services
 
@@ -98,8 +100,8 @@ class JobListView(APIView):
 
     @extend_schema(
         parameters=[JobFilterSerializer],
-        responses=JobSerializer(many=True),
-        summary="The tenant's jobs, newest first (paginated)",
+        responses=JobListItemSerializer(many=True),
+        summary="The tenant's jobs, newest first (paginated), each with its tier, node and why it waits",
     )
     def get(self, request: Request, slug: str) -> Response:
         tenant = access_tenant(caller(request), slug, auth=request.auth)
@@ -111,7 +113,8 @@ class JobListView(APIView):
         )
         paginator = Pagination()
         page = paginator.paginate_queryset(qs, request, view=self)
-        data = JobSerializer(page, many=True, context={"gpu_types": gpu_types_by_name()}).data
+        context = {"gpu_types": gpu_types_by_name(), "notes": job_notes(page or [])}
+        data = JobListItemSerializer(page, many=True, context=context).data
         return paginator.get_paginated_response(data)
 
     @extend_schema(

@@ -22,7 +22,7 @@ from config.money import format_credits
 from inventory.models import GpuType
 from market.api.ledger_serializers import CreditsField
 from market.models import Bid, BidOutcome, Job, JobState, JournalEntry, Lease, LeaseGpu, PreemptReason
-from market.selectors.explain import explain_outcomes, preemption_sentence
+from market.selectors.explain import explain_outcomes, preemption_sentence, queue_places
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
 from market.selectors.lost_work import gpu_time
@@ -446,6 +446,10 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
         help_text="Why a round preempted it (end_reason preempted); null otherwise, and for leases preempted "
         "before reasons were recorded."
     )
+    exit_code = serializers.SerializerMethodField(
+        help_text="The job's exit code on this lease as its agents reported it (a gang: the first nonzero "
+        "one); null while it runs, or when it was stopped by a signal."
+    )
 
     class Meta:
         model = Lease
@@ -477,8 +481,13 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
             "hold_warned_at",
             "hold_ends_at",
             "preemption",
+            "exit_code",
         ]
         read_only_fields = fields
+
+    def get_exit_code(self, lease: Lease) -> int | None:
+        codes = [r.exit_code for r in getattr(lease, "usage_rows", None) or [] if r.exit_code is not None]
+        return next((c for c in codes if c != 0), 0) if codes else None
 
     @extend_schema_field(PreemptionSerializer(allow_null=True))
     def get_preemption(self, lease: Lease) -> dict[str, Any] | None:
@@ -685,6 +694,45 @@ class EstimateSerializer(serializers.Serializer[object]):
     )
 
 
+class JobListItemSerializer(JobSerializer):
+    """A job in a list, with what a queue view shows: its newest lease's tier and node and, while it waits,
+    why its newest round did not run it (context["notes"]: market.selectors.job_notes.job_notes)."""
+
+    tier = serializers.SerializerMethodField(help_text="G, B or S: its newest lease's tier; null before one.")
+    node = serializers.SerializerMethodField(help_text="Its newest lease's node; null before one.")
+    reason = serializers.SerializerMethodField(
+        help_text="A pending job: why its newest round did not run it, in one sentence; empty otherwise."
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "tier", "node", "reason"]
+        read_only_fields = fields
+
+    def _note(self, job: Job) -> Any:
+        return self.context["notes"].get(job.pk)
+
+    def get_tier(self, job: Job) -> str | None:
+        note = self._note(job)
+        return None if note is None else note.tier
+
+    def get_node(self, job: Job) -> str | None:
+        note = self._note(job)
+        return None if note is None else note.node
+
+    def get_reason(self, job: Job) -> str:
+        note = self._note(job)
+        return "" if note is None else str(note.reason)
+
+
+class QueuePlaceSerializer(serializers.Serializer[object]):
+    """market.selectors.explain.QueuePlace: where a pending job stands for one GPU type of its bid."""
+
+    gpu_type = serializers.CharField()
+    limit = serializers.IntegerField(help_text="The bid's limit for this type, micro-credits per GPU-hour.")
+    position = serializers.IntegerField(help_text="1: first in the market order for this type.")
+    gpus_ahead = serializers.IntegerField(help_text="GPUs the pending bids before it ask for.")
+
+
 class JobDetailSerializer(JobSerializer):
     """A job with every version of its bid, its round outcomes (the latest 100, newest first, and how many
     there are), its leases and the ledger entries of their holds."""
@@ -704,6 +752,12 @@ class JobDetailSerializer(JobSerializer):
         allow_null=True,
         help_text="Predicted runtime, cost and start (docs/predictions.md); null for an ended job.",
     )
+    queue = serializers.SerializerMethodField(
+        help_text="A pending job's place in the market order per GPU type of its bid; empty otherwise."
+    )
+    reason = serializers.SerializerMethodField(
+        help_text="Why its newest round did not run it (or what it won), in one sentence; empty before any."
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [
@@ -715,8 +769,19 @@ class JobDetailSerializer(JobSerializer):
             "charges",
             "log_tail",
             "estimate",
+            "queue",
+            "reason",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(QueuePlaceSerializer(many=True))
+    def get_queue(self, job: Job) -> list[dict[str, Any]]:
+        return [dict(QueuePlaceSerializer(asdict(place)).data) for place in queue_places(job)]
+
+    def get_reason(self, job: Job) -> str:
+        latest = job.latest_outcomes[:1]  # type: ignore[attr-defined]  # set by market.selectors.jobs.job_detail
+        # The newest outcome's sentence, from those to_representation explained for the outcomes' `text`.
+        return str(self.context["outcome_text"].get(latest[0].pk, "")) if latest else ""
 
     def get_log_tail(self, job: Job) -> str:
         return job_log_tail(job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)

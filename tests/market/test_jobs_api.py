@@ -132,7 +132,9 @@ def test_list_queries_do_not_grow_with_the_page(market: World, django_assert_max
     for i in range(30):
         submit(w, w.amy if i % 2 else w.alice, bids=[(w.a100, 2_000_000), (w.h100, 3_000_000)])
     client = w.client(w.amy)
-    with django_assert_max_num_queries(7):  # auth 3, tenant, count, page, types
+    # auth 3, tenant, count, page, types; then each job's tier, node and reason (market.selectors.job_notes):
+    # the newest leases, the pending jobs' newest outcomes, those outcomes, their bid versions, their prices.
+    with django_assert_max_num_queries(7 + 5):
         resp = client.get(url(), {"page_size": 30})
     assert len(resp.json()["results"]) == 30
 
@@ -216,8 +218,9 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
     # auth 3, tenant, job, bids, outcomes, leases, types; then the estimate (docs/predictions.md): at most 14
     # more whatever the history's size (two finished-job samples, cached after the first read; the job's
     # leases; policy, guarantee, capacity, queue, running leases, recent prices); and one for the outcomes'
-    # sentences (their rounds' prices; their rounds' busy evidence only where one lost as busy).
-    with django_assert_max_num_queries(9 + 14 + 1):
+    # sentences (their rounds' prices; their rounds' busy evidence only where one lost as busy), the newest
+    # of which is also its `reason`; then its queue place per type of its bid.
+    with django_assert_max_num_queries(9 + 14 + 1 + len(job.limits)):
         resp = client.get(url(job))
     assert resp.status_code == 200
     data = resp.json()
