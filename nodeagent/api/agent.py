@@ -273,7 +273,7 @@ class LeaseStartedView(AgentView):
         lease = node_lease(node=self.node(request), lease_id=lease_id)
         body = s.StartedSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        lease = lease_started(lease=lease, at=body.validated_data["at"])
+        lease = lease_started(node=self.node(request), lease=lease, at=body.validated_data["at"])
         return Response(s.LeaseReplySerializer(lease).data)
 
 

@@ -88,9 +88,11 @@ def test_a_report_of_another_leases_gpus_is_not_on_this_jobs_chart(market: Marke
     ],
 )  # fmt: skip
 def test_the_owner_reads_why_the_lease_ended_in_one_sentence(market: Market, reason: str, says: str) -> None:
+    from market.models import PartState
+    from market.services.lease_parts import part_ended
     from market.services.leases import lease_stopped
     from market.services.policy import policy_update
-    from nodeagent.services.lease_events import lease_abandon, leases_release_idle
+    from nodeagent.services.lease_events import leases_release_idle
 
     lease = _running(market)
     end = lease.started_at + timedelta(minutes=30)
@@ -102,7 +104,7 @@ def test_the_owner_reads_why_the_lease_ended_in_one_sentence(market: Market, rea
     else:
         report_usage(lease, seconds=1800)
         if reason == "node_lost":
-            lease_abandon(lease_id=lease.pk, reason=EndReason.NODE_LOST, now=end)
+            part_ended(lease_id=lease.pk, node_id=lease.node_id, state=PartState.LOST, now=end)
         else:
             lease_stopped(lease_id=lease.pk, reason=EndReason.COMPLETED, now=end)
     html = login(Client(), market.world.amy).get(f"/t/alpha/jobs/{market.winner.pk}/").content.decode()
