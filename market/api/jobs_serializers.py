@@ -25,6 +25,7 @@ from market.models import Bid, BidOutcome, Job, JobState, JournalEntry, Lease, L
 from market.selectors.explain import preemption_sentence
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
+from market.selectors.lease_parts import lease_part_views
 from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
 from market.selectors.speed import TypeSpeed
@@ -417,6 +418,25 @@ class PreemptionSerializer(serializers.Serializer[object]):
     )
 
 
+class LeasePartSerializer(serializers.Serializer[object]):
+    """market.selectors.lease_parts.PartView: one node's part of the lease (docs/jobs.md §Multi-node jobs)."""
+
+    rank = serializers.IntegerField(help_text="0 hosts the rendezvous.")
+    node = serializers.CharField()
+    state = serializers.CharField(
+        help_text='"starting" (its bind waits for the agent), "running", "exited", "refused" (could not '
+        'start), "lost" (its node went down), or "not started" (the lease ended first).'
+    )
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    signal = serializers.IntegerField(allow_null=True)
+    text = serializers.CharField(help_text='One sentence, e.g. "part 1 on node gpu-b exited with code 3".')
+    log_tail = serializers.CharField(
+        help_text="The last 64 KiB of this part's output, as its agent reported it."
+    )
+
+
 class LeaseSerializer(serializers.ModelSerializer[Lease]):
     node: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
@@ -436,6 +456,9 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
     preemption = serializers.SerializerMethodField(
         help_text="Why a round preempted it (end_reason preempted); null otherwise, and for leases preempted "
         "before reasons were recorded."
+    )
+    parts = serializers.SerializerMethodField(
+        help_text="One per node, in rank order: a gang on several nodes has several, every other lease one."
     )
 
     class Meta:
@@ -459,6 +482,8 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
             "stop_requested_at",
             "ended_at",
             "end_reason",
+            "end_detail",
+            "parts",
             "last_checkpoint_at",
             "charged",
             "charged_credits",
@@ -470,6 +495,10 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
             "preemption",
         ]
         read_only_fields = fields
+
+    @extend_schema_field(LeasePartSerializer(many=True))
+    def get_parts(self, lease: Lease) -> list[dict[str, Any]]:
+        return [dict(LeasePartSerializer(view).data) for view in lease_part_views(lease)]
 
     @extend_schema_field(PreemptionSerializer(allow_null=True))
     def get_preemption(self, lease: Lease) -> dict[str, Any] | None:

@@ -37,6 +37,7 @@ from market.models import (
     LeaseState,
     PartState,
 )
+from market.selectors.lease_parts import part_sentence
 from market.selectors.policy import current_fence
 from market.services.leases import lease_nodes, lease_request_stop, lease_running, lease_stopped
 
@@ -84,25 +85,6 @@ def exit_reason(exit_code: int | None, signal: int | None, stopped_by: str | Non
     return EndReason.COMPLETED if exit_code == 0 and signal is None else EndReason.FAILED
 
 
-def _how(part: LeasePart) -> str:
-    if part.state == PartState.REFUSED:
-        return f"could not start: {part.detail}" if part.detail else "could not start"
-    if part.state == PartState.LOST:
-        return "lost: its node went down"
-    if part.signal is not None:
-        return f"was killed by signal {part.signal}"
-    if part.exit_code is None:
-        return "ended with no exit status (its node lost track of it)"
-    return f"exited with code {part.exit_code}"
-
-
-def part_sentence(part: LeasePart, node_name: str) -> str:
-    """'part 1 on node gpu-b exited with code 3': what the job page and the API say about an ended part."""
-    if part.state == PartState.LOST:
-        return f"node {node_name} (part {part.rank}) down"
-    return f"part {part.rank} on node {node_name} {_how(part)}"
-
-
 @transaction.atomic
 def part_ended(
     *,
@@ -131,8 +113,9 @@ def part_ended(
     ended = set(LeasePart.objects.filter(lease=lease, state__in=PART_ENDED).values_list("node_id", flat=True))
     nodes = lease_nodes(lease.pk)
     if reason != EndReason.COMPLETED and lease.state in LIVE_LEASE_STATES:
-        name = Node.objects.filter(pk=node_id).values_list("name", flat=True).first() or str(node_id)
-        Lease.objects.filter(pk=lease.pk).update(end_detail=part_sentence(part, name)[:300])
+        if len(nodes) > 1:  # a lease of one node says it all with its end reason
+            name = Node.objects.filter(pk=node_id).values_list("name", flat=True).first() or str(node_id)
+            Lease.objects.filter(pk=lease.pk).update(end_detail=part_sentence(part, name)[:300])
         if set(nodes) - ended:
             lease_request_stop(
                 lease_id=lease.pk,
