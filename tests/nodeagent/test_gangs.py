@@ -88,7 +88,7 @@ def test_a_part_that_cannot_start_stops_the_others_and_the_job_is_requeued_unbil
     b.post(f"commands/{bind_b['id']}/ack", {"result": "refused", "detail": "cannot start the job: ENOMEM"})
     lease.refresh_from_db()
     assert lease.state == LeaseState.STOPPING and lease.end_reason == EndReason.NODE_LOST
-    assert "part 1 on node node-b could not start: cannot start the job: ENOMEM" == lease.end_detail
+    assert lease.end_detail == "part 1 on node node-b could not start: cannot start the job: ENOMEM"
     assert _kinds(a, lease) == ["bind", "release"] and _kinds(b, lease) == []  # its bind was answered
     done = a.post(
         f"leases/{lease.pk}/exited",
