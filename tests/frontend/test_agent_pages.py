@@ -156,9 +156,22 @@ def test_drain_resume_and_retire_go_through_the_services_and_are_audited(market:
     assert admin.get(f"{base}/drain/").status_code == 405  # a link cannot drain a node
 
 
+def test_an_admin_sets_a_node_address_in_the_console_and_a_bad_one_is_refused(market: Market) -> None:
+    node = Lease.objects.get(job=market.winner).node
+    admin = login(Client(), market.world.admin)
+    page = admin.post(f"/console/nodes/{node.name}/address/", {"address": "10.0.0.300"}, follow=True)
+    assert "Refused: address: " in page.content.decode()
+    assert Node.objects.get(pk=node.pk).address == ""
+    page = admin.post(f"/console/nodes/{node.name}/address/", {"address": "10.2.0.7"}, follow=True)
+    html = page.content.decode()
+    assert "address set to 10.2.0.7 (pinned)" in html
+    assert f'data-field="address-{node.name}">address 10.2.0.7 (pinned)' in html
+    assert AuditEvent.objects.filter(action="node.address", actor__username="root").count() == 1
+
+
 def test_node_actions_are_for_platform_admins_only(market: Market) -> None:
     node = Lease.objects.get(job=market.winner).node
-    urls = [f"/console/nodes/{node.name}/{a}/" for a in ("drain", "resume", "retire")]
+    urls = [f"/console/nodes/{node.name}/{a}/" for a in ("drain", "resume", "retire", "address")]
     urls.append("/console/nodes/bootstrap-token/")
     for url in urls:
         response = Client().post(url)
