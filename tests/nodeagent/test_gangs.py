@@ -186,3 +186,38 @@ def test_a_refused_stop_for_a_part_that_never_started_ends_that_part(gang):
     lease.refresh_from_db()
     assert lease.state == LeaseState.ENDED and lease.charged == 0  # the gang never ran together
     assert _settles(lease) == 1
+
+
+def test_preemption_stops_every_part_and_requeues_the_job_once_both_are_gone(gang):
+    from market.models import CommandKind
+    from market.services.leases import lease_request_stop
+
+    world, a, b, job, lease = gang
+    for agent in (a, b):
+        agent.post(f"leases/{lease.pk}/started", {})
+    lease_request_stop(
+        lease_id=lease.pk, kind=CommandKind.PREEMPT, reason=EndReason.PREEMPTED, fence=lease.round_id
+    )
+    assert _kinds(a, lease) == ["bind", "preempt"] and _kinds(b, lease) == ["bind", "preempt"]
+    b.post(
+        f"leases/{lease.pk}/exited", {"exit_code": 0, "stopped_by": "preempt", "usage": _final(lease, 30.0)}
+    )
+    assert _state_of(lease) == LeaseState.STOPPING
+    a.post(
+        f"leases/{lease.pk}/exited",
+        {"exit_code": None, "signal": 9, "stopped_by": "preempt", "usage": _final(lease, 40.0)},
+    )
+    lease.refresh_from_db()
+    job.refresh_from_db()
+    assert (lease.state, lease.end_reason, job.state) == (
+        LeaseState.ENDED,
+        EndReason.PREEMPTED,
+        JobState.PENDING,
+    )
+    assert lease.end_detail == "" and lease.charged == -(-70 * lease.price // 3600)
+    assert _settles(lease) == 1
+
+
+def _state_of(lease) -> str:
+    lease.refresh_from_db()
+    return str(lease.state)
