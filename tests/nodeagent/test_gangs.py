@@ -34,7 +34,15 @@ def _binds(agent: FakeAgent, lease) -> list[dict[str, Any]]:
 
 
 def _kinds(agent: FakeAgent, lease) -> list[str]:
+    """The node's pending commands for the lease."""
     return [c["kind"] for c in agent.commands() if c["lease"] == lease.pk]
+
+
+def _start(agent: FakeAgent, lease) -> None:
+    """What an agent does with its bind: apply it, then report the part started."""
+    for bind in _binds(agent, lease):
+        agent.post(f"commands/{bind['id']}/ack", {"result": "applied", "detail": "started"})
+    agent.post(f"leases/{lease.pk}/started", {})
 
 
 @pytest.fixture
@@ -82,14 +90,14 @@ def test_the_gang_runs_only_once_every_part_has_started(gang):
 
 def test_a_part_that_cannot_start_stops_the_others_and_the_job_is_requeued_unbilled(gang):
     world, a, b, job, lease = gang
-    a.post(f"leases/{lease.pk}/started", {})
+    _start(a, lease)
     a.post("usage", a.report([counters(lease, 80.0)]))
     (bind_b,) = _binds(b, lease)
     b.post(f"commands/{bind_b['id']}/ack", {"result": "refused", "detail": "cannot start the job: ENOMEM"})
     lease.refresh_from_db()
     assert lease.state == LeaseState.STOPPING and lease.end_reason == EndReason.NODE_LOST
     assert lease.end_detail == "part 1 on node node-b could not start: cannot start the job: ENOMEM"
-    assert _kinds(a, lease) == ["bind", "release"] and _kinds(b, lease) == []  # its bind was answered
+    assert _kinds(a, lease) == ["release"] and _kinds(b, lease) == []  # its bind was answered
     done = a.post(
         f"leases/{lease.pk}/exited",
         {"exit_code": None, "signal": 15, "stopped_by": "release", "usage": _final(lease, 90.0)},
@@ -104,14 +112,14 @@ def test_a_part_that_cannot_start_stops_the_others_and_the_job_is_requeued_unbil
 def test_a_part_that_exits_non_zero_stops_the_others_after_their_grace_and_the_job_fails_naming_it(gang):
     world, a, b, job, lease = gang
     for agent in (a, b):
-        agent.post(f"leases/{lease.pk}/started", {})
+        _start(agent, lease)
     b.post(f"leases/{lease.pk}/exited", {"exit_code": 3, "usage": _final(lease, 100.0)})
     lease.refresh_from_db()
     assert (lease.state, lease.end_reason) == (LeaseState.STOPPING, EndReason.FAILED)
     assert lease.end_detail == "part 1 on node node-b exited with code 3"
     release = [c for c in a.commands() if c["lease"] == lease.pk and c["kind"] == "release"]
     assert len(release) == 1 and release[0]["payload"]["grace_seconds"] == 45
-    assert _kinds(b, lease) == ["bind"]  # the part that ended gets no stop
+    assert _kinds(b, lease) == []  # the part that ended gets no stop
     a.post(
         f"leases/{lease.pk}/exited",
         {"exit_code": None, "signal": 15, "stopped_by": "release", "usage": _final(lease, 300.0)},
@@ -134,9 +142,9 @@ def test_a_part_that_exits_non_zero_stops_the_others_after_their_grace_and_the_j
 def test_cancel_stops_every_part_and_its_reason_stands(gang):
     world, a, b, job, lease = gang
     for agent in (a, b):
-        agent.post(f"leases/{lease.pk}/started", {})
+        _start(agent, lease)
     job_cancel(job=job, actor=world.alice)
-    assert _kinds(a, lease) == ["bind", "release"] and _kinds(b, lease) == ["bind", "release"]
+    assert _kinds(a, lease) == ["release"] and _kinds(b, lease) == ["release"]
     a.post(
         f"leases/{lease.pk}/exited",
         {"exit_code": None, "signal": 15, "stopped_by": "release", "usage": _final(lease, 10.0)},
@@ -155,12 +163,12 @@ def test_cancel_stops_every_part_and_its_reason_stands(gang):
 def test_a_node_lost_under_one_part_ends_the_whole_gang_as_node_down(gang):
     world, a, b, job, lease = gang
     for agent in (a, b):
-        agent.post(f"leases/{lease.pk}/started", {})
+        _start(agent, lease)
     b.post("usage", b.report([counters(lease, 50.0)]))
     node_lost(node=b.node)
     lease.refresh_from_db()
     assert lease.end_detail == "node node-b (part 1) down" and lease.end_reason == EndReason.NODE_LOST
-    assert _kinds(a, lease) == ["bind", "release"]
+    assert _kinds(a, lease) == ["release"]
     a.post(
         f"leases/{lease.pk}/exited",
         {"exit_code": None, "signal": 15, "stopped_by": "release", "usage": _final(lease, 60.0)},
@@ -175,8 +183,9 @@ def test_a_node_lost_under_one_part_ends_the_whole_gang_as_node_down(gang):
 
 def test_a_refused_stop_for_a_part_that_never_started_ends_that_part(gang):
     world, a, b, job, lease = gang
-    a.post(f"leases/{lease.pk}/started", {})
+    _start(a, lease)
     job_cancel(job=job, actor=world.alice)
+    assert _kinds(b, lease) == ["release"]  # its bind is no longer handed out: the lease is stopping
     release_b = next(c for c in b.commands() if c["lease"] == lease.pk and c["kind"] == "release")
     b.post(f"commands/{release_b['id']}/ack", {"result": "refused", "detail": "no job for lease"})
     a.post(
@@ -194,11 +203,11 @@ def test_preemption_stops_every_part_and_requeues_the_job_once_both_are_gone(gan
 
     world, a, b, job, lease = gang
     for agent in (a, b):
-        agent.post(f"leases/{lease.pk}/started", {})
+        _start(agent, lease)
     lease_request_stop(
         lease_id=lease.pk, kind=CommandKind.PREEMPT, reason=EndReason.PREEMPTED, fence=lease.round_id
     )
-    assert _kinds(a, lease) == ["bind", "preempt"] and _kinds(b, lease) == ["bind", "preempt"]
+    assert _kinds(a, lease) == ["preempt"] and _kinds(b, lease) == ["preempt"]
     b.post(
         f"leases/{lease.pk}/exited", {"exit_code": 0, "stopped_by": "preempt", "usage": _final(lease, 30.0)}
     )
