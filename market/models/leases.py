@@ -199,10 +199,9 @@ class LeasePart(models.Model):
     id order (market.gang.part_ranks), the same the bind gave the part. The lease is settled once every part
     has ended (market.services.lease_parts)."""
 
-    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="parts", db_constraint=False)
-    node = models.ForeignKey(
-        "inventory.Node", on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False
-    )
+    # Real constraints, unlike the round commit's tables: parts are written one report at a time.
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="parts", db_index=False)
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="+")
     rank = models.PositiveSmallIntegerField()
     state = models.CharField(max_length=16, choices=PartState.choices)
     started_at = models.DateTimeField(null=True, blank=True)
