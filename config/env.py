@@ -73,6 +73,21 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_port_range(name: str, default: tuple[int, int]) -> tuple[int, int]:
+    """`LOW-HIGH`, two TCP ports (1024 to 65535, LOW <= HIGH), inclusive."""
+    value = env_str(name)
+    if value is None:
+        return default
+    low, sep, high = value.strip().partition("-")
+    try:
+        ports = (int(low), int(high)) if sep else (int(low), int(low))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected LOW-HIGH, e.g. 29500-29999") from exc
+    if not 1024 <= ports[0] <= ports[1] <= 65535:
+        raise ImproperlyConfigured(f"{name}={value!r}: ports must satisfy 1024 <= LOW <= HIGH <= 65535")
+    return ports
+
+
 def env_networks(name: str, default: list[str]) -> list[IPv4Network | IPv6Network]:
     """Comma-separated addresses or CIDR networks (`10.0.0.0/8,192.0.2.7`)."""
     networks = []

@@ -20,6 +20,7 @@ from config.env import (
     env_int,
     env_list,
     env_networks,
+    env_port_range,
     env_str,
     local_secret_key,
     read_dotenv,
@@ -331,6 +332,8 @@ AGENT_HEARTBEAT_SECONDS = env_int("AGENT_HEARTBEAT_SECONDS", 15, minimum=1)
 AGENT_POLL_SECONDS = env_int("AGENT_POLL_SECONDS", 20, minimum=1)
 NODE_DOWN_SECONDS = env_int("NODE_DOWN_SECONDS", 60, minimum=AGENT_HEARTBEAT_SECONDS + 1)
 NODE_CHECK_SECONDS = env_int("NODE_CHECK_SECONDS", 15, minimum=1)
+# The ports a gang's rendezvous is chosen from, one per lease (market/gang.py; docs/agent.md §Multi-node gangs).
+GANG_PORT_RANGE = env_port_range("GANG_PORT_RANGE", (29500, 29999))
 CELERY_BEAT_SCHEDULE["nodes-check"] = {
     "task": "nodeagent.nodes_check",
     "schedule": float(NODE_CHECK_SECONDS),

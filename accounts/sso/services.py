@@ -40,7 +40,7 @@ def _free_username(claims: IdClaims) -> str:
 
 def _identity(claims: IdClaims) -> OidcIdentity:
     found = (
-        OidcIdentity.objects.select_for_update()
+        OidcIdentity.objects.select_for_update(no_key=True, of=("self",))
         .select_related("user")
         .filter(issuer=claims.issuer, subject=claims.subject)
         .first()

@@ -34,6 +34,7 @@ from market.selectors.guidance import bid_guidance
 from market.selectors.holds import hold_notice
 from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate, max_hours_warning
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
+from market.selectors.lease_parts import lease_part_views
 from market.selectors.prices import price_board
 from market.selectors.spend_alerts import Block, bid_block
 from market.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
@@ -323,6 +324,7 @@ def _lease_panels(leases: list[Lease], *, admin: bool) -> list[dict[str, Any]]:
                 "lease": lease,
                 "usage": usage,
                 "charts": charts,
+                "parts": lease_part_views(lease),
                 "ended": lease_end_sentence(
                     lease, gpu_seconds=usage.gpu_seconds if usage else 0.0, exit_code=exit_code, admin=admin
                 ),

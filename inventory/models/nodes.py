@@ -29,6 +29,11 @@ class Node(models.Model):
     down_since = models.DateTimeField(null=True, blank=True)
     drained_at = models.DateTimeField(null=True, blank=True)
     retired_at = models.DateTimeField(null=True, blank=True)
+    # Where the other nodes of a gang reach this one (inventory.addresses checks it): the agent's registration
+    # sets it, unless an admin set it (`address_pinned`), which then stands until the admin clears it.
+    # db_default: nodes made before it have none.
+    address = models.CharField(max_length=253, blank=True, default="", db_default="")
+    address_pinned = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         # The agent server's table from before the inventory carve-out (issue 26): data stays where it is.

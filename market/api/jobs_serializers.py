@@ -25,6 +25,7 @@ from market.models import Bid, BidOutcome, Job, JobState, JournalEntry, Lease, L
 from market.selectors.explain import explain_outcomes, preemption_sentence, queue_places
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
+from market.selectors.lease_parts import lease_part_views
 from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
 from market.selectors.speed import TypeSpeed
@@ -426,6 +427,25 @@ class PreemptionSerializer(serializers.Serializer[object]):
     )
 
 
+class LeasePartSerializer(serializers.Serializer[object]):
+    """market.selectors.lease_parts.PartView: one node's part of the lease (docs/jobs.md §Multi-node jobs)."""
+
+    rank = serializers.IntegerField(help_text="0 hosts the rendezvous.")
+    node = serializers.CharField()
+    state = serializers.CharField(
+        help_text='"starting" (its bind waits for the agent), "running", "exited", "refused" (could not '
+        'start), "lost" (its node went down), or "not started" (the lease ended first).'
+    )
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    signal = serializers.IntegerField(allow_null=True)
+    text = serializers.CharField(help_text='One sentence, e.g. "part 1 on node gpu-b exited with code 3".')
+    log_tail = serializers.CharField(
+        help_text="The last 64 KiB of this part's output, as its agent reported it."
+    )
+
+
 class LeaseSerializer(serializers.ModelSerializer[Lease]):
     node: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
@@ -450,6 +470,9 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
         help_text="The job's exit code on this lease as its agents reported it (a gang: the first nonzero "
         "one); null while it runs, or when it was stopped by a signal."
     )
+    parts = serializers.SerializerMethodField(
+        help_text="One per node, in rank order: a gang on several nodes has several, every other lease one."
+    )
 
     class Meta:
         model = Lease
@@ -472,6 +495,8 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
             "stop_requested_at",
             "ended_at",
             "end_reason",
+            "end_detail",
+            "parts",
             "last_checkpoint_at",
             "charged",
             "charged_credits",
@@ -488,6 +513,10 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
     def get_exit_code(self, lease: Lease) -> int | None:
         codes = [r.exit_code for r in getattr(lease, "usage_rows", None) or [] if r.exit_code is not None]
         return next((c for c in codes if c != 0), 0) if codes else None
+
+    @extend_schema_field(LeasePartSerializer(many=True))
+    def get_parts(self, lease: Lease) -> list[dict[str, Any]]:
+        return [dict(LeasePartSerializer(view).data) for view in lease_part_views(lease)]
 
     @extend_schema_field(PreemptionSerializer(allow_null=True))
     def get_preemption(self, lease: Lease) -> dict[str, Any] | None:

@@ -345,9 +345,18 @@ def lease_end_sentence(
     reason = lease.end_reason
     if reason == EndReason.COMPLETED:
         return f"Completed: the job exited normally after {ran}; {charged}."
+    gang = (lease.end_detail or "").startswith("part ") and " on node " in lease.end_detail
+    if reason == EndReason.FAILED and gang:
+        return f"Failed: {lease.end_detail} after {ran}, and the gang's other parts were stopped; {charged}."
     if reason == EndReason.FAILED:
         code = f"with exit code {exit_code}" if exit_code is not None else "with an error"
         return f"Failed: the job exited {code} after {ran}; {charged}."
+    if reason == EndReason.NODE_LOST and lease.end_detail:
+        unbilled = " (not charged: the gang never ran together)" if lease.charged == 0 else ""
+        return (
+            f"Ended after {ran}: {lease.end_detail}, so the gang's other parts were stopped; {charged}"
+            f"{unbilled}, and the job went back to the queue for the next round."
+        )
     if reason == EndReason.PREEMPTED:
         why = preemption_why(lease, admin=admin)
         if not why:  # preempted before reasons were recorded: the round's rule is not known

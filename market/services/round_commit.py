@@ -21,12 +21,14 @@ from datetime import datetime, timedelta
 from typing import NamedTuple
 
 import numpy as np
+from django.conf import settings
 from django.db.models import F, OuterRef, Q
 
 from accounts.models import Tenant
 from allocator import BUSY, PREEMPT_NAMES, REASON_NAMES, TIER_NAMES, Book, Preemptions, Result
 from inventory.models import Gpu, GpuType, Node
 from market import bulk
+from market.gang import gang_payloads
 from market.models import (
     LIVE_LEASE_STATES,
     BidOutcome,
@@ -325,10 +327,17 @@ def _insert_lease_gpus(placed: list[Placed], lease_ids: list[int]) -> None:
 def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now: datetime) -> None:
     """A bind command per lease and node of its gang (a gang across nodes binds on each), fenced by the round."""
     rows: list[tuple[int, int, dict[str, object]]] = []  # (node id, lease id, payload)
+    addresses = _node_addresses(placed)
     for lease_id, (w, job) in zip(lease_ids, placed, strict=True):
         by_node: dict[int, list[str]] = defaultdict(list)
         for slot in w.gang:
             by_node[slot.node_id].append(slot.uuid)
+        gangs = gang_payloads(
+            lease_id=lease_id,
+            gpus_by_node=by_node,
+            addresses=addresses,
+            port_range=settings.GANG_PORT_RANGE,
+        )
         for node_id, uuids in by_node.items():
             payload: dict[str, object] = {
                 "lease": lease_id,
@@ -340,6 +349,7 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
                 "max_seconds": job.max_seconds,
                 "grace_seconds": job.grace_seconds,
                 "price": w.price,
+                "gang": gangs[node_id],
             }
             rows.append((node_id, lease_id, payload))
     n = len(rows)
@@ -358,6 +368,13 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
         ids=False,
     )
     commands_written(node_ids=[r[0] for r in rows])
+
+
+def _node_addresses(placed: list[Placed]) -> dict[int, tuple[str, str]]:
+    """Node id -> (address, name) for every node a winner landed on (one query)."""
+    node_ids = {slot.node_id for p in placed for slot in p.winner.gang}
+    rows = Node.objects.filter(pk__in=bulk.any_of(sorted(node_ids))).values_list("pk", "address", "name")
+    return {pk: (address, name) for pk, address, name in rows}
 
 
 def _mark_allocated(placed: list[Placed], now: datetime) -> None:

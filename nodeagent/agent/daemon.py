@@ -25,6 +25,7 @@ from nodeagent.agent import VERSION, checkpoints, jobs, usage
 from nodeagent.agent.backend import GpuBackend, GpuSample
 from nodeagent.agent.client import Backoff, Client, Rejected, Unavailable
 from nodeagent.agent.fsutil import read_json
+from nodeagent.agent.gang import bind_gang
 from nodeagent.agent.records import Job
 from nodeagent.agent.state import StateDir
 
@@ -48,6 +49,7 @@ class Settings:
     interval: float
     checkpoint_root: Path
     job_user: tuple[int, int] | None = None  # (uid, gid) jobs run as; None: the agent's own user
+    address: str = ""  # where the other nodes of a gang reach this one (sent at registration)
 
 
 class Agent:
@@ -259,6 +261,8 @@ class Agent:
             "agent_version": VERSION,
             "gpus": [asdict(g) for g in self.inventory.values()],
         }
+        if self.settings.address:
+            body["address"] = self.settings.address
         answer = self.client.call("POST", "register", body)
         if answer.get("credential"):
             self.state.credential = answer["credential"]
@@ -423,6 +427,7 @@ class Agent:
             log_path=str(log_path),
             exit_path=str(exit_path),
             run_as=list(self.settings.job_user) if self.settings.job_user else None,
+            gang=bind_gang(payload.get("gang")),
         )
         self.state.save_job(job)  # before the spawn: a crash in between leaves a record without a pid
         try:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from nodeagent.agent import procfs
 from nodeagent.agent.fsutil import read_json
+from nodeagent.agent.gang import gang_environment
 from nodeagent.agent.records import Job, Outcome
 
 SHIM = str(Path(__file__).with_name("shim.py"))
@@ -32,6 +33,7 @@ def job_environment(job: Job) -> dict[str, str]:
     env.setdefault("LANG", "C.UTF-8")
     if job.run_as:
         env["HOME"] = pwd.getpwuid(job.run_as[0]).pw_dir
+    env.update(gang_environment(job.gang))
     env.update(
         CUDA_VISIBLE_DEVICES=",".join(job.gpus),
         GPUMARKET_JOB_ID=str(job.job),

@@ -77,9 +77,29 @@ def _node(name: str) -> Node:
 
 
 class NodeDetailView(APIView):
+    parser_classes = [JSONParser]
+
     @extend_schema(responses=s.NodeSerializer, summary="One node with its GPUs (platform admins)")
     def get(self, request: Request, name: str) -> Response:
         require_admin(caller(request))
+        return Response(s.NodeSerializer(_node(name)).data)
+
+    @extend_schema(
+        request=s.NodeAddressSerializer,
+        responses=s.NodeSerializer,
+        summary="Set (pin) or clear the node's address, where a gang's other nodes reach it (platform admins; audited)",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        require_admin(caller(request))
+        node = _node(name)
+        body = s.NodeAddressSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            services.node_set_address(
+                node=node, actor=caller(request), address=body.validated_data["address"]
+            )
+        except NodeError as exc:
+            raise refused(exc) from exc
         return Response(s.NodeSerializer(_node(name)).data)
 
 

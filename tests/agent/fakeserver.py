@@ -83,9 +83,16 @@ class FakeServer:
             return int(command["id"])
 
     def bind(
-        self, lease: int, command: str, *, gpus: list[str], max_seconds: float = 600, grace: float = 5
+        self,
+        lease: int,
+        command: str,
+        *,
+        gpus: list[str],
+        max_seconds: float = 600,
+        grace: float = 5,
+        gang: Any = None,
     ) -> int:
-        payload = {
+        payload: dict[str, Any] = {
             "lease": lease,
             "job": lease + 1000,
             "name": f"job-{lease}",
@@ -96,6 +103,8 @@ class FakeServer:
             "grace_seconds": grace,
             "price": 4_500_000,
         }
+        if gang is not None:
+            payload["gang"] = gang
         return self.queue("bind", lease, payload)
 
     def stop_lease(self, kind: str, lease: int, *, grace: float = 5) -> int:
