@@ -80,6 +80,7 @@ bench: install
 	$(PY) bench/agent.py
 	$(PY) bench/sandbox.py
 	$(PY) bench/speed_estimates.py
+	$(PY) bench/cli.py
 
 clean:
 	rm -rf $(VENV) var

@@ -93,3 +93,41 @@ class AuditEvent(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+
+
+class OidcIdentity(models.Model):
+    """A person's account at the organisation's identity provider: the provider's issuer and its stable
+    subject identifier, never the e-mail address (an address can be reassigned; `sub` never is)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="oidc_identities"
+    )
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    # The groups the provider named at the last sign-in, to show why someone is or is not in a team.
+    groups = models.JSONField(default=list)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_login_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["issuer", "subject"], name="oidc_identity_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"
+
+
+class GroupMapping(models.Model):
+    """A provider group that makes its members members of a team, with a role. A team named by any mapping
+    is the mapping's: at each sign-in its membership follows the groups (docs/sso.md)."""
+
+    group = models.CharField(max_length=255)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="group_mappings")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["group", "tenant__slug"]
+        constraints = [models.UniqueConstraint(fields=["group", "tenant"], name="group_mapping_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.group} -> {self.tenant} ({self.role})"

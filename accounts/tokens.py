@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import ApiToken, Membership, Tenant, User
+from config.dbretry import harmless_writes
 
 TOKEN_PREFIX = "gpm_"
 # Writing last_used on every request would turn each read into a write; a minute's precision is plenty.
@@ -40,7 +41,7 @@ def token_create(
 ) -> IssuedToken:
     """A new token. `secret` is only for the local demo, which keeps its token's secret under var/."""
     # The user's row lock serialises their token creations, so racing requests cannot pass the cap together.
-    User.objects.select_for_update().filter(pk=user.pk).first()
+    User.objects.select_for_update(no_key=True).filter(pk=user.pk).first()
     cap = settings.API_TOKENS_PER_USER
     if ApiToken.objects.filter(user=user, tenant=tenant, revoked_at__isnull=True).count() >= cap:
         raise TooManyTokens(
@@ -71,7 +72,8 @@ def token_authenticate(*, raw: str) -> ApiToken | None:
         return None
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        with harmless_writes():  # a retried request may write it again (config/dbretry.py)
+            ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
     return token
 

@@ -23,9 +23,12 @@ from allocator.book import (
 from allocator.errors import BookError
 from allocator.reference import clear
 from allocator.result import (
+    BACKFILL_DUE,
     BELOW_RESERVE,
+    BUSY,
     FAIR_SHARE,
     GUARANTEE_FULL,
+    MOVED,
     NO_FIT,
     OUTBID,
     OVER_BUDGET,
@@ -33,6 +36,7 @@ from allocator.result import (
     REASON_NAMES,
     RECLAIM,
     Losers,
+    Moves,
     Preemptions,
     Result,
     WinnerRecord,
@@ -40,10 +44,13 @@ from allocator.result import (
 )
 
 __all__ = [
+    "BACKFILL_DUE",
     "BELOW_RESERVE",
+    "BUSY",
     "FAIR_SHARE",
     "GUARANTEE_FULL",
     "MICRO",
+    "MOVED",
     "NO_FIT",
     "NO_PRICE",
     "OUTBID",
@@ -61,6 +68,7 @@ __all__ = [
     "GpuTypes",
     "Leases",
     "Losers",
+    "Moves",
     "Nodes",
     "Policy",
     "Preemptions",

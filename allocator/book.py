@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from allocator import lost
 from allocator.errors import BookError
 
 MICRO = 1_000_000
@@ -56,6 +57,7 @@ __all__ = [
 # Sentinels for optional columns: "not given", replaced in __post_init__ by the documented default.
 _UNSET_F64: F64 = np.zeros(0)
 _UNSET_I64: I64 = np.zeros(0, dtype=np.int64)
+_UNSET_BOOL: BOOL = np.zeros(0, dtype=np.bool_)
 
 
 def hold_of(gpus: Any, price: Any, max_s: Any) -> Any:
@@ -118,7 +120,9 @@ class GpuTypes:
 
 @dataclass(frozen=True)
 class Nodes:
-    """Nodes: GPU type, topology domain, capacity, and ``free[n, s]`` True when GPU slot s of node n is free."""
+    """Nodes: GPU type, topology domain, capacity, and ``free[n, s]`` True when GPU slot s of node n is free.
+    ``moved_at[n]``: when a job was last moved from or to node n (epoch seconds, -1 never): consolidation leaves
+    a node alone for ``Policy.move_cooldown_s`` after a move."""
 
     names: tuple[str, ...]
     gpu_type: I32
@@ -126,9 +130,17 @@ class Nodes:
     capacity: I32
     free: BOOL
     free_count_: I32 = field(init=False, repr=False, compare=False)  # cache of free_count
+    moved_at: I64 = field(default_factory=lambda: _UNSET_I64)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "names", tuple(self.names))
+        if self.moved_at is _UNSET_I64:
+            object.__setattr__(self, "moved_at", np.full(len(self.names), -1, dtype=np.int64))
+        _set(self, "moved_at", self.moved_at, np.int64, 1, "nodes")
+        if self.moved_at.shape[0] != len(self.names):
+            raise BookError(
+                "nodes.moved_at", f"has {self.moved_at.shape[0]} entries for {len(self.names)} nodes"
+            )
         for name in ("gpu_type", "domain", "capacity"):
             _set(self, name, getattr(self, name), np.int32, 1, "nodes")
         free = np.asarray(self.free, dtype=np.bool_)
@@ -224,7 +236,9 @@ class Tenants:
 @dataclass(frozen=True)
 class Bids:
     """Pending bids, one per job: gang size k, limit price per GPU-hour per type (``NO_PRICE`` = not acceptable),
-    maximum runtime in seconds, submit time (epoch seconds) and rounds already waited."""
+    maximum runtime in seconds, submit time (epoch seconds) and rounds already waited. ``expect_s``: the runtime
+    the platform predicts (docs/predictions.md; default ``max_s``): a job starts on a node reserved for a gang
+    only when it is predicted to end before the gang is due (backfill, step 5)."""
 
     job: I64
     tenant: I32
@@ -233,8 +247,12 @@ class Bids:
     max_s: I64
     submit: I64
     waited: I32
+    expect_s: I64 = field(default_factory=lambda: _UNSET_I64)
 
     def __post_init__(self) -> None:
+        if self.expect_s is _UNSET_I64:
+            object.__setattr__(self, "expect_s", self.max_s)
+        _set(self, "expect_s", self.expect_s, np.int64, 1, "bids")
         for name, dtype in (("job", np.int64), ("tenant", np.int32), ("gpus", np.int32), ("max_s", np.int64)):
             _set(self, name, getattr(self, name), dtype, 1, "bids")
         _set(self, "submit", self.submit, np.int64, 1, "bids")
@@ -249,8 +267,18 @@ class Bids:
             "gpus": self.gpus,
             "limit": self.limit,
         }
-        _same_rows("bids", {**cols, "max_s": self.max_s, "submit": self.submit, "waited": self.waited})
+        _same_rows(
+            "bids",
+            {
+                **cols,
+                "max_s": self.max_s,
+                "submit": self.submit,
+                "waited": self.waited,
+                "expect_s": self.expect_s,
+            },
+        )
         _first_bad("bids.gpus", self.gpus <= 0, "must be a positive integer")
+        _first_bad("bids.expect_s", self.expect_s <= 0, "must be a positive integer")
         _first_bad("bids.max_s", self.max_s <= 0, "must be a positive integer")
         _first_bad(
             "bids.limit", self.limit < NO_PRICE, "must be a non-negative integer or -1 (not acceptable)"
@@ -289,9 +317,14 @@ def _duplicated(values: NDArray[Any]) -> BOOL:
 class Leases:
     """Running leases. The GPUs of lease i are ``(slot_node[j], slot_idx[j])`` for j in
     ``slot_ptr[i]:slot_ptr[i+1]`` (CSR); a lease may span several nodes (a gang on whole nodes).
-    ``checkpoint[i]``: when the lease's job last saved its work (epoch seconds; default its start): preempting
-    it throws away ``gpus * (now - max(start, checkpoint))`` GPU-seconds, and reclaim prefers the victims that
-    lose the least."""
+    ``checkpoint[i]``: from when the lease's job would lose its work (epoch seconds; default its start): the
+    later of its job's start running and its last checkpoint (allocator.lost.lost_since; the round's ``now``
+    while the job is not running yet). Preempting it throws away ``gpus * (now - max(start, checkpoint))``
+    GPU-seconds (allocator.lost), and reclaim prefers the victims that lose the least. ``expect_end[i]``: when
+    the lease is expected to end (epoch seconds: its predicted end, else its start plus its maximum runtime; -1
+    unknown): the nodes that drain soonest by it are reserved for a blocked gang (step 5). ``backfill[i]``: it
+    was started on a node reserved for a gang, predicted to end before the gang is due; if it runs past that it
+    is the first victim when the gang is due."""
 
     lease: I64
     tenant: I32
@@ -303,11 +336,19 @@ class Leases:
     slot_node: I32
     slot_idx: I32
     checkpoint: I64 = field(default_factory=lambda: _UNSET_I64)
+    expect_end: I64 = field(default_factory=lambda: _UNSET_I64)
+    backfill: BOOL = field(default_factory=lambda: _UNSET_BOOL)
 
     def __post_init__(self) -> None:
         if self.checkpoint is _UNSET_I64:
             object.__setattr__(self, "checkpoint", self.start)
         _set(self, "checkpoint", self.checkpoint, np.int64, 1, "leases")
+        if self.expect_end is _UNSET_I64:
+            object.__setattr__(self, "expect_end", np.full(np.asarray(self.start).shape, -1, dtype=np.int64))
+        _set(self, "expect_end", self.expect_end, np.int64, 1, "leases")
+        if self.backfill is _UNSET_BOOL:
+            object.__setattr__(self, "backfill", np.zeros(np.asarray(self.start).shape, dtype=np.bool_))
+        _set(self, "backfill", self.backfill, np.bool_, 1, "leases")
         for name, dtype in (
             ("lease", np.int64),
             ("tenant", np.int32),
@@ -327,7 +368,17 @@ class Leases:
         }
         n = _same_rows(
             "leases",
-            {**cols, "start": self.start, "preemptible": self.preemptible, "checkpoint": self.checkpoint},
+            {
+                **cols,
+                "start": self.start,
+                "preemptible": self.preemptible,
+                "checkpoint": self.checkpoint,
+                "expect_end": self.expect_end,
+                "backfill": self.backfill,
+            },
+        )
+        _first_bad(
+            "leases.expect_end", self.expect_end < -1, "must be a time (epoch seconds) or -1 (unknown)"
         )
         if self.slot_ptr.shape[0] != n + 1 or self.slot_ptr[0] != 0 or (np.diff(self.slot_ptr) <= 0).any():
             raise BookError(
@@ -343,9 +394,9 @@ class Leases:
         return int(self.lease.shape[0])
 
     def lost_gpu_s(self, now: int) -> I64:
-        """GPU-seconds of work each lease would throw away if preempted at ``now``: since its last checkpoint."""
-        since = np.maximum(self.start, self.checkpoint)
-        return np.asarray(np.maximum(now - since, 0) * self.gpus, dtype=np.int64)
+        """GPU-seconds of work each lease would throw away if preempted at ``now`` (allocator.lost, the figure the
+        commit records): since the later of its start and its checkpoint."""
+        return lost.lost_gpu_s(self.gpus, np.maximum(self.start, self.checkpoint), now)
 
     @property
     def gpus(self) -> I64:
@@ -373,7 +424,12 @@ class Policy:
     ``fair_reclaim``: whether a tenant below its entitlement may preempt for it (step 6);
     ``fair_share_half_life_s``: half-life of the fair-share history (``Tenants.owed``; 0: no history, every
     round starts afresh); ``fair_share_payback_s``: how fast what a tenant is owed is paid back: owed GPU-hours
-    over this time add to its entitlement (step 3; allocator/fairshare.py)."""
+    over this time add to its entitlement (step 3; allocator/fairshare.py); consolidation (step 5,
+    reference/consolidate.py): ``max_moves`` leases moved per round at most (0: no moves), none younger than
+    ``move_min_runtime_s``, none losing more than ``move_max_lost_gpu_s`` GPU-seconds of work since its last
+    checkpoint, no node moved from or to again within ``move_cooldown_s``; a move costs ``move_restart_s`` per
+    GPU (stopping, checkpointing, starting again) plus the work lost, and happens only when that costs less than
+    the gang waiting for its nodes to drain."""
 
     min_runtime_s: int = 600
     starve_rounds: int = 5
@@ -383,6 +439,11 @@ class Policy:
     fair_reclaim: bool = True
     fair_share_half_life_s: int = 86400
     fair_share_payback_s: int = 3600
+    max_moves: int = 4
+    move_min_runtime_s: int = 1800
+    move_max_lost_gpu_s: int = 7200
+    move_cooldown_s: int = 3600
+    move_restart_s: int = 600
 
     def __post_init__(self) -> None:
         for name in (f.name for f in fields(self) if f.name != "fair_reclaim"):  # every integer knob

@@ -113,10 +113,15 @@ def nodes_from_json(rows: Any, type_ix: Mapping[str, int], busy: set[tuple[int, 
         for i, r in enumerate(rows)
     ]
     free = np.zeros((len(rows), max(caps, default=0)), dtype=bool)
-    gtype, domain = [], []
+    gtype, domain, moved_at = [], [], []
     for i, r in enumerate(rows):
         at = f"nodes[{i}]"
         gtype.append(_name(_get(r, "gpu_type", at), type_ix, f"{at}.gpu_type", "GPU type"))
+        moved_at.append(
+            _int(
+                _get(r, "moved_at", at, -1), f"{at}.moved_at", minimum=-1, what="a time (epoch seconds) or -1"
+            )
+        )
         domain.append(
             _int(_get(r, "domain", at, 0), f"{at}.domain", minimum=0, what="a non-negative integer")
         )
@@ -129,7 +134,14 @@ def nodes_from_json(rows: Any, type_ix: Mapping[str, int], busy: set[tuple[int, 
             if slot >= caps[i]:
                 raise BookError(f"{at}.free", "slot index beyond capacity")
             free[i, slot] = True
-    return Nodes(tuple(names), np.array(gtype), np.array(domain), np.array(caps), free)
+    return Nodes(
+        tuple(names),
+        np.array(gtype),
+        np.array(domain),
+        np.array(caps),
+        free,
+        np.array(moved_at, dtype=np.int64),
+    )
 
 
 def tenants_from_json(rows: Any, type_ix: Mapping[str, int], held_by_leases: np.ndarray) -> Tenants:
@@ -189,7 +201,18 @@ def leases_from_json(
         return Leases.empty()
     tiers = {name: k for k, name in enumerate(TIER_NAMES)}
     cols: dict[str, list[Any]] = {
-        k: [] for k in ("lease", "tenant", "gpu_type", "tier", "start", "preemptible", "checkpoint")
+        k: []
+        for k in (
+            "lease",
+            "tenant",
+            "gpu_type",
+            "tier",
+            "start",
+            "preemptible",
+            "checkpoint",
+            "expect_end",
+            "backfill",
+        )
     }
     for i, r in enumerate(rows):
         at = f"leases[{i}]"
@@ -199,10 +222,19 @@ def leases_from_json(
         cols["tier"].append(_name(_get(r, "tier", at), tiers, f"{at}.tier", "tier (G, B or S)"))
         cols["start"].append(_int(_get(r, "start", at), f"{at}.start"))
         cols["checkpoint"].append(_int(_get(r, "checkpoint", at, cols["start"][-1]), f"{at}.checkpoint"))
-        pre = _get(r, "preemptible", at, cols["tier"][-1] != 0)
-        if not isinstance(pre, bool):
-            raise BookError(f"{at}.preemptible", "must be true or false")
-        cols["preemptible"].append(pre)
+        cols["expect_end"].append(
+            _int(
+                _get(r, "expect_end", at, -1),
+                f"{at}.expect_end",
+                minimum=-1,
+                what="a time (epoch seconds) or -1",
+            )
+        )
+        for flag, default in (("preemptible", cols["tier"][-1] != 0), ("backfill", False)):
+            value = _get(r, flag, at, default)
+            if not isinstance(value, bool):
+                raise BookError(f"{at}.{flag}", "must be true or false")
+            cols[flag].append(value)
     ptr = np.concatenate([[0], np.cumsum([len(s) for s in slots])])
     flat = [p for s in slots for p in s]
     return Leases(
@@ -216,6 +248,8 @@ def leases_from_json(
         np.array([p[0] for p in flat]),
         np.array([p[1] for p in flat]),
         np.array(cols["checkpoint"]),
+        np.array(cols["expect_end"], dtype=np.int64),
+        np.array(cols["backfill"], dtype=bool),
     )
 
 
@@ -227,13 +261,23 @@ def bids_from_rows(
     tenant_ix = {n: i for i, n in enumerate(tenant_names)}
     n = len(rows)
     limit = np.full((n, len(type_names)), NO_PRICE, dtype=np.int64)
-    cols: dict[str, list[int]] = {k: [] for k in ("job", "tenant", "gpus", "max_s", "submit", "waited")}
+    cols: dict[str, list[int]] = {
+        k: [] for k in ("job", "tenant", "gpus", "max_s", "submit", "waited", "expect_s")
+    }
     for i, r in enumerate(rows):
         at = f"bids[{i}]"
         cols["job"].append(_int(_get(r, "job", at), f"{at}.job"))
         cols["tenant"].append(_name(_get(r, "tenant", at), tenant_ix, f"{at}.tenant", "tenant"))
         cols["gpus"].append(_int(_get(r, "gpus", at), f"{at}.gpus", minimum=1, what="a positive integer"))
         cols["max_s"].append(_max_s(r, at))
+        cols["expect_s"].append(
+            _int(
+                _get(r, "expect_s", at, cols["max_s"][-1]),
+                f"{at}.expect_s",
+                minimum=1,
+                what="a positive integer",
+            )
+        )
         cols["submit"].append(_int(_get(r, "submit", at, 0), f"{at}.submit"))
         cols["waited"].append(
             _int(_get(r, "waited", at, 0), f"{at}.waited", minimum=0, what="a non-negative integer")
@@ -252,6 +296,7 @@ def bids_from_rows(
         np.array(cols["max_s"], dtype=np.int64),
         np.array(cols["submit"], dtype=np.int64),
         np.array(cols["waited"], dtype=np.int32),
+        np.array(cols["expect_s"], dtype=np.int64),
     )
 
 
@@ -308,6 +353,7 @@ def bids_from_columns(cols: Any, type_ix: Mapping[str, int], tenant_ix: Mapping[
         max_s,
         _column(cols, "submit", n, np.int64, 0),
         _column(cols, "waited", n, np.int32, 0),
+        _column(cols, "expect_s", n, np.int64) if "expect_s" in cols else max_s,
     )
 
 
@@ -372,6 +418,7 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "domain": int(n.domain[i]),
             "capacity": int(n.capacity[i]),
             "free": np.flatnonzero(n.free[i]).tolist(),
+            "moved_at": int(n.moved_at[i]),
         }
         for i in range(len(n))
     ]
@@ -399,6 +446,8 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "start": int(ls.start[i]),
             "checkpoint": int(ls.checkpoint[i]),
             "preemptible": bool(ls.preemptible[i]),
+            "expect_end": int(ls.expect_end[i]),
+            "backfill": bool(ls.backfill[i]),
             "gpus": [
                 [n.names[ls.slot_node[j]], int(ls.slot_idx[j])]
                 for j in range(ls.slot_ptr[i], ls.slot_ptr[i + 1])
@@ -414,6 +463,7 @@ def book_to_json(book: Book) -> dict[str, Any]:
         "max_s": b.max_s.tolist(),
         "submit": b.submit.tolist(),
         "waited": b.waited.tolist(),
+        "expect_s": b.expect_s.tolist(),
     }
     p = book.policy
     return {
@@ -428,6 +478,11 @@ def book_to_json(book: Book) -> dict[str, Any]:
             "fair_reclaim": bool(p.fair_reclaim),
             "fair_share_half_life_s": p.fair_share_half_life_s,
             "fair_share_payback_s": p.fair_share_payback_s,
+            "max_moves": p.max_moves,
+            "move_min_runtime_s": p.move_min_runtime_s,
+            "move_max_lost_gpu_s": p.move_max_lost_gpu_s,
+            "move_cooldown_s": p.move_cooldown_s,
+            "move_restart_s": p.move_restart_s,
         },
         "gpu_types": [
             {

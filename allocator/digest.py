@@ -26,7 +26,16 @@ DIGEST_FIELDS = {
     "winners": ("job", "tier", "gpu_type", "price", "hold", "gpus", "slot_node", "slot_idx"),
     "losers": ("job", "reason", "gpu_type", "figure"),
     "preemptions": ("lease", "reason", "for_job"),
-    "": ("retiered", "posted", "spot_price", "reserved_node", "reserved_job"),
+    "moves": ("lease", "slot_ptr", "slot_node", "slot_idx"),
+    "": (
+        "retiered",
+        "posted",
+        "spot_price",
+        "reserved_node",
+        "reserved_job",
+        "reserved_start",
+        "backfill_job",
+    ),
 }
 
 

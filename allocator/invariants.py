@@ -15,7 +15,17 @@ from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.digest import compute_digest
 from allocator.fairshare import credit
 from allocator.reference.order import preferences
-from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, Result
+from allocator.result import (
+    BELOW_RESERVE,
+    BUSY,
+    FAIR_SHARE,
+    GUARANTEE_FULL,
+    MOVED,
+    NO_FIT,
+    OUTBID,
+    Preemptions,
+    Result,
+)
 
 I64 = NDArray[np.int64]
 BOOL = NDArray[np.bool_]
@@ -57,7 +67,8 @@ def no_gpu_twice(book: Book, r: Result) -> list[str]:
         return out
     out += _first("GPU of the wrong type (job)", nodes.gpu_type[node] != w.gpu_type[owner], w.job[owner])
     key = node * width + slot
-    uniq, counts = np.unique(key, return_counts=True)
+    moved_key = r.moves.slot_node.astype(np.int64) * width + r.moves.slot_idx
+    uniq, counts = np.unique(np.concatenate([key, moved_key]), return_counts=True)
     out += _first("GPU bound twice (node*width+slot)", counts > 1, uniq)
     freed = np.zeros(len(ls), dtype=np.bool_)
     freed[r.preemptions.row] = True
@@ -69,6 +80,30 @@ def no_gpu_twice(book: Book, r: Result) -> list[str]:
     out += _first(
         "GPU neither free nor freed by preemption (job)", fresh & ~nodes.free[node, slot], w.job[owner]
     )
+    return out
+
+
+def moves_placed_again(book: Book, r: Result) -> list[str]:
+    """Consolidation (step 5): a lease preempted as moved is placed again in the same round (one entry in
+    ``moves``) and only such leases; on a node of its type, on GPUs free in the book, its GPU count kept; at most
+    ``max_moves`` per round; none younger than ``move_min_runtime_s``."""
+    m, p, ls, nodes = r.moves, r.preemptions, book.leases, book.nodes
+    moved = p.lease[p.reason == MOVED]
+    out = _first("moved lease not placed again (lease)", ~np.isin(moved, m.lease), moved)
+    out += _first("placed again without a move (lease)", ~np.isin(m.lease, moved), m.lease)
+    if not len(m):
+        return out
+    owner = np.repeat(np.arange(len(m)), np.diff(m.slot_ptr))
+    node, slot = m.slot_node.astype(np.int64), m.slot_idx.astype(np.int64)
+    out += _first(
+        "moved onto another type (lease)", nodes.gpu_type[node] != ls.gpu_type[m.row[owner]], m.lease[owner]
+    )
+    out += _first("moved onto a GPU not free (lease)", ~nodes.free[node, slot], m.lease[owner])
+    out += _first("move changed the GPU count (lease)", np.diff(m.slot_ptr) != ls.gpus[m.row], m.lease)
+    young = book.now - ls.start[m.row] < book.policy.move_min_runtime_s
+    out += _first("moved a lease younger than the minimum runtime for moves (lease)", young, m.lease)
+    if len(m) > book.policy.max_moves:
+        out.append(f"more moves than max_moves: {len(m)} > {book.policy.max_moves}")
     return out
 
 
@@ -94,15 +129,24 @@ def gangs_whole(book: Book, r: Result) -> list[str]:
 
 
 def reserved_nodes_idle(book: Book, r: Result) -> list[str]:
-    """Nodes reserved for a starving gang take no other new work."""
+    """Nodes reserved for a gang take no other new work but backfill (a job marked backfill, predicted to end,
+    now + its ``expect_s``, no later than the gang's expected start on that node) and tier-G gangs (a guarantee
+    comes first); neither on several nodes."""
     if not r.reserved_node.size:
         return []
     owner = _winner_of_slot(r)
+    w = r.winners
     reserved_for = np.full(len(book.nodes), -1, dtype=np.int64)
     reserved_for[r.reserved_node] = r.reserved_job
-    target = reserved_for[r.winners.slot_node]
-    bad = (target >= 0) & (target != r.winners.job[owner])
-    return _first("work placed on a node reserved for another gang (job)", bad, r.winners.job[owner])
+    start = np.full(len(book.nodes), -1, dtype=np.int64)
+    start[r.reserved_node] = r.reserved_start
+    target = reserved_for[w.slot_node]
+    other = (target >= 0) & (target != w.job[owner])
+    ends = book.now + book.bids.expect_s[w.bid[owner]]
+    single = np.diff(w.slot_ptr)[owner] <= book.nodes.capacity[w.slot_node]
+    backfill = np.isin(w.job[owner], r.backfill_job) & (ends <= start[w.slot_node]) & single
+    allowed = backfill | ((w.tier[owner] == TIER_G) & single)  # a guarantee comes first
+    return _first("work placed on a node reserved for another gang (job)", other & ~allowed, w.job[owner])
 
 
 def prices_and_holds(book: Book, r: Result) -> list[str]:
@@ -137,9 +181,8 @@ def _held_after(book: Book, r: Result) -> I64:
     """GPUs per tenant and type after the round: held - preempted + won, all tiers."""
     ls = book.leases
     out = book.tenants.held.sum(axis=1).astype(np.int64)
-    np.subtract.at(
-        out, (ls.tenant[r.preemptions.row], ls.gpu_type[r.preemptions.row]), ls.gpus[r.preemptions.row]
-    )
+    gone = r.preemptions.row[r.preemptions.reason != MOVED]  # a moved lease is still held, elsewhere
+    np.subtract.at(out, (ls.tenant[gone], ls.gpu_type[gone]), ls.gpus[gone])
     np.add.at(out, (r.winners.tenant, r.winners.gpu_type), book.bids.gpus[r.winners.bid])
     return np.asarray(out, dtype=np.int64)
 
@@ -161,6 +204,8 @@ def preemption_rules(book: Book, r: Result) -> list[str]:
     younger than the minimum runtime, never below the victim's own guarantee at the round's end (what it held,
     less what was preempted, plus what it won)."""
     ls, p = book.leases, r.preemptions
+    keep = p.reason != MOVED  # a move is not a loss: moves_placed_again checks it
+    p = Preemptions(p.lease[keep], p.row[keep], p.reason[keep], p.for_job[keep])
     rows = p.row
     out = _first(
         "preempted a tier G lease (lease)", (ls.tier[rows] == TIER_G) | np.isin(p.lease, r.retiered), p.lease
@@ -230,6 +275,7 @@ def _leftover(book: Book, r: Result) -> tuple[I64, I64, I64]:
     free = nodes.free_count.astype(np.int64)
     np.subtract.at(free, r.winners.slot_node, 1)
     np.add.at(free, r.winners.slot_node, ~nodes.free[r.winners.slot_node, r.winners.slot_idx])
+    np.subtract.at(free, r.moves.slot_node, 1)
     open_ = np.ones(len(nodes), dtype=np.bool_)
     open_[r.reserved_node] = False
     n_types = len(book.types)
@@ -255,7 +301,7 @@ def work_conserving(book: Book, r: Result) -> list[str]:
     (outside reserved nodes): on one node when it fits a node, else on whole nodes of one domain."""
     single, multi, big = _leftover(book, r)
     lo = r.losers
-    active = np.isin(lo.reason, [OUTBID, NO_FIT, GUARANTEE_FULL])
+    active = np.isin(lo.reason, [OUTBID, BUSY, NO_FIT, GUARANTEE_FULL])
     k = book.bids.gpus[lo.bid].astype(np.int64)[:, None]
     eligible = book.bids.limit[lo.bid] >= book.types.reserve[None, :]
     fit = np.where(k <= big[None, :], k <= single[None, :], k <= multi[None, :]) & eligible
@@ -268,7 +314,7 @@ def guarantee_honoured(book: Book, r: Result) -> list[str]:
     single, multi, big = _leftover(book, r)
     gap = np.maximum(book.tenants.guarantee - _held_after(book, r), 0)
     lo = r.losers
-    active = np.isin(lo.reason, [OUTBID, NO_FIT, GUARANTEE_FULL])
+    active = np.isin(lo.reason, [OUTBID, BUSY, NO_FIT, GUARANTEE_FULL])
     k = book.bids.gpus[lo.bid].astype(np.int64)[:, None]
     eligible = book.bids.limit[lo.bid] >= book.types.reserve[None, :]
     inside = k <= gap[book.bids.tenant[lo.bid]]
@@ -293,7 +339,7 @@ def _outcome(book: Book, r: Result) -> tuple[I64, I64, I64]:
 def tier_b_follows_entitlement(book: Book, r: Result) -> list[str]:
     """Tier B within one gang of the weighted entitlement over holdings: for every tenant i still outbid in its
     first-choice type t at or above p, no tenant j that won tier-B GPUs there ends, counting the excess it held
-    before and its tier-B winners, above (x_i + largest unmet gang of i + 1) / w_i per weight, where x_i is the
+    before and its tier-B winners less the one GPU that counting entitlements in whole GPUs may add, above (x_i + largest unmet gang of i + 1) / w_i per weight, where x_i is the
     excess i holds after the round. Tenants whose bids at or above p in t may have been selected but not placed
     there (lost as no_node_fits, or ended in another type) are left out: placement, not the shares, decided;
     so are gangs placed by fair reclaim (step 6 has its own rules: they bring a tenant up to its entitlement
@@ -315,7 +361,7 @@ def tier_b_follows_entitlement(book: Book, r: Result) -> list[str]:
         pool = (first == t) & (bids.limit[:, t] >= book.types.posted[t])
         elsewhere = pool & (won_type != t) & ((lost_type != t) | (reason == NO_FIT))
         unclear = np.bincount(bids.tenant[elsewhere], minlength=n_tenants) > 0
-        unmet_rows = pool & (lost_type == t) & (reason == OUTBID)
+        unmet_rows = pool & (lost_type == t) & np.isin(reason, [OUTBID, BUSY])
         gang = np.zeros(n_tenants, dtype=np.int64)
         np.maximum.at(gang, bids.tenant[unmet_rows], bids.gpus[unmet_rows])
         unmet = (gang > 0) & ~unclear
@@ -327,7 +373,8 @@ def tier_b_follows_entitlement(book: Book, r: Result) -> list[str]:
         x_b = np.maximum(before[:, t] - q[:, t], 0) + b
         out += _first(
             f"tier B beyond the weighted entitlement in type {t} (tenant)",
-            (b > 0) & ((x_b - owed) / weight > floor_i + 1e-9),
+            # less one GPU: entitlements are counted in whole GPUs by largest remainder (tiers.whole_gpus)
+            (b > 0) & ((x_b - 1 - owed) / weight > floor_i + 1e-9),
             np.arange(n_tenants),
         )
     return out
@@ -354,6 +401,7 @@ CHECKS: tuple[Check, ...] = (
     no_gpu_twice,
     gangs_whole,
     reserved_nodes_idle,
+    moves_placed_again,
     prices_and_holds,
     tier_g_within_guarantee,
     preemption_rules,

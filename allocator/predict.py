@@ -5,11 +5,16 @@ same rule. A prediction is the median and 90th percentile of the runtimes of the
 taken at the narrowest match level that has enough of them:
 
 1. same team, same name family, same gang size
-2. same team, same command family, same gang size
+2. same team, same program (the command's family: any arguments), same gang size
 3. same team, same name family
-4. same team, same command family
+4. same team, same program (any arguments)
 5. same team, same gang size
 6. any team, same gang size
+
+A command's family is the program it runs, not the command: `demo_job --seconds 30` and `--seconds 180` are
+one program, so their runtimes are pooled, and the level says "same program with any arguments" rather than
+"same command", which it is not (issue 37 §5). A job whose runtime its arguments decide is best named by run
+(the name levels come first).
 
 Only jobs that finished at or before the moment of the prediction count (`RuntimeHistory.add` is called as they
 finish; `predict_at` filters a list), so a prediction never looks ahead. A job that already ran `done_s`
@@ -91,9 +96,14 @@ def _level(name: str, key: Callable[[str, str, str, int], tuple[object, ...] | N
 
 LEVELS: tuple[Level, ...] = (
     _level("same team, same job name, same GPU count", lambda t, n, c, g: (t, n, g) if n else None),
-    _level("same team, same command, same GPU count", lambda t, n, c, g: (t, c, g) if c else None),
+    # "Program", not "command": the key drops arguments and numbers (command_family), so people must not
+    # read it as their exact command.
+    _level(
+        "same team, same program with any arguments, same GPU count",
+        lambda t, n, c, g: (t, c, g) if c else None,
+    ),
     _level("same team, same job name", lambda t, n, c, g: (t, n) if n else None),
-    _level("same team, same command", lambda t, n, c, g: (t, c) if c else None),
+    _level("same team, same program with any arguments", lambda t, n, c, g: (t, c) if c else None),
     _level("same team, same GPU count", lambda t, n, c, g: (t, g)),
     _level("all teams, same GPU count", lambda t, n, c, g: (g,)),
 )

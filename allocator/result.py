@@ -14,7 +14,7 @@ of the same result differ from those of earlier versions.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -29,20 +29,34 @@ OVER_BUDGET = 2  # figure: the hold it needed (at its limit price)
 GUARANTEE_FULL = 3  # guarantee full and price below p, no spot GPUs left; figure: the posted price p
 OUTBID = 4  # figure: the limit per GPU-hour that would have won
 NO_FIT = 5  # figure: the largest gang that could still be placed in its type
+# Tiers G and B took every GPU of the type, so none was left for spot, and no higher bid took this one's place
+# (its tenant's guarantee is not what stops it either); figure -1: no price would have won this round.
+BUSY = 6
 REASON_NAMES = {
     BELOW_RESERVE: "below_reserve",
     OVER_BUDGET: "over_budget",
     GUARANTEE_FULL: "guarantee_full_below_posted",
     OUTBID: "outbid",
     NO_FIT: "no_node_fits",
+    BUSY: "busy",
 }
 # Why a lease is preempted (Preemptions.reason).
 RECLAIM = 1  # its GPUs restore another tenant's guarantee (step 6)
 FAIR_SHARE = 2  # its GPUs bring another tenant up to its entitlement (step 6, fair reclaim)
-PREEMPT_NAMES = {RECLAIM: "reclaim_guarantee", FAIR_SHARE: "fair_share"}
+BACKFILL_DUE = (
+    3  # started by backfill on a node reserved for a gang, it ran past its prediction: the gang is due
+)
+MOVED = 4  # moved to another node to make room for a gang, placed again there in the same round (step 5)
+PREEMPT_NAMES = {
+    RECLAIM: "reclaim_guarantee",
+    FAIR_SHARE: "fair_share",
+    BACKFILL_DUE: "backfill_overran",
+    MOVED: "moved",
+}
 
 I64 = NDArray[np.int64]
 I32 = NDArray[np.int32]
+_UNSET: NDArray[np.int64] = np.zeros(0, dtype=np.int64)  # "not given": replaced in Result.__post_init__
 I8 = NDArray[np.int8]
 
 
@@ -111,6 +125,30 @@ class Preemptions:
         return int(self.lease.shape[0])
 
 
+@dataclass(frozen=True)
+class Moves:
+    """Running leases moved to make room for a gang (step 5, consolidation): lease ``row`` in ``book.leases`` is
+    preempted (reason ``MOVED``, in ``Result.preemptions``) and its job placed again at once on the GPUs
+    ``(slot_node[j], slot_idx[j])`` for j in ``slot_ptr[i]:slot_ptr[i+1]``, same type, tier and price."""
+
+    lease: I64
+    row: I64
+    slot_ptr: I64
+    slot_node: I32
+    slot_idx: I32
+
+    def __post_init__(self) -> None:
+        _frozen_arrays(self)
+
+    def __len__(self) -> int:
+        return int(self.lease.shape[0])
+
+    @classmethod
+    def empty(cls) -> Moves:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, np.zeros(1, dtype=np.int64), z.astype(np.int32), z.astype(np.int32))
+
+
 class WinnerRecord(NamedTuple):
     """One winner as a small record, for consumers with few winners."""
 
@@ -127,8 +165,10 @@ class WinnerRecord(NamedTuple):
 class Result:
     """Everything one round decides. ``posted``: the posted price per type for the next round;
     ``spot_price``: the uniform tier-S price per type this round (-1: no spot winner); ``retiered``: lease ids
-    moved to tier G (step 2); ``reserved_node``/``reserved_job``: nodes held free for a starving gang (step 5);
-    ``counters``: named counts (e.g. ``guarantee_unrestored``)."""
+    moved to tier G (step 2); ``reserved_node``/``reserved_job``/``reserved_start``: nodes held for a blocked
+    gang (step 5) and when the gang is expected to start there (epoch seconds, -1 unknown); ``backfill_job``: the
+    winners started by backfill on such nodes; ``moves``: running leases moved to another node to make room for
+    a gang, with their new GPUs; ``counters``: named counts (e.g. ``guarantee_unrestored``)."""
 
     round: int
     winners: Winners
@@ -144,8 +184,15 @@ class Result:
     node_names: tuple[str, ...]
     tenant_names: tuple[str, ...]
     digest: str = ""
+    reserved_start: I64 = field(default_factory=lambda: _UNSET)
+    backfill_job: I64 = field(default_factory=lambda: _UNSET)
+    moves: Moves = field(default_factory=Moves.empty)
 
     def __post_init__(self) -> None:
+        if self.reserved_start is _UNSET:
+            object.__setattr__(self, "reserved_start", np.full(self.reserved_node.shape, -1, dtype=np.int64))
+        if self.backfill_job is _UNSET:
+            object.__setattr__(self, "backfill_job", np.zeros(0, dtype=np.int64))
         _frozen_arrays(self)
         object.__setattr__(self, "counters", dict(sorted(self.counters.items())))
         if not self.digest:

@@ -9,7 +9,7 @@ import numpy as np
 
 from allocator.book import TIER_NAMES, Book
 from allocator.errors import BookError
-from allocator.result import PREEMPT_NAMES, REASON_NAMES, Losers, Preemptions, Result, Winners
+from allocator.result import PREEMPT_NAMES, REASON_NAMES, Losers, Moves, Preemptions, Result, Winners
 
 
 def result_to_json(r: Result) -> dict[str, Any]:
@@ -50,8 +50,21 @@ def result_to_json(r: Result) -> dict[str, Any]:
         "preemptions": preemptions,
         "retiered": r.retiered.tolist(),
         "reserved": [
-            {"node": r.node_names[n], "job": j}
-            for n, j in zip(r.reserved_node.tolist(), r.reserved_job.tolist(), strict=True)
+            {"node": r.node_names[n], "job": j, "start": s}
+            for n, j, s in zip(
+                r.reserved_node.tolist(), r.reserved_job.tolist(), r.reserved_start.tolist(), strict=True
+            )
+        ],
+        "backfill": r.backfill_job.tolist(),
+        "moves": [
+            {
+                "lease": int(r.moves.lease[i]),
+                "gpus": [
+                    [r.node_names[r.moves.slot_node[j]], int(r.moves.slot_idx[j])]
+                    for j in range(int(r.moves.slot_ptr[i]), int(r.moves.slot_ptr[i + 1]))
+                ],
+            }
+            for i in range(len(r.moves))
         ],
         "counters": dict(r.counters),
         "digest": r.digest,
@@ -121,9 +134,25 @@ def _parse(d: Mapping[str, Any], book: Book) -> Result:
         spot_price=np.array([d["spot_price"][n] for n in book.types.names], dtype=np.int64),
         reserved_node=np.array([nodes[x["node"]] for x in reserved], dtype=np.int32),
         reserved_job=np.array([x["job"] for x in reserved], dtype=np.int64),
+        reserved_start=np.array([x.get("start", -1) for x in reserved], dtype=np.int64),
+        backfill_job=np.array(d.get("backfill", []), dtype=np.int64),
+        moves=_moves(d.get("moves", []), lease_row, nodes),
         counters={str(k): int(v) for k, v in d["counters"].items()},
         type_names=book.types.names,
         node_names=book.nodes.names,
         tenant_names=book.tenants.names,
         digest=str(d["digest"]),
+    )
+
+
+def _moves(rows: list[Any], lease_row: Mapping[int, int], nodes: Mapping[str, int]) -> Moves:
+    if not rows:
+        return Moves.empty()
+    gp = [g for m in rows for g in m["gpus"]]
+    return Moves(
+        np.array([m["lease"] for m in rows], dtype=np.int64),
+        np.array([lease_row[m["lease"]] for m in rows], dtype=np.int64),
+        np.concatenate([[0], np.cumsum([len(m["gpus"]) for m in rows], dtype=np.int64)]).astype(np.int64),
+        np.array([nodes[g[0]] for g in gp], dtype=np.int32),
+        np.array([g[1] for g in gp], dtype=np.int32),
     )

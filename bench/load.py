@@ -40,6 +40,10 @@ in the window (server workers, PostgreSQL, Redis, the driver, the round ticker).
 Targets (issue 29), 1,000 agents on a 2-core machine: tenant p99 under 300 ms, no 5xx, command delivery
 p99 under 2 s, everything accounted for.
 
+A property checked on every run (issue 38): no request is answered 500 (`errors_500`; the run exits 1 after
+its line otherwise). `deadlocks` counts those PostgreSQL detected in the bench database during the run and
+`db_conflicts` what the retry net (config/dbretry.py) did with them: retried, recovered, gave_up (a 503).
+
     .venv/bin/python bench/load.py                       # 1,000 agents, 200 tenants at 10/s, 60 s
     .venv/bin/python bench/load.py --agents 100          # the same with 100 agents (scaling)
     .venv/bin/python bench/load.py --server wsgi-sync    # the sync workers shipped before, to compare
@@ -883,6 +887,7 @@ def main() -> None:
     tenants, agents = _seed(args.tenants, args.agents)
     with connections["default"].cursor() as cursor:
         cursor.execute("ANALYZE")
+        deadlocks_before = _deadlocks(cursor)
     connections.close_all()
     stop, rounds_done = threading.Event(), [0]
     round_errors: list[str] = []
@@ -907,6 +912,7 @@ def main() -> None:
             raise SystemExit(f"bench/load: the driver failed ({done.returncode})")
         result = json.loads(done.stdout)
         (scratch / "driver.json").write_text(done.stdout)  # the raw figures, for a closer look
+        conflicts = _db_conflicts(port)
     finally:
         stop.set()
         if ticker.is_alive():
@@ -923,6 +929,10 @@ def main() -> None:
     # Nodes declared lost (heartbeat older than NODE_DOWN_SECONDS): their leases settled for what was reported.
     lost = Lease.objects.filter(end_reason=EndReason.NODE_LOST).count()
     errors_5xx = sum(n for code, n in result["statuses"].items() if int(code) >= 500 or int(code) < 0)
+    errors_500 = result["statuses"].get("500", 0)
+    time.sleep(1.5)  # the server's backends have exited and published their counts
+    with connections["default"].cursor() as cursor:
+        deadlocks = _deadlocks(cursor) - deadlocks_before
     for sample in result["samples_5xx"]:
         _log(f"5xx: {sample}")
     for error in round_errors[:5]:
@@ -937,6 +947,9 @@ def main() -> None:
         "requests": len(everything),
         "errors_5xx": errors_5xx,
         "agent_shed_503": result["statuses"].get("503", 0),  # agents turned away unrun (config/slots.py)
+        "errors_500": errors_500,  # issue 38's property: none (the run exits 1 after this line otherwise)
+        "deadlocks": deadlocks,  # detected by PostgreSQL in the bench database over the whole run
+        "db_conflicts": conflicts,  # config/dbretry.py's net: {outcome: count} from /metrics
         "p50_ms": round(_pct(everything, 0.5), 1),
         "p99_ms": round(_pct(everything, 0.99), 1),
         "tenant_p50_ms": round(_pct(result["tenant"], 0.5), 1),
@@ -981,6 +994,28 @@ def main() -> None:
         "wall_s": round(time.time() - started, 1),
     }
     print(json.dumps(out))
+    if errors_500:
+        raise SystemExit(f"bench/load: {errors_500} requests answered 500 (see the 5xx samples above)")
+
+
+def _deadlocks(cursor: Any) -> int:
+    cursor.execute("SELECT pg_stat_clear_snapshot()")
+    cursor.execute("SELECT deadlocks FROM pg_stat_database WHERE datname = current_database()")
+    return int(cursor.fetchone()[0])
+
+
+def _db_conflicts(port: int) -> dict[str, float]:
+    """gpumarket_db_conflicts_total from /metrics, summed by outcome over the server's workers."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"})
+    text = conn.getresponse().read().decode()
+    conn.close()
+    counts: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("gpumarket_db_conflicts_total{"):
+            outcome = line.split('outcome="', 1)[1].split('"', 1)[0]
+            counts[outcome] = counts.get(outcome, 0.0) + float(line.split()[-1])
+    return counts
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ from rest_framework.pagination import PageNumberPagination
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
+from config import dbretry
 from config.fields import SPACE, TEXT, AnyField
+from config.middleware import CONFLICT_RETRY_AFTER_S, conflict_body
 
 
 class Pagination(PageNumberPagination):
@@ -83,13 +85,15 @@ class QuerySerializer(serializers.Serializer[object]):
 # Base of every JSON request body (a comment, not a docstring: the schema would show a docstring as the
 # description of every body that has none of its own). Each field takes only the JSON type its schema
 # documents, where DRF would take "5" for an integer, 0 for false, the number 5 for a name and "" for no
-# related object. With refuse_unknown, a name that is no writable field is a 400 naming it (a misspelt setting
-# must not look like a change that did nothing), and the schema says additionalProperties: false
-# (config/schema.py). The portal checks its forms with the same serializers: with context {"form": True} the
+# related object. A name that is no writable field is a 400 naming it (a misspelt setting, or a job's
+# `max_hour` for `max_hours`, must not look like a request that did what it said; issue 37 §5), and the schema
+# says additionalProperties: false (config/schema.py). Every request body of the API is one of these; only the
+# node agents' protocol (nodeagent/api/serializers.py) takes fields it does not know, so that a newer agent can
+# talk to an older server. The portal checks its forms with the same serializers: with context {"form": True} the
 # values are form text, so their JSON types are not checked (DRF's fields parse "2" as a number, as a form
 # needs).
 class BodySerializer(serializers.Serializer[object]):
-    refuse_unknown = False
+    refuse_unknown = True
     unknown_message = "is not a field of this request"
 
     def to_internal_value(self, data: Any) -> Any:
@@ -106,6 +110,18 @@ class BodySerializer(serializers.Serializer[object]):
             if errors:
                 raise exceptions.ValidationError(errors)
         return super().to_internal_value(data)
+
+
+class NoBodySerializer(BodySerializer):
+    """The body of a write that takes none (cancel, lift, drain, shadow start): empty, or `{}`."""
+
+    unknown_message = "is not a field of this request: it takes no body"
+
+
+def no_body(request: Any) -> None:
+    """Parse the body of a write that takes none, like any other (a bad one is a 400), and refuse any field
+    in it by name rather than ignoring what the client meant."""
+    NoBodySerializer(data=request.data).is_valid(raise_exception=True)
 
 
 def json_type_problem(field: AnyField, value: Any) -> Any:
@@ -172,6 +188,12 @@ _REQUEST_PART = {"ParseError": "body", "BodyTooLarge": "body", "UnsupportedMedia
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Every error is {"error": code, "detail": text[, "fields": {...}]}."""
+    state = dbretry.conflict_of(exc)
+    if state and not dbretry.active():  # inside the net it propagates, to be retried (config/dbretry.py)
+        gave_up = dbretry.GaveUp(state, tries=1, committed=False)  # outside the net: only reads
+        return Response(
+            conflict_body(gave_up), status=503, headers={"Retry-After": str(CONFLICT_RETRY_AFTER_S)}
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
@@ -195,6 +217,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         field = _REQUEST_PART.get(type(exc).__name__)
         if field is not None:
             body |= {"detail": f"{field}: {detail}", "fields": {field: [str(detail)]}}
+        elif isinstance(
+            named := getattr(exc, "field", None), str
+        ):  # a refusal about one input (a reused key)
+            body["fields"] = {named: [str(detail)]}
     response.data = body
     return response
 
@@ -232,7 +258,7 @@ def json_500(request: Any) -> JsonResponse:
 ERROR_SCHEMA = {
     "type": "object",
     "properties": {
-        "error": {"type": "string", "description": "A code: invalid, not_found, key_conflict, ..."},
+        "error": {"type": "string", "description": "A code: invalid, not_found, idempotency_key_reused, ..."},
         "detail": {"type": "string"},
         "fields": {
             "type": "object",
@@ -253,6 +279,8 @@ _WRITE_ERRORS = {
     "409": "Refused in the current state (key reused, not pending, insufficient funds, ...).",
     "413": "The body is larger than the server accepts.",
     "415": "The body is not JSON.",
+    "503": "Met concurrent writes on every try and did not happen (`database_conflict`); send it again after "
+    "Retry-After.",
 }
 
 
@@ -260,7 +288,7 @@ def schema_error_responses(
     result: dict[str, Any], generator: Any, request: Any, public: bool
 ) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: every operation documents the errors every operation can give
-    (400, 401, 403, 404, 429; writes also 409, 413, 415) with the one error shape, keeping any description
+    (400, 401, 403, 404, 429; writes also 409, 413, 415, 503) with the one error shape, keeping any description
     a view gave its own; string query parameters and headers are documented as non-empty and, where nothing
     narrower is said of them, as not blank (QuerySerializer refuses both)."""
     result.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR_SCHEMA

@@ -8,6 +8,7 @@ from celery import Celery
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-app = Celery("gpumarket")
+# Every task runs in the database-conflict net (config/dbretry.py).
+app = Celery("gpumarket", task_cls="config.dbretry:RetryingTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()

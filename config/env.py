@@ -73,6 +73,21 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in value.split(",") if item.strip()]
 
 
+def env_port_range(name: str, default: tuple[int, int]) -> tuple[int, int]:
+    """`LOW-HIGH`, two TCP ports (1024 to 65535, LOW <= HIGH), inclusive."""
+    value = env_str(name)
+    if value is None:
+        return default
+    low, sep, high = value.strip().partition("-")
+    try:
+        ports = (int(low), int(high)) if sep else (int(low), int(low))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected LOW-HIGH, e.g. 29500-29999") from exc
+    if not 1024 <= ports[0] <= ports[1] <= 65535:
+        raise ImproperlyConfigured(f"{name}={value!r}: ports must satisfy 1024 <= LOW <= HIGH <= 65535")
+    return ports
+
+
 def env_networks(name: str, default: list[str]) -> list[IPv4Network | IPv6Network]:
     """Comma-separated addresses or CIDR networks (`10.0.0.0/8,192.0.2.7`)."""
     networks = []
@@ -126,3 +141,25 @@ def read_dotenv(path: Path | None) -> list[str]:
             os.environ[name] = value
             filled.append(name)
     return filled
+
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]"}
+
+
+def check_oidc_settings(*, issuer: str, client_id: str, cli_client_id: str, local_login: bool) -> None:
+    """Single sign-on settings that cannot work together stop the process, naming the variable: an issuer
+    without a client, a plain-HTTP issuer off this machine (its keys could be swapped on the way), or local
+    accounts off with no provider (nobody could sign in)."""
+    from urllib.parse import urlsplit
+
+    if not issuer:
+        if not local_login:
+            raise ImproperlyConfigured("LOCAL_LOGIN=0 needs OIDC_ISSUER: otherwise nobody can sign in")
+        return
+    parts = urlsplit(issuer)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        raise ImproperlyConfigured(f"OIDC_ISSUER={issuer!r}: expected an https:// URL")
+    if parts.scheme == "http" and parts.netloc.rsplit(":", 1)[0] not in _LOOPBACK_HOSTS:
+        raise ImproperlyConfigured(f"OIDC_ISSUER={issuer!r}: must be https:// (plain http only on loopback)")
+    if not client_id and not cli_client_id:
+        raise ImproperlyConfigured("OIDC_ISSUER is set: set OIDC_CLIENT_ID (and OIDC_CLIENT_SECRET)")

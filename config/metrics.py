@@ -83,6 +83,14 @@ SHADOW_ROUNDS = Counter(
     ["outcome"],
 )
 
+DB_CONFLICTS = Counter(
+    "gpumarket_db_conflicts",
+    "Deadlocks and serialization failures met by requests and tasks (config/dbretry.py), by where (request, "
+    "task), SQLSTATE (40P01, 40001) and outcome: retried (one more try), recovered (a later try succeeded), "
+    "gave_up (the client got a 503, or the task failed).",
+    ["where", "sqlstate", "outcome"],
+)
+
 USAGE_OUTCOMES = ("ingested", "duplicate", "refused")
 COMMAND_EVENTS = ("fetched", "acked", "refused")
 
@@ -145,3 +153,7 @@ def agent_poll_waiting() -> Iterator[None]:
 
 def celery_task(*, task: str, outcome: str) -> None:
     CELERY_TASKS.labels(task, outcome).inc()
+
+
+def db_conflict(*, where: str, sqlstate: str, outcome: str) -> None:
+    DB_CONFLICTS.labels(where, sqlstate, outcome).inc()

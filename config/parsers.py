@@ -58,7 +58,8 @@ def canonical_json(data: Any) -> str:
         return "[" + ",".join(canonical_json(item) for item in data) + "]"
     if isinstance(data, int | float) and not isinstance(data, bool):
         return _number_text(data)
-    return json.dumps(data, ensure_ascii=False)  # strings, true, false, null
+    # strings, true, false, null; a service's own value (a Decimal in a proposed snapshot) by its text
+    return json.dumps(data, ensure_ascii=False, default=str)
 
 
 def _string(value: Any) -> str:

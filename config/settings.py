@@ -14,11 +14,13 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import (
+    check_oidc_settings,
     dotenv_path,
     env_bool,
     env_int,
     env_list,
     env_networks,
+    env_port_range,
     env_str,
     local_secret_key,
     read_dotenv,
@@ -80,6 +82,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: its process_view runs the view itself, after every other middleware's checks (CSRF included).
+    "config.middleware.DatabaseConflictMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -125,6 +129,10 @@ elif env_bool("DB_POOL", False):
         "max_size": env_int("DB_POOL_SIZE", 20, minimum=1),
         "timeout": 10,
     }
+# A request or task that meets a deadlock or a serialization failure is run again this many times, after
+# pauses growing from about this many milliseconds (config/dbretry.py); then a request gets a 503.
+DB_CONFLICT_RETRIES = env_int("DB_CONFLICT_RETRIES", 3, minimum=0)
+DB_CONFLICT_BACKOFF_MS = env_int("DB_CONFLICT_BACKOFF_MS", 50, minimum=1)
 # Under ASGI: how many sync requests of each kind one worker runs at once (config/slots.py); the rest wait
 # their turn in the event loop. Keep web + 2 x agent under DB_POOL_SIZE (the polls' looks have agent-many).
 ASGI_AGENT_SLOTS = env_int("ASGI_AGENT_SLOTS", 4, minimum=1)
@@ -144,13 +152,32 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 # The login guard first: it refuses a locked-out caller before any password is checked (docs/reliability.md).
+# Local accounts (username and password) keep working beside single sign-on unless LOCAL_LOGIN is off; the
+# OpenID backend only loads the users it signed in (docs/sso.md).
+LOCAL_LOGIN = env_bool("LOCAL_LOGIN", True)
 AUTHENTICATION_BACKENDS = [
     "accounts.login_guard.LoginGuardBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    *(["django.contrib.auth.backends.ModelBackend"] if LOCAL_LOGIN else []),
+    "accounts.sso.backend.OidcBackend",
 ]
 LOGIN_FAILURES_PER_USER = env_int("LOGIN_FAILURES_PER_USER", 5, minimum=1)
 LOGIN_FAILURES_PER_ADDRESS = env_int("LOGIN_FAILURES_PER_ADDRESS", 50, minimum=1)
 LOGIN_LOCKOUT_SECONDS = env_int("LOGIN_LOCKOUT_SECONDS", 900, minimum=1)
+# Single sign-on with OpenID Connect (docs/sso.md): off while OIDC_ISSUER is unset. Endpoints and keys come
+# from the issuer's discovery document.
+OIDC_ISSUER = (env_str("OIDC_ISSUER") or "").rstrip("/")
+OIDC_CLIENT_ID = env_str("OIDC_CLIENT_ID") or ""
+OIDC_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET") or ""
+# The command line's public client (device flow): ID tokens for it are exchanged for API tokens.
+OIDC_CLI_CLIENT_ID = env_str("OIDC_CLI_CLIENT_ID") or ""
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME") or "your organisation"
+OIDC_SCOPES = env_list("OIDC_SCOPES", ["openid", "email", "profile", "groups"])
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM") or "groups"
+OIDC_CLOCK_SKEW_SECONDS = env_int("OIDC_CLOCK_SKEW_SECONDS", 60, minimum=0)
+OIDC_HTTP_TIMEOUT_S = env_int("OIDC_HTTP_TIMEOUT_S", 10, minimum=1)
+check_oidc_settings(
+    issuer=OIDC_ISSUER, client_id=OIDC_CLIENT_ID, cli_client_id=OIDC_CLI_CLIENT_ID, local_login=LOCAL_LOGIN
+)
 LOGIN_URL = "frontend:login"
 LOGIN_REDIRECT_URL = "frontend:home"
 LOGOUT_REDIRECT_URL = "frontend:login"
@@ -313,6 +340,8 @@ AGENT_HEARTBEAT_SECONDS = env_int("AGENT_HEARTBEAT_SECONDS", 15, minimum=1)
 AGENT_POLL_SECONDS = env_int("AGENT_POLL_SECONDS", 20, minimum=1)
 NODE_DOWN_SECONDS = env_int("NODE_DOWN_SECONDS", 60, minimum=AGENT_HEARTBEAT_SECONDS + 1)
 NODE_CHECK_SECONDS = env_int("NODE_CHECK_SECONDS", 15, minimum=1)
+# The ports a gang's rendezvous is chosen from, one per lease (market/gang.py; docs/agent.md §Multi-node gangs).
+GANG_PORT_RANGE = env_port_range("GANG_PORT_RANGE", (29500, 29999))
 CELERY_BEAT_SCHEDULE["nodes-check"] = {
     "task": "nodeagent.nodes_check",
     "schedule": float(NODE_CHECK_SECONDS),

@@ -9,6 +9,7 @@ from frontend.views import (
     console_nodes,
     console_propose,
     console_shadow,
+    console_sso,
     console_tenants,
     console_versions,
     console_whatif,
@@ -16,13 +17,16 @@ from frontend.views import (
     jobs,
     portal,
     spend,
+    sso,
     tokens,
 )
 
 app_name = "frontend"
 urlpatterns = [
     path("", auth.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(template_name="frontend/login.html"), name="login"),
+    path("login/", auth.SignInView.as_view(), name="login"),
+    path("login/sso/", sso.sso_start, name="sso_start"),
+    path("login/sso/callback/", sso.sso_callback, name="sso_callback"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path(
         "password/",
@@ -83,6 +87,8 @@ urlpatterns = [
         name="console_shadow_toggle",
     ),
     path("console/audit/", console_audit.audit, name="console_audit"),
+    path("console/sso/", console_sso.sso, name="console_sso"),
+    path("console/sso/<int:mapping_id>/delete/", console_sso.sso_mapping_delete, name="console_sso_delete"),
     path("console/audit.csv", console_audit.audit_csv, name="console_audit_csv"),
     path("console/whatif/", console_whatif.whatif, name="console_whatif"),
     path("console/whatif/<int:run_id>/", console_whatif.whatif_run, name="console_whatif_run"),

@@ -2,7 +2,7 @@
 
 from django.urls import include, path
 
-from market.api import gpu_types, ledger, spend_alerts
+from market.api import gpu_types, ledger, spend, spend_alerts
 
 urlpatterns = [
     path("gpu-types", gpu_types.GpuTypeListView.as_view(), name="gpu-type-list"),
@@ -11,6 +11,7 @@ urlpatterns = [
     path("tenants/<slug:slug>/ledger", ledger.LedgerView.as_view(), name="ledger-entries"),
     path("tenants/<slug:slug>/topups", ledger.TopupView.as_view(), name="ledger-topups"),
     path("tenants/<slug:slug>/refunds", ledger.RefundView.as_view(), name="ledger-refunds"),
+    path("tenants/<slug:slug>/spend", spend.SpendView.as_view(), name="spend"),
     path("tenants/<slug:slug>/spend-alerts", spend_alerts.RuleListView.as_view(), name="spend-alert-list"),
     path(
         "tenants/<slug:slug>/spend-alerts/<int:rule_id>",

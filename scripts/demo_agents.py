@@ -90,6 +90,8 @@ def agent_command(state: Path) -> list[str]:
         "5",  # a sample every 5 s, so the demo's usage moves while you watch
     ]
     command += sandbox_flags()
+    if demo.get("address"):  # each node its own loopback address: a gang's parts meet across "nodes"
+        command += ["--address", demo["address"]]
     token = state / "bootstrap_token"
     if token.exists() and not (state / "credential").exists():
         command += ["--bootstrap-token-file", str(token)]

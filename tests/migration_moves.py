@@ -47,33 +47,31 @@ def migrate_to(db: Any, targets: list[tuple[str, str | None]]) -> Apps:
     return MigrationExecutor(db).loader.project_state([(a, m) for a, m in targets if m is not None]).apps
 
 
-def all_rows(db: Any, only: dict[str, list[str]] | None = None) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of every table but the migration records and the content types (checked on their own).
-    only: per table, the columns to read (table_columns of an earlier state), so a column a later migration
-    adds to a table does not read as a changed row."""
-    with db.cursor() as cursor:
-        tables = sorted(
-            set(db.introspection.table_names(cursor)) - {"django_migrations", "django_content_type"}
-        )
-        rows = {}
-        for table in tables:
-            columns = "*" if only is None or table not in only else ", ".join(f'"{c}"' for c in only[table])
-            cursor.execute(f'SELECT {columns} FROM "{table}" ORDER BY 1')
-            rows[table] = cursor.fetchall()
-    return rows
+def _tables(db: Any, cursor: Any) -> list[str]:
+    return sorted(set(db.introspection.table_names(cursor)) - {"django_migrations", "django_content_type"})
 
 
 def table_columns(db: Any) -> dict[str, list[str]]:
-    """Each table's columns, in order."""
+    """Each table's columns now, to read the same columns later with all_rows(columns=...)."""
     with db.cursor() as cursor:
-        cursor.execute(
-            "SELECT table_name, column_name FROM information_schema.columns WHERE table_schema = 'public' "
-            "ORDER BY table_name, ordinal_position"
-        )
-        found: dict[str, list[str]] = {}
-        for table, column in cursor.fetchall():
-            found.setdefault(table, []).append(column)
-    return found
+        return {
+            t: [c.name for c in db.introspection.get_table_description(cursor, t)]
+            for t in _tables(db, cursor)
+        }
+
+
+def all_rows(db: Any, columns: dict[str, list[str]] | None = None) -> dict[str, list[tuple[Any, ...]]]:
+    """Every row of every table but the migration records and the content types (checked on their own).
+    `columns` (from table_columns before a migration): only those columns of the tables named there, so a
+    column a later migration adds (with its default) does not read as a changed row."""
+    with db.cursor() as cursor:
+        rows = {}
+        for table in _tables(db, cursor):
+            names = (columns or {}).get(table)
+            select = ", ".join(f'"{c}"' for c in names) if names else "*"
+            cursor.execute(f'SELECT {select} FROM "{table}" ORDER BY 1')
+            rows[table] = cursor.fetchall()
+    return rows
 
 
 def content_types(db: Any) -> dict[int, tuple[str, str]]:

@@ -260,7 +260,7 @@ def test_the_move_keeps_every_row_key_and_content_type_and_goes_back():
         before, types_before, columns = all_rows(db), content_types(db), table_columns(db)
 
         migrate_to(db, MigrationExecutor(db).loader.graph.leaf_nodes())
-        after = all_rows(db, columns)
+        after = all_rows(db, columns=columns)
         assert {t: after[t] for t in before} == before  # not one row of any table changed, added or lost
         assert not any(after[t] for t in set(after) - set(before))  # apps migrated along (ops, ...) are empty
         moved = {ids[m]: (app, m) for m, (_, app) in MOVED.items()}
@@ -268,7 +268,7 @@ def test_the_move_keeps_every_row_key_and_content_type_and_goes_back():
         _check_after_move(ids)
 
         migrate_to(db, PRE_MOVE)
-        after = all_rows(db, columns)
+        after = all_rows(db, columns=columns)
         assert {t: after[t] for t in before} == before
         assert content_types(db) == types_before
 

@@ -181,3 +181,17 @@ def test_email_backend_from_the_environment(tmp_path: Path, extra: dict[str, str
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == want
+
+
+def test_env_port_range_reads_low_high_and_refuses_junk(monkeypatch: pytest.MonkeyPatch) -> None:
+    from config.env import env_port_range
+
+    assert env_port_range("X_PORTS", (29500, 29999)) == (29500, 29999)
+    monkeypatch.setenv("X_PORTS", "31000-31099")
+    assert env_port_range("X_PORTS", (1, 2)) == (31000, 31099)
+    monkeypatch.setenv("X_PORTS", "31000")
+    assert env_port_range("X_PORTS", (1, 2)) == (31000, 31000)
+    for junk in ("a-b", "2000-1999", "80-90", "30000-70000", "1-2-3"):
+        monkeypatch.setenv("X_PORTS", junk)
+        with pytest.raises(ImproperlyConfigured, match="X_PORTS"):
+            env_port_range("X_PORTS", (1, 2))

@@ -21,14 +21,24 @@ from config.errors import PolicyError
 from config.money import MAX_AMOUNT
 from inventory.models import GpuType
 from market.models import Guarantee
+from market.models.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.selectors.policy import market_policy
-from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from whatif.trace import Trace
 
 Policy = dict[str, Any]
 # The market-wide knobs a proposal may change; the others (round period, grace, ...) stay today's.
 KNOBS = ("price_step_bp", "min_runtime_s", "fair_share_half_life_s")
-FIXED_KNOBS = ("starve_rounds", "max_reservations", "max_reserved_pct", "fair_share_payback_s")
+FIXED_KNOBS = (
+    "starve_rounds",
+    "max_reservations",
+    "max_reserved_pct",
+    "fair_share_payback_s",
+    "max_moves",
+    "move_min_runtime_s",
+    "move_max_lost_gpu_s",
+    "move_cooldown_s",
+    "move_restart_s",
+)
 # Not a platform knob but an assumption about the workload, which a proposal may change to see what it would
 # cost: every job checkpoints every this many minutes, and a preempted job redoes the work since its last
 # (allocator/sim/scenario.py; 0 = a preempted job loses nothing). Today's side assumes none; never applied.
@@ -111,7 +121,12 @@ def market_options(policy: Policy) -> MarketOptions:
         # absent from what-ifs stored before fair share had a history: the clearing's defaults
         fair_share_half_life_s=policy.get("fair_share_half_life_s", MarketOptions.fair_share_half_life_s),
         fair_share_payback_s=policy.get("fair_share_payback_s", MarketOptions.fair_share_payback_s),
+        # absent from what-ifs stored before consolidation: the clearing's defaults
+        **{k: policy[k] for k in MOVE_KNOBS if k in policy},
     )
+
+
+MOVE_KNOBS = ("max_moves", "move_min_runtime_s", "move_max_lost_gpu_s", "move_cooldown_s", "move_restart_s")
 
 
 def trace_under(trace: Trace, policy: Policy) -> Trace:

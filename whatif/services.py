@@ -234,7 +234,7 @@ def whatif_apply(*, actor: User | None, run_id: int, reason: str = "") -> None:
     """Make the run's proposal the platform's policy, once. WhatIfError when the run is not done, was applied already, or the policy
     changed since the run read it (its figures would no longer compare today with the proposal)."""
     admin = _admin(actor)
-    run = WhatIfRun.objects.select_for_update().filter(pk=run_id).first()
+    run = WhatIfRun.objects.select_for_update(no_key=True).filter(pk=run_id).first()
     if run is None:
         raise WhatIfError("no such what-if run")
     if run.state != WhatIfState.DONE or run.result is None:

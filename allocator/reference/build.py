@@ -10,7 +10,7 @@ from allocator.reference.placement import free_slots
 from allocator.reference.prices import next_posted
 from allocator.reference.state import RoundState
 from allocator.reference.tiers import spot_price
-from allocator.result import OVER_BUDGET, Losers, Preemptions, Result, Winners
+from allocator.result import OVER_BUDGET, Losers, Moves, Preemptions, Result, Winners
 
 I64 = NDArray[np.int64]
 
@@ -100,12 +100,34 @@ def losers(state: RoundState) -> Losers:
     return Losers(state.book.bids.job[rows], rows, reason, state.reason_type[rows], state.figure[rows])
 
 
+def moves(state: RoundState) -> Moves:
+    """The leases consolidation moved, by lease row, with their new GPUs."""
+    m = state.moved
+    if not m.rows:
+        return Moves.empty()
+    order = np.argsort(np.array(m.rows), kind="stable")
+    rows = np.array(m.rows, dtype=np.int64)[order]
+    slots = [m.slots[i] for i in order.tolist()]
+    ptr = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum([s.size for s in slots], out=ptr[1:])
+    node = np.repeat(np.array(m.nodes, dtype=np.int64)[order], [s.size for s in slots])
+    return Moves(
+        state.book.leases.lease[rows],
+        rows,
+        ptr,
+        node.astype(np.int32),
+        np.concatenate(slots).astype(np.int32),
+    )
+
+
 def build_result(state: RoundState) -> Result:
     """Assemble the Result of the round; its digest is computed on construction."""
     book, pre = state.book, state.pre
     spot = spot_prices(state)
     gone = np.flatnonzero(pre.preempted)
-    reserved = sorted(state.floor.reserved_for.items())
+    floor = state.floor
+    reserved = sorted(floor.reserved_for.items())
+    state.counters["reserved_idle_gpus"] = int(sum(int(floor.free[n]) for n, _ in reserved))
     return Result(
         round=int(book.round),
         winners=winners(state, spot),
@@ -118,6 +140,9 @@ def build_result(state: RoundState) -> Result:
         spot_price=spot,
         reserved_node=np.array([n for n, _ in reserved], dtype=np.int32),
         reserved_job=np.array([j for _, j in reserved], dtype=np.int64),
+        reserved_start=np.array([floor.reserved_start.get(n, -1) for n, _ in reserved], dtype=np.int64),
+        backfill_job=np.sort(book.bids.job[np.array(floor.backfilled, dtype=np.int64)]),
+        moves=moves(state),
         counters=dict(state.counters),
         type_names=book.types.names,
         node_names=book.nodes.names,

@@ -1,4 +1,4 @@
-"""Step 5 of ARCHITECTURE.md §Clearing: gangs onto nodes, and nodes reserved for starving gangs.
+"""Step 5 of ARCHITECTURE.md §Clearing: gangs onto nodes (reservations and backfill: reserve.py).
 
 A gang that fits a node lands on one node, best fit (the open node with the fewest free GPUs that holds it, ties
 by node index); a larger gang takes whole free nodes of one topology domain (the domain with the least whole-free
@@ -51,6 +51,8 @@ class Floor:
     batches: list[Placed] = field(default_factory=list)
     spread: bool = False  # some gang spans several nodes (then a batch has several entries for it)
     reserved_for: dict[int, int] = field(default_factory=dict)  # node -> job
+    reserved_start: dict[int, int] = field(default_factory=dict)  # node -> the gang's expected start there
+    backfilled: list[int] = field(default_factory=list)  # bid rows started by backfill on reserved nodes
 
     @classmethod
     def of(cls, nodes: Nodes, n_types: int) -> Floor:
@@ -159,38 +161,6 @@ def place_one(floor: Floor, t: int, k: int, row: int, tier: int) -> bool:
     one = np.array([row], dtype=np.int64)
     floor.record(one, np.array([best]), np.array([k], dtype=np.int64), one * 0, tier, t)
     return True
-
-
-def reserve_for(floor: Floor, t: int, k: int, job: int, limit: int) -> I64:
-    """No starvation (step 5): reserve nodes for a gang that waited too long and does not fit now (as Slurm's
-    backfill reservations): the untouched node of its type with the most free GPUs that is large enough, or for a
-    gang larger than any node the nodes of the domain with the most free GPUs. At most ``limit`` nodes of the
-    type are reserved at once. Reserved nodes take no new work, so they drain towards the gang."""
-    nodes = floor.nodes
-    ix = floor.open_nodes(t)
-    ix = ix[~floor.touched[ix]]
-    if k <= floor.max_cap[t]:
-        ix = ix[nodes.capacity[ix] >= k]
-        chosen = ix[[int(np.argmax(floor.free[ix]))]] if ix.size else ix
-    else:
-        cap = nodes.capacity[ix].astype(np.int64)
-        dom = nodes.domain[ix]
-        good = np.flatnonzero(np.bincount(dom, weights=cap) >= k)
-        if good.size == 0:
-            return ix[:0]
-        per_free = np.bincount(dom, weights=floor.free[ix].astype(np.float64))
-        d = good[int(np.argmax(per_free[good]))]
-        members = ix[dom == d]
-        members = members[np.lexsort((members, -floor.free[members]))]
-        mcap = nodes.capacity[members].astype(np.int64)
-        chosen = members[np.cumsum(mcap) - mcap < k]
-    already = int(floor.reserved[floor.type_nodes[t]].sum())
-    if already + chosen.size > limit:
-        return ix[:0]
-    floor.reserved[chosen] = True
-    for node in chosen.tolist():
-        floor.reserved_for[node] = job
-    return chosen
 
 
 def largest_fit(floor: Floor, t: int) -> int:

@@ -24,7 +24,7 @@ def retier(book: Book, held: I64, lease_tier: I8) -> I64:
     first-fit into what the tenant's guarantee lacks in tier G; those that fit become tier G and stop being
     preemptible (``held`` by tenant, tier, type and ``lease_tier`` change in place). Returns their lease ids."""
     ls = book.leases
-    cand = np.flatnonzero(lease_tier != TIER_G)
+    cand = np.flatnonzero((lease_tier != TIER_G) & ~ls.backfill)  # backfill stays preemptible (reserve.py)
     cand = cand[np.lexsort((ls.lease[cand], ls.start[cand], ls.gpu_type[cand], ls.tenant[cand]))]
     n_types = held.shape[2]
     gap = np.maximum(book.tenants.guarantee - held[:, TIER_G, :], 0).astype(np.int64).ravel()

@@ -14,13 +14,24 @@ from numpy.typing import NDArray
 
 from allocator.book import TIER_B, TIER_G, TIER_S, Book, hold_of
 from allocator.fairshare import credit
+from allocator.reference import consolidate as cs
 from allocator.reference import placement as pl
 from allocator.reference import reclaim as rc
+from allocator.reference import reserve as rv
 from allocator.reference.fill import group_by
 from allocator.reference.order import budget_filter, market_order, preferences
-from allocator.reference.state import RoundState, TypeBids, placed_gpus
-from allocator.reference.tiers import entitlement, share, tier_b, tier_g, tier_s
-from allocator.result import BELOW_RESERVE, FAIR_SHARE, GUARANTEE_FULL, NO_FIT, OUTBID, RECLAIM
+from allocator.reference.state import RoundState, TypeBids, placed_gpus, placed_gpus_of
+from allocator.reference.tiers import entitlement, share, tier_b, tier_g, tier_s, whole_gpus
+from allocator.result import (
+    BACKFILL_DUE,
+    BELOW_RESERVE,
+    BUSY,
+    FAIR_SHARE,
+    GUARANTEE_FULL,
+    NO_FIT,
+    OUTBID,
+    RECLAIM,
+)
 
 I64 = NDArray[np.int64]
 I8 = NDArray[np.int8]
@@ -112,12 +123,16 @@ def clear_type(state: RoundState, t: int, rows: I64, price: I64, *, first: bool)
     open_ = np.flatnonzero(s.tier < 0)
     s.tier[open_[tier_s(s.gpus[open_], supply)]] = TIER_S
     if first:
-        serve_starving(state, t, s)
+        serve_head(state, t, s)
     place_groups(state, t, s)
+    guarantee_on_reserved(state, t, s)
     gained = placed_gpus(s, unused.shape[0])  # by tenant, GPUs placed so far in this type and pass
     reclaim_guarantees(state, t, s, gained)
     if first and state.book.policy.fair_reclaim:
         fair_reclaim(state, t, s, gained)
+    before = s.placed.copy()
+    serve_backfill(state, t, s)
+    gained += placed_gpus_of(s, s.placed & ~before, unused.shape[0])
     record(state, t, s, left, spot_supply, gained, first=first)
     return s.placed
 
@@ -133,7 +148,7 @@ def select_tier_b(state: RoundState, t: int, s: TypeBids, g: BOOL) -> int:
     at_p = np.flatnonzero((s.price >= book.types.posted[t]) & ~g)
     pending = np.bincount(s.tenant[at_p], weights=s.gpus[at_p], minlength=q.shape[0]).astype(np.int64)
     c = credit(book, t)
-    e = entitlement(held, q, pending, weight, int(state.schedulable[t]), c)
+    e = whole_gpus(entitlement(held, q, pending, weight, int(state.schedulable[t]), c))
     state.entitled[:, t] = e
     supply = state.floor.free_open(t) - int(s.gpus[g].sum())
     b = tier_b(s.tenant[at_p], s.gpus[at_p], e, np.maximum(held - q, 0), weight, supply, c)
@@ -141,25 +156,115 @@ def select_tier_b(state: RoundState, t: int, s: TypeBids, g: BOOL) -> int:
     return int(s.gpus[at_p[b]].sum())
 
 
-def serve_starving(state: RoundState, t: int, s: TypeBids) -> None:
-    """No starvation (step 5): a gang that has waited at least ``starve_rounds`` (whatever its price) is placed
-    in its best type before everything else; if it does not fit, nodes are reserved for it, longest wait first,
-    at most ``max_reservations`` gangs per type and ``max_reserved_pct`` of the type's nodes."""
+def serve_head(state: RoundState, t: int, s: TypeBids) -> None:
+    """The head of the line (step 5, reserve.py): gangs of tenants the fair-share history says are owed
+    (``fairshare.credit`` > 0) that fit no node now, and gangs that waited ``starve_rounds`` (whatever their
+    price), most owed first (lowest ``tiers.share``), then longest wait, then market order; at most
+    ``max_reservations`` of them per type. A starving gang that fits is placed before everything else; one that
+    does not is placed by moving a few running jobs where that makes room at once (``consolidate``), else gets
+    the nodes that drain soonest reserved (at most ``max_reserved_pct`` of the type's nodes), and
+    once due (expected start reached) it preempts on them what backfill let in and ran past its prediction."""
     book, floor = state.book, state.floor
     policy = book.policy
-    at = np.flatnonzero(book.bids.waited[s.rows] >= policy.starve_rounds)
-    if at.size == 0:
+    rows = s.rows
+    waited = book.bids.waited[rows]
+    c = credit(book, t)
+    blocked = s.gpus > pl.largest_fit(floor, t)
+    starving = waited >= policy.starve_rounds
+    at = np.flatnonzero(starving | ((c[s.tenant] > 0) & blocked & ~s.placed))
+    if at.size == 0 or policy.max_reservations == 0:
         return
-    at = at[np.argsort(-book.bids.waited[s.rows[at]], kind="stable")][: policy.max_reservations]
+    q = book.tenants.guarantee[:, t].astype(np.int64)
+    standing = share(np.maximum(state.holding(t) - q, 0).astype(np.float64), book.tenants.weight, c)
+    owed = c[s.tenant[at]] > 0
+    at = at[np.lexsort((at, -waited[at], np.where(owed, standing[s.tenant[at]], np.inf)))]
     limit = max(1, floor.type_nodes[t].size * policy.max_reserved_pct // 100)
+    served = 0
     for i in at.tolist():
-        row, k = int(s.rows[i]), int(s.gpus[i])
+        if served >= policy.max_reservations:
+            break
+        row, k, job = int(rows[i]), int(s.gpus[i]), int(book.bids.job[rows[i]])
         tier = TIER_S if s.tier[i] < 0 else int(s.tier[i])
         if pl.place_one(floor, t, k, row, tier):
             s.placed[i], s.tier[i] = True, tier
             state.count("starving_placed")
-        elif pl.reserve_for(floor, t, k, int(book.bids.job[row]), limit).size:
-            state.count("starving_reserved")
+            served += 1
+            continue
+        nodes, start = rv.drain_soonest(floor, book, t, k, job, limit, state.frees)
+        wait_cost = k * max(0, min(start, rv.NEVER) - book.now) if nodes.size else rv.NEVER
+        if consolidate(state, t, (row, k, int(s.tenant[i]), job), tier, wait_cost):
+            s.placed[i], s.tier[i] = True, tier
+            served += 1
+            continue
+        if nodes.size == 0:
+            continue
+        rv.mark_reserved(floor, nodes, job, start)
+        served += 1
+        state.count("starving_reserved")
+        if start <= book.now and claim_due(state, t, (row, k, int(s.tenant[i]), job), tier):
+            s.placed[i], s.tier[i] = True, tier
+
+
+def consolidate(
+    state: RoundState, t: int, gang: tuple[int, int, int, int], tier: int, wait_cost: int
+) -> bool:
+    """Consolidation (step 5, reference/consolidate.py): when moving a few running jobs elsewhere makes room for
+    the gang at once, within the round's move budget, and costs less than waiting (``consolidate.cheaper``:
+    what the moves throw away and spend restarting against the gang's GPUs idle until its nodes drain,
+    ``wait_cost`` GPU-seconds), move them and place the gang; every moved job is placed again in the same round
+    or nothing moves."""
+    book = state.book
+    budget = book.policy.max_moves - len(state.moved.rows)
+    if budget <= 0:
+        return False
+    row, k, claimant, job = gang
+    plan = cs.plan(book, state.floor, state.pre, t, k, claimant, job, budget)
+    if plan is None or not cs.cheaper(book, plan, wait_cost):
+        return False
+    cs.apply(book, state.floor, state.pre, t, (row, k, job), plan, tier, state.moved)
+    state.count("moved_leases", len(plan.moves))
+    state.count("consolidated_gangs")
+    return True
+
+
+def claim_due(state: RoundState, t: int, gang: tuple[int, int, int, int], tier: int) -> bool:
+    """A reserved gang that is due takes its nodes back from backfilled jobs running past their prediction
+    (``reserve.due_victims``), preempting them (``BACKFILL_DUE``) but never below their tenant's guarantee, and
+    is placed there."""
+    p, book = state.pre, state.book
+    victims = rv.due_victims(book, state.floor, gang[3], p.preempted)
+    if not victims:
+        return False
+    q, held = book.tenants.guarantee[:, t], state.holding(t)
+
+    def may_take(v: int, taken: int) -> bool:  # never below the victim's own guarantee (step 6)
+        victim = int(book.leases.tenant[v])
+        return bool(held[victim] - taken - p.gpus[v] >= q[victim])
+
+    if rc.preempt_gang(p, state.floor, t, gang, victims, may_take, BACKFILL_DUE, tier):
+        state.count("backfill_overran", sum(1 for v in victims if p.preempted[v]))
+        return True
+    return False
+
+
+def serve_backfill(state: RoundState, t: int, s: TypeBids) -> None:
+    """Backfill (step 5, ``reserve.backfill``): what is still unplaced, tier G, B, S, then the rest, each in market
+    order, may start on reserved nodes when predicted to end before the gang is due (in tier S at most)."""
+    if not state.floor.reserved_for:
+        return
+    pos = np.flatnonzero(~s.placed)
+    if pos.size == 0:
+        return
+    group = np.where(s.tier[pos] < 0, REST, s.tier[pos])
+    pos = pos[np.argsort(group, kind="stable")]  # market order within a group: a raised bid only moves ahead
+    ok = rv.backfill(state.floor, state.book, t, s.rows[pos], s.tier[pos])
+    if ok.any():
+        s.placed[pos[ok]] = True
+        s.tier[pos[ok]] = np.where(
+            (s.tier[pos[ok]] < 0) | (s.tier[pos[ok]] == TIER_G), TIER_S, s.tier[pos[ok]]
+        )
+        state.count("backfilled_gangs", int(ok.sum()))
+        state.count("backfilled_gpus", int(s.gpus[pos[ok]].sum()))
 
 
 def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
@@ -187,6 +292,29 @@ def place_groups(state: RoundState, t: int, s: TypeBids) -> None:
                 ok = pl.best_fit(floor, t, k, s.rows[run], tier)
             s.placed[run[ok]] = True
             s.tier[run[ok]] = tier
+
+
+def guarantee_on_reserved(state: RoundState, t: int, s: TypeBids) -> None:
+    """A guarantee comes first (step 2): a tier-G gang of a node or less that no open node holds takes a node
+    reserved for another gang, best fit; that gang waits longer. (Before reclaim, so nothing is preempted for a
+    guarantee that free GPUs could hold.)"""
+    floor = state.floor
+    if not floor.reserved_for:
+        return
+    pos = np.flatnonzero((s.tier == TIER_G) & ~s.placed & (s.gpus <= floor.max_cap[t]))
+    reserved = np.array(sorted(n for n in floor.reserved_for if floor.nodes.gpu_type[n] == t), dtype=np.int64)
+    if pos.size == 0 or reserved.size == 0:
+        return
+    for i in pos[np.argsort(-s.gpus[pos].astype(np.int64), kind="stable")].tolist():
+        k = int(s.gpus[i])
+        cand = reserved[floor.free[reserved] >= k]
+        if cand.size == 0:
+            continue
+        node = int(cand[np.lexsort((cand, floor.free[cand]))[0]])
+        one = np.array([s.rows[i]], dtype=np.int64)
+        floor.record(one, np.array([node]), np.array([k], dtype=np.int64), one * 0, TIER_G, t)
+        s.placed[i] = True
+        state.count("guarantee_on_reserved")
 
 
 def size_runs(size: NDArray[np.integer[Any]]) -> list[tuple[int, int, int]]:
@@ -294,8 +422,9 @@ def record(
     refused by the budget filter in an earlier pass) with its figure (docs/allocator.md, reasons): chosen by a
     tier but not placed, or priced to win with no node left: no node fits (figure: the largest gang that could
     still land). Else, where tiers G and B took every GPU: guarantee full and below p (figure p) when its
-    tenant's unused guarantee is short of the gang, else outbid (-1). Else outbid when at or below the lowest
-    winning spot price (figure: that price + 1)."""
+    tenant's unused guarantee is short of the gang, else busy (-1: no spot GPU was left and no bid outbid it;
+    this was reported as outbid with no figure before). Else outbid when at or below the lowest winning spot
+    price (figure: that price + 1)."""
     posted = int(state.book.types.posted[t])
     won = s.rows[s.placed]
     state.won_tier[won] = s.tier[s.placed]
@@ -317,7 +446,7 @@ def record(
     figure = np.full(at.size, pl.largest_fit(state.floor, t), dtype=np.int64)
     if spot_supply <= 0:
         full = unsold & (left[s.tenant[at]] < s.gpus[at]) & (price < posted)
-        reason[unsold] = np.where(full[unsold], GUARANTEE_FULL, OUTBID)
+        reason[unsold] = np.where(full[unsold], GUARANTEE_FULL, BUSY)
         figure[unsold] = np.where(full[unsold], posted, -1)
     elif low >= 0:
         out = unsold & (price <= low)

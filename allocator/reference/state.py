@@ -9,8 +9,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from allocator.book import Book
+from allocator.reference import consolidate as cs
 from allocator.reference import placement as pl
 from allocator.reference import reclaim as rc
+from allocator.reference import reserve as rv
 from allocator.reference.order import TieRank
 
 I64 = NDArray[np.int64]
@@ -42,6 +44,8 @@ class RoundState:
     s_lose: I64
     retiered: I64
     counters: dict[str, int] = field(default_factory=dict)
+    frees_: dict[int, list[tuple[int, int]]] | None = None
+    moved: cs.Moved = field(default_factory=cs.Moved)
 
     @classmethod
     def start(cls, book: Book) -> RoundState:
@@ -82,13 +86,28 @@ class RoundState:
             s_lose=np.full(n_types, -1, dtype=np.int64),
             retiered=retiered,
             counters={
+                "backfill_overran": 0,
+                "backfilled_gangs": 0,
+                "backfilled_gpus": 0,
+                "consolidated_gangs": 0,
                 "fair_reclaimed_gangs": 0,
+                "guarantee_on_reserved": 0,
                 "guarantee_unrestored": 0,
+                "moved_leases": 0,
                 "reclaimed_gangs": 0,
+                "reserved_idle_gpus": 0,
                 "starving_placed": 0,
                 "starving_reserved": 0,
             },
         )
+
+    @property
+    def frees(self) -> dict[int, list[tuple[int, int]]]:
+        """By node: (expected end, GPUs) of the leases running there at the start of the round, soonest first;
+        built on first use (only a round that reserves needs it)."""
+        if self.frees_ is None:
+            self.frees_ = rv.frees_by_node(self.book, np.zeros(len(self.book.leases), dtype=np.bool_))
+        return self.frees_
 
     def count(self, name: str, by: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + by
@@ -111,4 +130,9 @@ class TypeBids:
 
 
 def placed_gpus(s: TypeBids, n_tenants: int) -> I64:
-    return np.bincount(s.tenant[s.placed], weights=s.gpus[s.placed], minlength=n_tenants).astype(np.int64)
+    return placed_gpus_of(s, s.placed, n_tenants)
+
+
+def placed_gpus_of(s: TypeBids, mask: BOOL, n_tenants: int) -> I64:
+    """GPUs by tenant of the positions in ``mask``."""
+    return np.bincount(s.tenant[mask], weights=s.gpus[mask], minlength=n_tenants).astype(np.int64)

@@ -52,6 +52,25 @@ def entitlement(
     return fill_from(-credit, want, weight, supply)
 
 
+def whole_gpus(e: F64) -> F64:
+    """Entitlements in whole GPUs by largest remainder (Hamilton's apportionment): each tenant gets floor(e_t),
+    and the GPUs the floors leave over (sum e less the sum of floors) go one each to the largest fractional
+    parts, ties to the lower tenant index. So the split hands out every GPU of the excess it covers instead of
+    losing up to one per tenant to rounding, and no tenant is more than one GPU from its exact share.
+
+    Why: with plain floors a third tenant's fraction of a GPU shrinks a second's room below its gang, which then
+    falls to tier S, changes the placement, and can make a raised bid lose (shared/cases/raise-loses.book.json):
+    the same GPUs counted whole go where the weights say."""
+    base = np.floor(e + 1e-9)
+    spare = int(np.floor(e.sum() + 1e-9) - base.sum())
+    if spare <= 0:
+        return np.asarray(base, dtype=np.float64)
+    frac = e - base
+    order = np.lexsort((np.arange(e.shape[0]), -frac))
+    base[order[:spare]] += 1
+    return np.asarray(base, dtype=np.float64)
+
+
 def share(x: F64, weight: F64, credit: F64 | None = None) -> F64:
     """A tenant's standing in the split of the excess (step 3): the excess it holds less what the history says
     it is owed, per weight. Lower stands first: tier B's free GPUs and fair reclaim's claimants."""

@@ -40,3 +40,17 @@ def lost_gpu_hours_by_tenant(state: SimState) -> list[float]:
     tenant, _, lost = _segments(state)
     per = np.bincount(tenant, weights=lost, minlength=len(state.scenario.tenants))
     return [round(float(x) / 3600, 3) for x in per]
+
+
+def placement_figures(state: SimState) -> dict[str, Any]:
+    """What reservations, backfill and moves cost and gave (History.placement): `moves` (leases moved to make
+    room for a gang), `moved_lost_gpu_hours` (work those moves threw away, within `lost_gpu_hours`),
+    `reserved_idle_gpu_hours` (GPUs held idle on nodes reserved for a gang) and `backfilled_gpu_hours` (GPU-hours
+    run by jobs backfilled on such nodes)."""
+    p = state.history.placement
+    return {
+        "moves": p["moves"],
+        "moved_lost_gpu_hours": round(p["moved_lost_gpu_s"] / 3600, 3),
+        "reserved_idle_gpu_hours": round(p["reserved_idle_gpu_s"] / 3600, 1),
+        "backfilled_gpu_hours": round(p["backfilled_gpu_s"] / 3600, 1),
+    }

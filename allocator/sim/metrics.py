@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from allocator import fairshare
 from allocator.fairshare import jain_excess
-from allocator.sim.lost import lost_figures, lost_gpu_hours_by_tenant
+from allocator.sim.lost import lost_figures, lost_gpu_hours_by_tenant, placement_figures
 from allocator.sim.predictions import prediction_figures
 from allocator.sim.scenario import MICRO
 from allocator.sim.series import FloatArray, IntArray, Steps
@@ -285,6 +285,7 @@ def summarize(state: SimState, policy: str, sim_wall_s: float) -> Summary:
         "holds": state.holds.rule,
         "stopped_at_hold": int(state.stopped_at_hold.sum()),
         **lost_figures(state),
+        **placement_figures(state),
         "sim_wall_s": round(sim_wall_s, 3),
         "per_tenant": _per_tenant(fig, violated, series),
     }

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from allocator import lost
 from allocator.sim.cluster import Cluster, IntArray
 from allocator.sim.holds import STOPPED_AT_HOLD, HoldRule, sized_hold_s
 from allocator.sim.jobs import Jobs
@@ -47,6 +48,17 @@ class History:
     price_time: list[int] = field(default_factory=list)
     price_micro: list[list[int]] = field(default_factory=list)  # posted price per pool at each change
     cleared_rounds: int = 0
+    # Placement figures a policy reports (the market's reservations, backfill and moves, docs/simulator.md):
+    # GPU-seconds reserved and left idle, GPU-seconds run by backfilled jobs, leases moved and the GPU-seconds
+    # of work those moves threw away.
+    placement: dict[str, int] = field(
+        default_factory=lambda: {
+            "reserved_idle_gpu_s": 0,
+            "backfilled_gpu_s": 0,
+            "moves": 0,
+            "moved_lost_gpu_s": 0,
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -208,9 +220,10 @@ class SimState:
         return int(self.budget_micro[tenant] - self.spent_micro[tenant]) - self.outstanding_hold_micro(tenant)
 
     def last_checkpoint_at(self, job: int, now: int) -> int:
-        """Trace time of the running job's last checkpoint: what a preemption at `now` would roll it back to.
-        `now` when checkpointing is off (nothing would be lost); the segment's start while nothing was
-        checkpointed in it yet (its restart overhead and progress would all be redone)."""
+        """Trace time from which a preemption at `now` throws the running job's work away (the book's
+        `Leases.checkpoint`, allocator.lost.lost_since): `now` when checkpointing is off (nothing would be
+        lost); its last checkpoint; the end of the segment's restart overhead while nothing was checkpointed in
+        it yet (time spent restarting is not progress: the restart is owed again in full, not counted lost)."""
         return int(self.last_checkpoint_at_many(np.array([job], dtype=np.int64), now)[0])
 
     def last_checkpoint_at_many(self, jobs: IntArray, now: int) -> IntArray:
@@ -220,7 +233,8 @@ class SimState:
         start = self.seg_start[jobs]
         saved = self._saved_progress(jobs, now)
         saved_wall = saved if self.speed is None else _ceil_div_many(saved, self.pace(jobs))
-        return np.where(saved > 0, start + self.seg_overhead[jobs] + saved_wall, start).astype(np.int64)
+        resumed = start + self.seg_overhead[jobs]
+        return np.where(saved > 0, resumed + saved_wall, np.minimum(resumed, now)).astype(np.int64)
 
     def _saved_progress(self, jobs: IntArray, now: int) -> IntArray:
         """Seconds of this segment's progress that a preemption at `now` keeps: all of it when checkpointing
@@ -287,14 +301,11 @@ class SimState:
         """The job goes back to the queue and owes a restart overhead. Without periodic checkpoints
         (checkpoint_min off) it checkpointed in its grace period and keeps its progress; with them it keeps
         the progress up to its last checkpoint and must redo the rest (recorded as lost GPU-seconds)."""
-        # Time spent restarting is not progress; an interrupted restart is owed again in full.
-        progress = max(0, now - int(self.seg_start[job]) - int(self.seg_overhead[job]))
-        pool = int(self.lease_pool[job])
         saved = int(self._saved_progress(np.array([job], dtype=np.int64), now)[0])
-        # GPU time thrown away, in seconds on this pool (the work left and the work saved at its speed).
-        left = self.wall_s(job, int(self.remaining_s[job]), pool)
-        lost = max(0, min(progress, left) - self.wall_s(job, saved, pool))
-        self._end_lease(job, now, PREEMPTED, lost * int(self.jobs.gpus[job]))
+        # GPU time thrown away: allocator.lost's figure, from the same point the market policy's book ranked
+        # this victim on (last_checkpoint_at); an interrupted restart is owed again in full, not counted lost.
+        gpus = int(self.jobs.gpus[job])
+        self._end_lease(job, now, PREEMPTED, lost.lost_gpu_s(gpus, self.last_checkpoint_at(job, now), now))
         self.remaining_s[job] = max(0, int(self.remaining_s[job]) - saved)
         self.overhead_s[job] = self.restart_overhead_s
         self.preemptions[job] += 1

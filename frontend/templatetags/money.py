@@ -10,6 +10,7 @@ from django.utils.safestring import SafeString
 
 from config.money import format_fixed
 from market.selectors.lost_work import gpu_time as _gpu_time
+from market.selectors.spend import runway_text
 
 register = template.Library()
 
@@ -39,3 +40,9 @@ def kwh(joules: float | None) -> str:
 def gpu_time(gpu_seconds: float | None) -> str:
     """GPU-seconds in a unit that reads ("12 GPU-minutes"); "–" where not recorded."""
     return "–" if gpu_seconds is None else _gpu_time(gpu_seconds)
+
+
+@register.filter
+def runway(hours: float | None) -> str:
+    """A runway in hours as people read it ("about 3 days", "more than a year")."""
+    return "–" if hours is None else runway_text(hours)

@@ -22,14 +22,14 @@ from frontend.access import admin_only, page
 from frontend.charts import Series, line_chart
 from inventory.models import Gpu, GpuType
 from market.models import BidOutcome, Lease
-from market.selectors.fair_share import fair_share_report
-from market.selectors.fairness import fairness as fairness_report
+from market.models.policy import POLICY_LIMITS
+from market.selectors.fair_share import fair_share_report, fairness_diagnostics
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import round_preempted
 from market.selectors.rounds import round_get, rounds_list
 from market.services.gpu_type_prices import gpu_type_policy_save
-from market.services.policy import POLICY_LIMITS, policy_update
+from market.services.policy import policy_update
 from market.services.policy_versions import policy_versioned
 
 POLICY_LABELS = {
@@ -43,6 +43,11 @@ POLICY_LABELS = {
     "fair_reclaim": "Fair reclaim (1: on, 0: off)",
     "fair_share_half_life_s": "Fair-share history half-life (seconds, 0: none)",
     "fair_share_payback_s": "Fair-share payback (seconds)",
+    "max_moves": "Moves per round, at most (0: none)",
+    "move_min_runtime_s": "Minimum runtime before a move (seconds)",
+    "move_max_lost_gpu_s": "Most work a move may lose (GPU-seconds)",
+    "move_cooldown_s": "Node cool-down after a move (seconds)",
+    "move_restart_s": "Cost of a move per GPU (seconds)",
     "retention_days": "Keep round details (days)",
     "energy_price_kwh": "Energy price (credits per kWh)",
     "idle_util_pct": "Idle below utilisation (%, 0: off)",
@@ -73,7 +78,7 @@ def console(request: HttpRequest) -> HttpResponse:
 def fairness(request: HttpRequest) -> HttpResponse:
     window, since = _window(request)
     share = fair_share_report(since=since)
-    report = fairness_report(since=since)  # the diagnostics: Jain's index, guarantee compliance, preemptions
+    report = fairness_diagnostics(since=since)  # Jain's index, guarantee compliance, preemptions
     weights = {t.tenant: t.weight for t in report.tenants}
     weights |= dict(
         Tenant.objects.filter(slug__in=[t.tenant for t in share.tenants]).values_list("slug", "weight")

@@ -139,16 +139,36 @@ def nodes(request: HttpRequest) -> HttpResponse:
 @admin_only
 @require_POST
 def node_action(request: HttpRequest, name: str, action: str) -> HttpResponse:
+    node = get_object_or_404(Node, name=name)
+    if action == "address":
+        return _set_address(request, node)
     service = ACTIONS.get(action)
     if service is None:
         raise Http404("No such node action.")
-    node = get_object_or_404(Node, name=name)
     try:
         service(node=node, actor=caller(request))
     except NodeError as exc:
         messages.error(request, f"Refused: {exc.message}.")
     else:
         messages.success(request, f"Node {node.name} {DONE[action]}.")
+    return redirect("frontend:console_nodes")
+
+
+def _set_address(request: HttpRequest, node: Node) -> HttpResponse:
+    """Pin the node's address (where a gang's other nodes reach it), or give it back to the agent with ""."""
+    try:
+        node = services.node_set_address(
+            node=node, actor=caller(request), address=request.POST.get("address", "")
+        )
+    except NodeError as exc:
+        messages.error(request, f"Refused: {exc.field + ': ' if exc.field else ''}{exc.message}.")
+    else:
+        said = (
+            f"address set to {node.address} (pinned)"
+            if node.address
+            else "address cleared: its agent sets it"
+        )
+        messages.success(request, f"Node {node.name}: {said}.")
     return redirect("frontend:console_nodes")
 
 

@@ -17,8 +17,8 @@ from config.errors import PolicyError
 from config.money import AmountError, format_credits, parse_credits
 from frontend.access import admin_only, page
 from frontend.views.console_market import MONEY_KNOBS, POLICY_LABELS
+from market.models.policy import POLICY_LIMITS
 from market.selectors.policy_snapshot import PolicySnapshot, policy_snapshot
-from market.services.policy import POLICY_LIMITS
 from market.services.policy_proposals import policy_version_propose
 
 

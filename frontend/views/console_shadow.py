@@ -14,7 +14,10 @@ from django.views.decorators.http import require_POST
 from accounts.access import caller
 from config.errors import PolicyError
 from frontend.access import admin_only, page
+from frontend.shadow_text import differences, nothing_differed, round_changes
 from market.models import PolicyVersion
+from market.selectors.policy_snapshot import policy_snapshot
+from market.selectors.policy_versions import applied_as, snapshot_diff, version_target
 from market.selectors.shadow import (
     SHADOW_STATUS,
     compliance,
@@ -65,6 +68,11 @@ def shadow_version(request: HttpRequest, number: int) -> HttpResponse:
                 "proposed": _pct(compliance(s["fair_complied_proposed"], s["fair_counted_proposed"])),
             },
             "tenant_rows": _tenant_rows(totals.tenants),
+            "nothing": nothing_differed(
+                totals.summary,
+                in_force=not snapshot_diff(policy_snapshot(), version_target(version)),
+            ),
+            "applied_as": applied_as(drafts=[version]).get(version.pk),
             "page": paged,
             "rounds": [_round_row(shadow_round_view(r)) for r in paged.object_list],
         },
@@ -77,21 +85,16 @@ def _pct(share: float | None) -> str:
 
 def _tenant_rows(tenants: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     """Tenants the proposal changed the most first: by bids gained plus lost."""
-    rows = [{"slug": slug, **t} for slug, t in tenants.items()]
+    rows = [{"slug": slug, **t, "differs": differences(t)} for slug, t in tenants.items()]
     return sorted(rows, key=lambda t: (-(t["gained"] + t["lost"]), t["slug"]))
 
 
 def _round_row(view: dict[str, Any]) -> dict[str, Any]:
-    changed = sorted(view["tenants"].items(), key=lambda kv: -(kv[1]["gained"] + kv[1]["lost"]))
     return {
         **view,
-        "changed": [
-            f"{slug} {'+' if t['gained'] else ''}{t['gained'] or ''}{'/' if t['gained'] and t['lost'] else ''}"
-            f"{'-' + str(t['lost']) if t['lost'] else ''}".strip()
-            for slug, t in changed[:5]
-            if t["gained"] or t["lost"]
-        ],
-        "more": max(len([1 for _s, t in changed if t["gained"] or t["lost"]]) - 5, 0),
+        # Every tenant the round changed, with what changed (not only bids gained and lost).
+        "changed": round_changes(view["tenants"])[:5],
+        "more": max(len(view["tenants"]) - 5, 0),
         "price_rows": [
             (name, p) for name, p in view["prices"].items() if p["posted_live"] != p["posted_proposed"]
         ],

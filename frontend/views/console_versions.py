@@ -21,6 +21,7 @@ from market.models import OnExpiry, PolicyCanary, PolicyVersion, VersionStatus
 from market.selectors.canary import canary_running
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import (
+    applied_as,
     current_version,
     snapshot_diff,
     version_by_number,
@@ -51,6 +52,9 @@ def _version(number: int) -> PolicyVersion:
 def version_list(request: HttpRequest) -> HttpResponse:
     listed = Paginator(versions(), PER_PAGE).get_page(request.GET.get("page"))
     current = current_version()
+    applied = applied_as(drafts=list(listed))
+    for v in listed:  # a draft applied to everyone says by which version (the list shows it, not "draft")
+        v.applied_number = applied[v.pk].number if v.pk in applied else None  # type: ignore[attr-defined]  # for the template
     return page(
         request,
         "frontend/console/versions.html",
@@ -86,6 +90,7 @@ def version_detail(request: HttpRequest, number: int) -> HttpResponse:
             "errors": {},
             "canaries": version.canaries.order_by("-started_at")[:10],
             "proposed": version.status == VersionStatus.PROPOSED,
+            "applied_as": applied_as(drafts=[version]).get(version.pk),
             "shadow_open": shadow_run_open(version=version),
             "running": canary_running(),
         },
@@ -105,15 +110,29 @@ def version_revert(request: HttpRequest, number: int) -> HttpResponse:
             key=f"console:{request.POST.get('nonce', '')[:64]}" if request.POST.get("nonce") else None,
         )
     except PolicyError as exc:
-        messages.error(request, f"Not reverted: {exc.field}: {exc.message}.")
+        messages.error(request, f"Not {_done(version)}: {exc.field}: {exc.message}.")
         return redirect("frontend:console_version", number=number)
     skipped = result.skipped_tenants + result.skipped_types
     note = f" Skipped (gone since): {', '.join(skipped)}." if skipped else ""
     if result.changed and result.version is not None:
-        messages.success(request, f"Reverted to version {number}: now version {result.version.number}.{note}")
+        what = (
+            f"Applied draft version {number} to everyone"
+            if _draft(version)
+            else f"Reverted to version {number}"
+        )
+        messages.success(request, f"{what}: version {result.version.number} is now in force.{note}")
     else:
         messages.success(request, f"The policy already is version {number}'s; nothing changed.{note}")
     return redirect("frontend:console_versions")
+
+
+def _draft(version: PolicyVersion) -> bool:
+    return version.status == VersionStatus.PROPOSED
+
+
+def _done(version: PolicyVersion) -> str:
+    """What the form does to this version: a draft is applied, an earlier version reverted to."""
+    return "applied" if _draft(version) else "reverted"
 
 
 # Canaries

@@ -32,9 +32,9 @@ from market.models import TERMINAL_STATES, Job, JobState, Lease
 from market.selectors.explain import explain_outcomes, lease_end_sentence, queue_places
 from market.selectors.guidance import bid_guidance
 from market.selectors.holds import hold_notice
-from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate
+from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate, max_hours_warning
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
-from market.selectors.predictions import hours as duration_text
+from market.selectors.lease_parts import lease_part_views
 from market.selectors.prices import price_board
 from market.selectors.spend_alerts import Block, bid_block
 from market.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
@@ -249,18 +249,11 @@ def estimate(request: HttpRequest, slug: str) -> JsonResponse:
 
 
 def _max_hours_warning(found: Estimate, max_hours: str | None) -> str:
-    """Max hours below what 90% of similar jobs needed: the job would likely be stopped before it ends."""
-    got = found.runtime.prediction
     try:
         hours = float(max_hours or "")
     except ValueError:
         return ""
-    if got is None or not 0 < hours < got.p90_s / 3600:
-        return ""
-    return (
-        f"Max hours {max_hours} is less than the {duration_text(got.p90_s)} within which 90% of similar jobs "
-        "finished: this job would likely be stopped at its max hours before it ends."
-    )
+    return max_hours_warning(found, hours, max_hours)
 
 
 @login_required
@@ -332,6 +325,7 @@ def _lease_panels(leases: list[Lease], *, admin: bool) -> list[dict[str, Any]]:
                 "lease": lease,
                 "usage": usage,
                 "charts": charts,
+                "parts": lease_part_views(lease),
                 "ended": lease_end_sentence(
                     lease,
                     gpu_seconds=usage.gpu_seconds if usage else 0.0,

@@ -38,6 +38,11 @@ class Node(models.Model):
     # Its agent tried the sandbox and the kernel refused it: only trusted tenants' jobs go there (kept apart
     # from capabilities as a column the round's book reads cheaply).
     unconfined = models.BooleanField(default=False)
+    # Where the other nodes of a gang reach this one (inventory.addresses checks it): the agent's registration
+    # sets it, unless an admin set it (`address_pinned`), which then stands until the admin clears it.
+    # db_default: nodes made before it have none.
+    address = models.CharField(max_length=253, blank=True, default="", db_default="")
+    address_pinned = models.BooleanField(default=False, db_default=False)
 
     class Meta:
         # The agent server's table from before the inventory carve-out (issue 26): data stays where it is.

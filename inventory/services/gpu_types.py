@@ -35,7 +35,9 @@ def gpu_type_save(
         raise PolicyError("memory_gb", "must be positive")
     prices_check(reserve_price, max_price)
     values = {"memory_gb": memory_gb, "reserve_price": reserve_price, "max_price": max_price}
-    gpu_type, created = GpuType.objects.select_for_update().get_or_create(name=name, defaults=values)
+    gpu_type, created = GpuType.objects.select_for_update(no_key=True).get_or_create(
+        name=name, defaults=values
+    )
     if created:
         audit(actor=actor, tenant=None, action="gpu_type.create", detail={"name": name, **values})
         return gpu_type

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from rest_framework import exceptions, serializers, status
 
 from config.errors import PolicyError
+from config.idempotency import IdempotencyKeyReused
 from market.services import jobs, ledger
 from market.services.canary import CanaryConflict
 
@@ -42,6 +43,8 @@ class Refusal:
 
 
 def refusal(exc: ServiceError) -> Refusal:
+    if isinstance(exc, IdempotencyKeyReused):  # a PolicyError, but of the request as a whole: 409
+        return Refusal(None, exc.message, status.HTTP_409_CONFLICT, exc.code)
     if isinstance(exc, PolicyError):
         return Refusal(exc.field, exc.message, status.HTTP_400_BAD_REQUEST, "invalid")
     if isinstance(exc, ledger.InvalidAmount | ledger.InvalidKey):
@@ -53,9 +56,10 @@ def refusal(exc: ServiceError) -> Refusal:
 class Refused(exceptions.APIException):
     """A refusal of the request as a whole, keeping the service's code."""
 
-    def __init__(self, found: Refusal) -> None:
+    def __init__(self, found: Refusal, *, field: str | None = None) -> None:
         super().__init__(detail=found.message, code=found.code)
         self.status_code = found.status
+        self.field = field  # the input it is about, named in the body's `fields` (a reused key's header)
 
 
 def api_exception(exc: ServiceError) -> exceptions.APIException:
@@ -63,7 +67,7 @@ def api_exception(exc: ServiceError) -> exceptions.APIException:
     found = refusal(exc)
     if found.field is not None:
         return serializers.ValidationError({found.field: [found.message]})
-    return Refused(found)
+    return Refused(found, field=exc.field if isinstance(exc, IdempotencyKeyReused) else None)
 
 
 def form_errors(exc: ServiceError, *, whole: str = "form") -> dict[str, str]:

@@ -16,7 +16,6 @@ from market.services.hold_policy import HoldPolicyRefused, hold_policy_set
 
 
 class HoldPolicySerializer(BodySerializer):
-    refuse_unknown = True
     unknown_message = "is not a hold setting"
 
     sized_by_prediction = serializers.BooleanField(

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.http import Http404
 from django.shortcuts import get_object_or_404
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -14,19 +14,21 @@ from rest_framework.views import APIView
 
 from accounts.access import access_tenant, caller
 from accounts.models import ApiToken, Tenant
-from config.api import Pagination
+from config.api import Pagination, no_body
 from config.errors import PolicyError
-from config.idempotency import request_digest
+from config.idempotency import IdempotencyKeyReused, header_key, key_header, request_digest
 from market.api.errors import api_exception
 from market.api.jobs_serializers import (
     BidAmendSerializer,
     JobDetailSerializer,
     JobFilterSerializer,
+    JobListItemSerializer,
     JobSerializer,
     JobSubmitSerializer,
 )
 from market.models import TERMINAL_STATES, Job
 from market.selectors.job_estimate import job_estimate
+from market.selectors.job_notes import job_notes
 from market.selectors.jobs import gpu_types_by_name, job_detail, job_list, tenant_jobs
 from market.services import jobs as services
 
@@ -44,13 +46,8 @@ def _render(
 
 
 def _idempotency_key(request: Request) -> str:
-    key = request.headers.get("Idempotency-Key")
-    if key is None:
-        return ""
-    if not key.strip(" "):
-        raise serializers.ValidationError({"Idempotency-Key": ["must not be empty or blank when given"]})
     try:
-        return services.check_idempotency_key(key)
+        return header_key(request.headers)
     except PolicyError as exc:
         raise api_exception(exc) from exc
 
@@ -94,14 +91,9 @@ def _job(tenant: Tenant, job_id: int) -> Job:
     return get_object_or_404(tenant_jobs(tenant=tenant), pk=job_id)
 
 
-_IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key",
-    # Printable ASCII, not only spaces: what check_idempotency_key and _idempotency_key take.
-    {"type": "string", "pattern": r"^[ -~]*[!-~][ -~]*$", "maxLength": services.IDEMPOTENCY_KEY_MAX_CHARS},
-    OpenApiParameter.HEADER,
-    required=False,
-    description="1 to 200 printable characters. Repeating a submit with the same key and body returns the "
-    "first response; the same key with another body is refused (409 idempotency_key_reused).",
+_IDEMPOTENCY_HEADER = key_header(
+    "Repeating a submit with the same key and body returns the first response; the same key with another "
+    "body is refused (409 idempotency_key_reused)."
 )
 
 
@@ -110,8 +102,8 @@ class JobListView(APIView):
 
     @extend_schema(
         parameters=[JobFilterSerializer],
-        responses=JobSerializer(many=True),
-        summary="The tenant's jobs, newest first (paginated)",
+        responses=JobListItemSerializer(many=True),
+        summary="The tenant's jobs, newest first (paginated), each with its tier, node and why it waits",
     )
     def get(self, request: Request, slug: str) -> Response:
         tenant = access_tenant(caller(request), slug, auth=request.auth)
@@ -123,7 +115,8 @@ class JobListView(APIView):
         )
         paginator = Pagination()
         page = paginator.paginate_queryset(qs, request, view=self)
-        data = JobSerializer(page, many=True, context={"gpu_types": gpu_types_by_name()}).data
+        context = {"gpu_types": gpu_types_by_name(), "notes": job_notes(page or [])}
+        data = JobListItemSerializer(page, many=True, context=context).data
         return paginator.get_paginated_response(data)
 
     @extend_schema(
@@ -171,7 +164,7 @@ class JobListView(APIView):
 def _replay(tenant: Tenant, key: str, digest: str) -> Job | None:
     try:
         return services.job_replay(tenant=tenant, idempotency_key=key, request_digest=digest)
-    except services.JobError as exc:  # the key was used for another body
+    except IdempotencyKeyReused as exc:  # the key was used for another body
         raise api_exception(exc) from exc
 
 
@@ -224,7 +217,7 @@ class JobCancelView(APIView):
     def post(self, request: Request, slug: str, job_id: int) -> Response:
         tenant = access_tenant(caller(request), slug, auth=request.auth)
         job = _job(tenant, job_id)
-        request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
+        no_body(request)
         try:
             job = services.job_cancel(job=job, actor=caller(request))
         except services.JobError as exc:

@@ -22,9 +22,10 @@ from config.money import format_credits
 from inventory.models import GpuType
 from market.api.ledger_serializers import CreditsField
 from market.models import Bid, BidOutcome, Job, JobState, JournalEntry, Lease, LeaseGpu, PreemptReason
-from market.selectors.explain import preemption_sentence
+from market.selectors.explain import explain_outcomes, preemption_sentence, queue_places
 from market.selectors.holds import hold_ends_at
 from market.selectors.jobs import gpu_types_by_name
+from market.selectors.lease_parts import lease_part_views
 from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
 from market.selectors.speed import TypeSpeed
@@ -367,6 +368,9 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
         help_text="For reason outbid: the price that would have won (micro-credits per GPU-hour)."
     )
     would_have_won_credits = serializers.SerializerMethodField()
+    text = serializers.SerializerMethodField(
+        help_text="Why, in one sentence, with the figures the round stored (the job page's sentence)."
+    )
 
     class Meta:
         model = BidOutcome
@@ -382,6 +386,7 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
             "figure",
             "would_have_won",
             "would_have_won_credits",
+            "text",
         ]
         read_only_fields = fields
 
@@ -390,6 +395,11 @@ class OutcomeSerializer(serializers.ModelSerializer[BidOutcome]):
 
     def get_would_have_won(self, outcome: BidOutcome) -> int | None:
         return outcome.figure if outcome.reason == "outbid" else None
+
+    def get_text(self, outcome: BidOutcome) -> str:
+        # Set by JobDetailSerializer for the outcomes it shows (explain_outcomes reads their rounds in one go).
+        texts: dict[int, str] = self.context.get("outcome_text", {})
+        return texts.get(outcome.pk, "")
 
     def get_would_have_won_credits(self, outcome: BidOutcome) -> str | None:
         figure = self.get_would_have_won(outcome)
@@ -450,6 +460,25 @@ class PreemptionSerializer(serializers.Serializer[object]):
     )
 
 
+class LeasePartSerializer(serializers.Serializer[object]):
+    """market.selectors.lease_parts.PartView: one node's part of the lease (docs/jobs.md §Multi-node jobs)."""
+
+    rank = serializers.IntegerField(help_text="0 hosts the rendezvous.")
+    node = serializers.CharField()
+    state = serializers.CharField(
+        help_text='"starting" (its bind waits for the agent), "running", "exited", "refused" (could not '
+        'start), "lost" (its node went down), or "not started" (the lease ended first).'
+    )
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    signal = serializers.IntegerField(allow_null=True)
+    text = serializers.CharField(help_text='One sentence, e.g. "part 1 on node gpu-b exited with code 3".')
+    log_tail = serializers.CharField(
+        help_text="The last 64 KiB of this part's output, as its agent reported it."
+    )
+
+
 class LeaseSerializer(serializers.ModelSerializer[Lease]):
     node: serializers.SlugRelatedField[Model] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
@@ -469,6 +498,13 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
     preemption = serializers.SerializerMethodField(
         help_text="Why a round preempted it (end_reason preempted); null otherwise, and for leases preempted "
         "before reasons were recorded."
+    )
+    exit_code = serializers.SerializerMethodField(
+        help_text="The job's exit code on this lease as its agents reported it (a gang: the first nonzero "
+        "one); null while it runs, or when it was stopped by a signal."
+    )
+    parts = serializers.SerializerMethodField(
+        help_text="One per node, in rank order: a gang on several nodes has several, every other lease one."
     )
 
     class Meta:
@@ -492,6 +528,8 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
             "stop_requested_at",
             "ended_at",
             "end_reason",
+            "end_detail",
+            "parts",
             "last_checkpoint_at",
             "charged",
             "charged_credits",
@@ -501,8 +539,17 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
             "hold_warned_at",
             "hold_ends_at",
             "preemption",
+            "exit_code",
         ]
         read_only_fields = fields
+
+    def get_exit_code(self, lease: Lease) -> int | None:
+        codes = [r.exit_code for r in getattr(lease, "usage_rows", None) or [] if r.exit_code is not None]
+        return next((c for c in codes if c != 0), 0) if codes else None
+
+    @extend_schema_field(LeasePartSerializer(many=True))
+    def get_parts(self, lease: Lease) -> list[dict[str, Any]]:
+        return [dict(LeasePartSerializer(view).data) for view in lease_part_views(lease)]
 
     @extend_schema_field(PreemptionSerializer(allow_null=True))
     def get_preemption(self, lease: Lease) -> dict[str, Any] | None:
@@ -709,6 +756,45 @@ class EstimateSerializer(serializers.Serializer[object]):
     )
 
 
+class JobListItemSerializer(JobSerializer):
+    """A job in a list, with what a queue view shows: its newest lease's tier and node and, while it waits,
+    why its newest round did not run it (context["notes"]: market.selectors.job_notes.job_notes)."""
+
+    tier = serializers.SerializerMethodField(help_text="G, B or S: its newest lease's tier; null before one.")
+    node = serializers.SerializerMethodField(help_text="Its newest lease's node; null before one.")
+    reason = serializers.SerializerMethodField(
+        help_text="A pending job: why its newest round did not run it, in one sentence; empty otherwise."
+    )
+
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "tier", "node", "reason"]
+        read_only_fields = fields
+
+    def _note(self, job: Job) -> Any:
+        return self.context["notes"].get(job.pk)
+
+    def get_tier(self, job: Job) -> str | None:
+        note = self._note(job)
+        return None if note is None else note.tier
+
+    def get_node(self, job: Job) -> str | None:
+        note = self._note(job)
+        return None if note is None else note.node
+
+    def get_reason(self, job: Job) -> str:
+        note = self._note(job)
+        return "" if note is None else str(note.reason)
+
+
+class QueuePlaceSerializer(serializers.Serializer[object]):
+    """market.selectors.explain.QueuePlace: where a pending job stands for one GPU type of its bid."""
+
+    gpu_type = serializers.CharField()
+    limit = serializers.IntegerField(help_text="The bid's limit for this type, micro-credits per GPU-hour.")
+    position = serializers.IntegerField(help_text="1: first in the market order for this type.")
+    gpus_ahead = serializers.IntegerField(help_text="GPUs the pending bids before it ask for.")
+
+
 class JobDetailSerializer(JobSerializer):
     """A job with every version of its bid, its round outcomes (the latest 100, newest first, and how many
     there are), its leases and the ledger entries of their holds."""
@@ -728,6 +814,12 @@ class JobDetailSerializer(JobSerializer):
         allow_null=True,
         help_text="Predicted runtime, cost and start (docs/predictions.md); null for an ended job.",
     )
+    queue = serializers.SerializerMethodField(
+        help_text="A pending job's place in the market order per GPU type of its bid; empty otherwise."
+    )
+    reason = serializers.SerializerMethodField(
+        help_text="Why its newest round did not run it (or what it won), in one sentence; empty before any."
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [
@@ -739,8 +831,26 @@ class JobDetailSerializer(JobSerializer):
             "charges",
             "log_tail",
             "estimate",
+            "queue",
+            "reason",
         ]
         read_only_fields = fields
 
+    @extend_schema_field(QueuePlaceSerializer(many=True))
+    def get_queue(self, job: Job) -> list[dict[str, Any]]:
+        return [dict(QueuePlaceSerializer(asdict(place)).data) for place in queue_places(job)]
+
+    def get_reason(self, job: Job) -> str:
+        latest = job.latest_outcomes[:1]  # type: ignore[attr-defined]  # set by market.selectors.jobs.job_detail
+        # The newest outcome's sentence, from those to_representation explained for the outcomes' `text`.
+        return str(self.context["outcome_text"].get(latest[0].pk, "")) if latest else ""
+
     def get_log_tail(self, job: Job) -> str:
         return job_log_tail(job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+
+    def to_representation(self, instance: Job) -> dict[str, Any]:
+        # Each outcome's sentence, as the job page words it: computed once for all of them (their rounds'
+        # prices and evidence in one read each), then read by OutcomeSerializer.get_text.
+        explained = explain_outcomes(instance, instance.latest_outcomes, instance.history)  # type: ignore[attr-defined]  # set by job_detail's Prefetch(to_attr=...)
+        self.context["outcome_text"] = {e.outcome.pk: e.sentence for e in explained}
+        return super().to_representation(instance)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -12,6 +12,7 @@ from rest_framework.views import APIView
 
 from accounts.access import access_tenant, caller, require_admin
 from config.api import Pagination
+from config.idempotency import key_header
 from market.api.errors import api_exception
 from market.api.ledger_serializers import (
     BalanceSerializer,
@@ -49,12 +50,10 @@ class LedgerView(APIView):
         return paginator.get_paginated_response(EntrySerializer(page, many=True).data)
 
 
-_IDEMPOTENCY_HEADER = OpenApiParameter(
-    "Idempotency-Key",
-    {"type": "string", "maxLength": services.KEY_MAX_LENGTH},
-    OpenApiParameter.HEADER,
-    required=False,
-    description="The key, when the body has none; the same as the body's key when both are given.",
+_IDEMPOTENCY_HEADER = key_header(
+    "The key, when the body has none; the same as the body's key when both are given. A retry with the same "
+    "key and amount answers the first entry (200); another request under it is refused (409 "
+    "idempotency_key_reused)."
 )
 _MOVE_RESPONSES = {
     201: EntrySerializer,

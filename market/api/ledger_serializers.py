@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING, Any
 from rest_framework import serializers
 
 from config.api import BodySerializer, QuerySerializer
-from config.fields import SPACE, DecimalStringField, InstantField, TextField
+from config.errors import PolicyError
+from config.fields import DecimalStringField, InstantField, TextField
+from config.idempotency import KEY_MAX_CHARS, KEY_RULE, KEY_TEXT, header_key
 from config.money import MAX_AMOUNT, MICRO, format_credits
 from market.models import EntryKind, JournalEntry, Posting
-from market.services.ledger import KEY_MAX_LENGTH, key_as_given
+from market.services.ledger import key_as_given
 
 if TYPE_CHECKING:
     from accounts.models import Tenant, User
@@ -63,17 +65,18 @@ class MoneyMoveSerializer(BodySerializer):
     amount = CreditsField(help_text='Credits, e.g. "12.5" (at most 6 decimals).')
     key = TextField(
         required=False,
-        max_length=KEY_MAX_LENGTH,
+        max_length=KEY_MAX_CHARS,
+        pattern=KEY_TEXT,
+        pattern_message=KEY_RULE,
         help_text="Idempotency key (or the Idempotency-Key header; the same one if both are given).",
     )
     memo = TextField(required=False, max_length=200, allow_blank=True, default="")
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        request = self.context["request"]
-        header = request.headers.get("Idempotency-Key")
-        if header is not None and not header.strip(SPACE):
-            raise serializers.ValidationError({"Idempotency-Key": "must not be empty or blank when given"})
-        header = header.strip(SPACE) if header is not None else None
+        try:
+            header = header_key(self.context["request"].headers)
+        except PolicyError as exc:
+            raise serializers.ValidationError({exc.field: exc.message}) from exc
         body = attrs.get("key")
         if body and header and body != header:
             raise serializers.ValidationError({"key": "differs from the Idempotency-Key header"})
@@ -82,8 +85,6 @@ class MoneyMoveSerializer(BodySerializer):
             raise serializers.ValidationError(
                 {"key": "an idempotency key is required: 'key' in the body or the Idempotency-Key header"}
             )
-        if len(key) > KEY_MAX_LENGTH:
-            raise serializers.ValidationError({"key": f"must be at most {KEY_MAX_LENGTH} characters"})
         return attrs | {"key": key}
 
 

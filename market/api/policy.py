@@ -23,14 +23,9 @@ from config.fields import TextField
 from market.api.errors import api_exception
 from market.api.ledger_serializers import CreditsField
 from market.models import MarketPolicy
+from market.models.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.selectors.policy import TenantPolicy, market_policy, tenant_policy
-from market.services.policy import (
-    GUARANTEE_MAX,
-    POLICY_LIMITS,
-    WEIGHT_LIMITS,
-    policy_update,
-    tenant_policy_update,
-)
+from market.services.policy import policy_update, tenant_policy_update
 from market.services.policy_versions import REASON_MAX
 
 # Market policy
@@ -51,7 +46,6 @@ def _knob(name: str, help_text: str) -> serializers.IntegerField:
 class MarketPolicyPatchSerializer(BodySerializer):
     """Any subset of the knobs; unknown names are refused."""
 
-    refuse_unknown = True
     unknown_message = "is not a market policy setting"
 
     round_seconds = _knob("round_seconds", "Seconds between round starts.")
@@ -69,6 +63,17 @@ class MarketPolicyPatchSerializer(BodySerializer):
     )
     fair_share_payback_s = _knob(
         "fair_share_payback_s", "Owed GPU-hours are paid back over this many seconds (adds to entitlement)."
+    )
+    max_moves = _knob(
+        "max_moves", "Running jobs moved per round at most to make room for a blocked gang; 0: none."
+    )
+    move_min_runtime_s = _knob("move_min_runtime_s", "A lease younger than this is never moved, seconds.")
+    move_max_lost_gpu_s = _knob(
+        "move_max_lost_gpu_s", "Never move a lease losing more GPU-seconds of work since its last checkpoint."
+    )
+    move_cooldown_s = _knob("move_cooldown_s", "A node moved from or to is left alone this long, seconds.")
+    move_restart_s = _knob(
+        "move_restart_s", "A move's cost per GPU, seconds; a move happens only when cheaper than waiting."
     )
     retention_days = _knob("retention_days", "Days round books, bid outcomes and old commands are kept.")
     energy_price_kwh = _knob("energy_price_kwh", "Micro-credits per measured kWh added to charges; 0: none.")
@@ -141,7 +146,6 @@ class TenantPolicySerializer(serializers.Serializer[object]):
 class TenantPolicyPatchSerializer(BodySerializer):
     """Any subset; all of it is applied or none. Unknown names are refused."""
 
-    refuse_unknown = True
     unknown_message = "is not a tenant policy setting"
 
     weight = serializers.IntegerField(required=False, min_value=WEIGHT_LIMITS[0], max_value=WEIGHT_LIMITS[1])

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -18,12 +18,15 @@ from accounts.models import User
 from config.api import BodySerializer, Pagination, QuerySerializer
 from config.errors import PolicyError
 from config.fields import TextField
+from config.idempotency import HEADER, IdempotencyKeyReused, header_key, key_header
 from config.money import MAX_AMOUNT
 from market.api.errors import api_exception
 from market.api.policy import _knob
 from market.models import AllowancePeriod, OnExpiry, PolicyCanary, PolicyVersion, VersionStatus
+from market.models.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.selectors.policy_snapshot import policy_snapshot
 from market.selectors.policy_versions import (
+    applied_as,
     current_version,
     snapshot_diff,
     version_by_number,
@@ -31,8 +34,7 @@ from market.selectors.policy_versions import (
     versions,
 )
 from market.services import canary as canaries
-from market.services.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
-from market.services.policy_apply import KEY_MAX, policy_revert
+from market.services.policy_apply import policy_revert
 from market.services.policy_proposals import policy_version_propose
 from market.services.policy_versions import REASON_MAX
 
@@ -78,9 +80,14 @@ class VersionDetailSerializer(VersionSerializer):
     snapshot = serializers.JSONField(read_only=True, help_text="The whole policy as this version records it.")
     current = serializers.IntegerField(allow_null=True, read_only=True, help_text="The version in force.")
     diff = ChangeSerializer(many=True, read_only=True, help_text="From the policy in force to this version.")
+    applied_as = serializers.IntegerField(
+        allow_null=True,
+        read_only=True,
+        help_text="A proposed draft applied to everyone: the version (kind apply) that applied it.",
+    )
 
     class Meta(VersionSerializer.Meta):
-        fields = [*VersionSerializer.Meta.fields, "snapshot", "current", "diff"]
+        fields = [*VersionSerializer.Meta.fields, "snapshot", "current", "diff", "applied_as"]
         read_only_fields = fields
 
 
@@ -88,11 +95,13 @@ def _detail(version: PolicyVersion) -> dict[str, Any]:
     current = current_version()
     data = dict(VersionSerializer(version).data)
     changes = snapshot_diff(policy_snapshot(), version_target(version))
+    applied = applied_as(drafts=[version]).get(version.pk)
     return {
         **data,
         "snapshot": version.snapshot,
         "current": current.number if current else None,
         "diff": [c._asdict() for c in changes],
+        "applied_as": applied.number if applied else None,
     }
 
 
@@ -126,7 +135,6 @@ def _amount(**kwargs: Any) -> serializers.IntegerField:
 
 
 class KnobsSerializer(BodySerializer):
-    refuse_unknown = True
     unknown_message = "is not a market policy setting"
 
     def get_fields(self) -> dict[str, serializers.Field]:  # type: ignore[type-arg]  # any DRF field
@@ -134,13 +142,11 @@ class KnobsSerializer(BodySerializer):
 
 
 class PricesSerializer(BodySerializer):
-    refuse_unknown = True
     reserve_price = _amount(required=False, help_text="Micro-credits per GPU-hour.")
     max_price = _amount(required=False, help_text="Micro-credits per GPU-hour, at least the reserve.")
 
 
 class AllowanceSerializer(BodySerializer):
-    refuse_unknown = True
     amount = serializers.IntegerField(min_value=1, max_value=MAX_AMOUNT, help_text="Micro-credits a period.")
     period = serializers.ChoiceField(choices=AllowancePeriod.choices)
     cap = _amount()
@@ -148,7 +154,6 @@ class AllowanceSerializer(BodySerializer):
 
 
 class TenantPartSerializer(BodySerializer):
-    refuse_unknown = True
     weight = serializers.IntegerField(required=False, min_value=WEIGHT_LIMITS[0], max_value=WEIGHT_LIMITS[1])
     guardrail = _amount(required=False, allow_null=True, help_text="Micro-credits; null: none.")
     guarantees = serializers.DictField(
@@ -160,18 +165,33 @@ class TenantPartSerializer(BodySerializer):
 
 
 class SnapshotSerializer(BodySerializer):
-    refuse_unknown = True
     market = KnobsSerializer(required=False)
     gpu_types = serializers.DictField(child=PricesSerializer(), required=False, help_text="By type name.")
     tenants = serializers.DictField(child=TenantPartSerializer(), required=False, help_text="By slug.")
 
 
 class ProposeSerializer(BodySerializer):
-    refuse_unknown = True
     snapshot = SnapshotSerializer(
         help_text="A full or partial snapshot; what is not named is taken from the policy in force."
     )
     reason = _reason()
+
+
+def _key(request: Request) -> str | None:
+    """The Idempotency-Key header by the one rule (config/idempotency.header_key); None without one."""
+    try:
+        return header_key(request.headers) or None
+    except PolicyError as exc:
+        raise api_exception(exc) from exc
+
+
+def _refused(exc: PolicyError) -> Exception:
+    """A service's refusal, its `key` argument named as the header it came in."""
+    if exc.field != "key":
+        return api_exception(exc)
+    if isinstance(exc, IdempotencyKeyReused):
+        return api_exception(IdempotencyKeyReused(exc.message))
+    return api_exception(PolicyError(HEADER, exc.message))
 
 
 class VersionListView(APIView):
@@ -194,11 +214,9 @@ class VersionListView(APIView):
         request=ProposeSerializer,
         responses={201: VersionDetailSerializer},
         parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                description="Up to 100 characters; a retry with the same key returns the first draft.",
+            key_header(
+                "A retry with the same key and body returns the first draft; the same key for another draft "
+                "is refused (409 idempotency_key_reused)."
             )
         ],
         summary="Record a proposed version (a draft, not applied; platform admins)",
@@ -207,12 +225,11 @@ class VersionListView(APIView):
         admin = _admin(request)
         body = ProposeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        key = request.headers.get("Idempotency-Key")
+        key = _key(request)
         try:
             version = policy_version_propose(actor=admin, key=key, **body.validated_data)
         except PolicyError as exc:
-            field = "Idempotency-Key" if exc.field == "key" else exc.field
-            raise api_exception(PolicyError(field, exc.message)) from exc
+            raise _refused(exc) from exc
         return Response(_detail(version), status=status.HTTP_201_CREATED)
 
 
@@ -226,7 +243,6 @@ class VersionDetailView(APIView):
 
 
 class ReasonSerializer(BodySerializer):
-    refuse_unknown = True
     reason = _reason()
 
 
@@ -245,11 +261,9 @@ class RevertView(APIView):
         request=ReasonSerializer,
         responses=RevertResultSerializer,
         parameters=[
-            OpenApiParameter(
-                "Idempotency-Key",
-                str,
-                OpenApiParameter.HEADER,
-                description=f"Up to {KEY_MAX} characters; a retry with the same key returns the first revert.",
+            key_header(
+                "A retry with the same key returns the first revert; the same key for a revert to another "
+                "version is refused (409 idempotency_key_reused)."
             )
         ],
         summary="Make this version's policy the one in force for everyone (platform admins; audited)",
@@ -259,12 +273,11 @@ class RevertView(APIView):
         version = _version(number)
         body = ReasonSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        key = request.headers.get("Idempotency-Key")
+        key = _key(request)
         try:
             result = policy_revert(actor=admin, version=version, key=key, **body.validated_data)
         except PolicyError as exc:
-            field = "Idempotency-Key" if exc.field == "key" else exc.field
-            raise api_exception(PolicyError(field, exc.message)) from exc
+            raise _refused(exc) from exc
         return Response(
             {
                 "version": VersionSerializer(result.version).data if result.version else None,
@@ -317,7 +330,6 @@ def _limited(limits: tuple[int, int], help_text: str, **kwargs: Any) -> serializ
 class CanaryStartSerializer(BodySerializer):
     """Name at least one tenant or set `market`; the tenants must be in the version."""
 
-    refuse_unknown = True
     version = serializers.IntegerField(
         min_value=1, max_value=2_147_483_647, help_text="The version's number (usually a proposed one)."
     )

@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import caller, require_admin
-from config.api import Pagination
+from config.api import Pagination, no_body
 from config.errors import PolicyError
 from market.api.errors import api_exception
 from market.models import PolicyVersion, ShadowRun
@@ -121,6 +121,7 @@ class ShadowStartView(APIView):
     )
     def post(self, request: Request, number: int) -> Response:
         version = _version(request, number)
+        no_body(request)
         try:
             run = shadow_start(actor=caller(request), version=version)
         except PolicyError as exc:
@@ -132,6 +133,7 @@ class ShadowStopView(APIView):
     @extend_schema(request=None, responses=ShadowRunSerializer, summary="Stop a version's shadow")
     def post(self, request: Request, number: int) -> Response:
         version = _version(request, number)
+        no_body(request)
         try:
             run = shadow_stop(actor=caller(request), version=version)
         except PolicyError as exc:

@@ -14,17 +14,16 @@ from rest_framework.views import APIView
 
 from accounts.access import access_tenant, caller, can_manage
 from accounts.models import Tenant
-from config.api import BodySerializer, Pagination
+from config.api import BodySerializer, Pagination, no_body
 from config.errors import PolicyError
 from config.fields import DecimalStringField, TextField
-from config.idempotency import request_digest
+from config.idempotency import header_key, key_header, request_digest
 from config.money import MICRO, format_credits
 from market.api.errors import api_exception
 from market.api.ledger_serializers import CreditsField
 from market.models import AlertAction, AlertKind, SpendAlertRule
 from market.selectors.spend_alerts import describe, rule_deliveries, tenant_rule, tenant_rules
 from market.services import spend_alerts as services
-from market.services.jobs import check_idempotency_key
 
 THRESHOLD_HELP = (
     'Credits for the spend kinds ("50" is 50 credits in the UTC day or ISO week); whole hours for '
@@ -43,7 +42,6 @@ def threshold_value(kind: str, threshold: Decimal) -> int:
 
 
 class RuleWriteSerializer(BodySerializer):
-    refuse_unknown = True
     unknown_message = "is not a spend alert setting"
 
     kind = serializers.ChoiceField(choices=AlertKind.choices)
@@ -184,11 +182,19 @@ class RuleListView(APIView):
 
     @extend_schema(
         request=RuleWriteSerializer,
+        parameters=[
+            key_header(
+                "A retry with the same key and body returns the first rule (200, with its secret); the same "
+                "key with another body is refused (409 idempotency_key_reused)."
+            )
+        ],
         responses={
             201: CreatedSerializer,
             200: OpenApiResponse(CreatedSerializer, description="A retry with the same Idempotency-Key."),
             403: OpenApiResponse(description="Neither a manager of the team nor a platform admin."),
-            409: OpenApiResponse(description="too_many_spend_alerts: the team has 20 already."),
+            409: OpenApiResponse(
+                description="too_many_spend_alerts: the team has 20 already; idempotency_key_reused."
+            ),
         },
         summary="Create a spend alert (managers); the webhook secret is in this answer only",
     )
@@ -197,7 +203,7 @@ class RuleListView(APIView):
         body = RuleWriteSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         args = _rule_args(None, body.validated_data)
-        key = _write(check_idempotency_key, key=request.headers.get("Idempotency-Key", ""))
+        key = _write(header_key, headers=request.headers)
         created = _write(
             services.spend_alert_create,
             actor=caller(request),
@@ -269,7 +275,7 @@ class RuleLiftView(APIView):
     )
     def post(self, request: Request, slug: str, rule_id: int) -> Response:
         _, rule = _rule(request, slug, rule_id, manage=True)
-        request.data  # noqa: B018 - a body is optional, but one that is sent must parse like any other
+        no_body(request)
         rule = _write(services.spend_alert_lift, actor=caller(request), rule=rule)
         return Response(render(rule, manages=True))
 

@@ -5,7 +5,17 @@ from market.models.fair_share import FairShareRound, FairShareUsage
 from market.models.guarantees import Guarantee
 from market.models.hold_policy import HoldPolicy, OnHoldEnd
 from market.models.jobs import LEASED_STATES, TERMINAL_STATES, Bid, Job, JobState
-from market.models.leases import LIVE_LEASE_STATES, EndReason, Lease, LeaseGpu, LeaseState, PreemptReason
+from market.models.leases import (
+    LIVE_LEASE_STATES,
+    PART_ENDED,
+    EndReason,
+    Lease,
+    LeaseGpu,
+    LeasePart,
+    LeaseState,
+    PartState,
+    PreemptReason,
+)
 from market.models.ledger import (
     Account,
     AccountKind,
@@ -38,6 +48,9 @@ from market.models.spend_alerts import (
 from market.models.usage import LeaseUsage, UsageReport
 
 __all__ = [
+    "PART_ENDED",
+    "LeasePart",
+    "PartState",
     "DONE_STATES",
     "LEASED_STATES",
     "LIVE_LEASE_STATES",

@@ -138,6 +138,10 @@ class Lease(models.Model):
     # last checkpoint to the round that preempted it. Set by the round commit with end_reason "preempted";
     # null on every other lease and on leases preempted before it was recorded.
     lost_gpu_s = models.FloatField(null=True, blank=True)
+    # Which part of a gang ended it and how, in words ("part 1 on node b exited with code 3", "node b (part 1)
+    # down"): set with the end reason by the gang rules (market.services.lease_parts). Empty on a lease that
+    # ended as a whole (completed, preempted, cancelled) and on leases from before.
+    end_detail = models.CharField(max_length=300, blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -172,3 +176,43 @@ class LeaseGpu(models.Model):
                 fields=["gpu"], condition=models.Q(active=True), name="lease_gpu_bound_once"
             )
         ]
+
+
+class PartState(models.TextChoices):
+    """One node's part of a lease (docs/agent.md §Multi-node gangs). A part without a row is still waiting
+    for its agent to start it (its bind is in the outbox)."""
+
+    RUNNING = "running", "Running"  # its agent started it
+    EXITED = "exited", "Exited"  # its processes are gone (exit_code / signal say how)
+    REFUSED = "refused", "Could not start"  # its agent refused the bind: the gang never ran together
+    LOST = "lost", "Node down"  # its node was declared down under it
+
+
+PART_ENDED = (PartState.EXITED, PartState.REFUSED, PartState.LOST)
+
+
+class LeasePart(models.Model):
+    """What one node of a lease reported: started, exited (with its exit code or signal), refused, lost.
+
+    Written when the first of those happens, not by the round commit (that inserts leases by the thousand,
+    and most parts are the only part of their lease). The rank is the node's place in the lease's nodes in
+    id order (market.gang.part_ranks), the same the bind gave the part. The lease is settled once every part
+    has ended (market.services.lease_parts)."""
+
+    # Real constraints, unlike the round commit's tables: parts are written one report at a time.
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="parts", db_index=False)
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="+")
+    rank = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=16, choices=PartState.choices)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    signal = models.IntegerField(null=True, blank=True)
+    detail = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["lease", "rank"]
+        constraints = [models.UniqueConstraint(fields=["lease", "node"], name="lease_part_lease_node")]
+
+    def __str__(self) -> str:
+        return f"part {self.rank} of lease {self.lease_id} ({self.state})"

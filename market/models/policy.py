@@ -11,6 +11,36 @@ from allocator.book import Policy
 # The clearing's own defaults, so the platform and the simulator start from the same knobs.
 _BOOK = Policy()
 
+DAY = 86_400
+
+# Inclusive bounds (what market.services.policy accepts and the policy snapshot reads) of each market-wide knob; the API builds its fields from this table.
+POLICY_LIMITS: dict[str, tuple[int, int]] = {
+    "round_seconds": (10, DAY),
+    "price_step_bp": (1, 5_000),
+    "min_runtime_s": (0, 7 * DAY),
+    "default_grace_s": (0, 3_600),
+    "starve_rounds": (1, 1_000),
+    "max_reservations": (0, 1_000),
+    "max_reserved_pct": (1, 100),
+    "fair_reclaim": (0, 1),
+    # 0: no history; at most 30 days (a longer memory would let last month's use decide today's round).
+    "fair_share_half_life_s": (0, 30 * DAY),
+    # Paid back over at least a minute (the clearing divides by it), at most a week.
+    "fair_share_payback_s": (60, 7 * DAY),
+    # Consolidation (allocator/reference/consolidate.py): moves a round, and what a move may cost.
+    "max_moves": (0, 1_000),
+    "move_min_runtime_s": (0, 7 * DAY),
+    "move_max_lost_gpu_s": (0, 1_000 * DAY),
+    "move_cooldown_s": (0, 7 * DAY),
+    "move_restart_s": (0, DAY),
+    "retention_days": (1, 3_650),
+    "energy_price_kwh": (0, 1_000_000_000),
+    "idle_util_pct": (0, 100),
+    "idle_seconds": (60, 7 * DAY),
+}
+WEIGHT_LIMITS = (1, 1_000_000)
+GUARANTEE_MAX = 1_000_000
+
 
 class MarketPolicy(models.Model):
     """The knobs of the clearing and the rounds. The clearing's knobs default to allocator.book.Policy's own
@@ -47,6 +77,24 @@ class MarketPolicy(models.Model):
     fair_share_payback_s = models.PositiveIntegerField(
         default=_BOOK.fair_share_payback_s,
         help_text="What a tenant is owed is paid back over this time (owed GPU-hours / it add to entitlement).",
+    )
+    max_moves = models.PositiveIntegerField(
+        default=_BOOK.max_moves,
+        help_text="Running jobs moved per round at most to make room for a blocked gang; 0: no moves.",
+    )
+    move_min_runtime_s = models.PositiveIntegerField(
+        default=_BOOK.move_min_runtime_s, help_text="A lease younger than this is never moved."
+    )
+    move_max_lost_gpu_s = models.PositiveIntegerField(
+        default=_BOOK.move_max_lost_gpu_s,
+        help_text="Never move a lease that would lose more GPU-seconds of work since its last checkpoint.",
+    )
+    move_cooldown_s = models.PositiveIntegerField(
+        default=_BOOK.move_cooldown_s, help_text="A node moved from or to is left alone this long."
+    )
+    move_restart_s = models.PositiveIntegerField(
+        default=_BOOK.move_restart_s,
+        help_text="What a move costs per GPU (stop, checkpoint, start); moves happen only when cheaper than waiting.",
     )
     retention_days = models.PositiveIntegerField(
         default=30,

@@ -18,6 +18,8 @@ from django.db import models
 class VersionKind(models.TextChoices):
     CHANGE = "change", "Change"
     REVERT = "revert", "Revert"
+    # A proposed draft applied to everyone (a revert whose target is a draft): not a step back (issue 37 §5).
+    APPLY = "apply", "Draft applied"
     CANARY_START = "canary-start", "Canary start"
     CANARY_PROMOTE = "canary-promote", "Canary promoted"
     CANARY_REVERT = "canary-revert", "Canary reverted"
@@ -110,8 +112,8 @@ class PolicyCanary(models.Model):
     started_at = models.DateTimeField(auto_now_add=True)
     ends_at = models.DateTimeField(null=True, blank=True)
     on_expiry = models.CharField(max_length=8, choices=OnExpiry.choices, default=OnExpiry.REVERT)
-    # Guardrails (null: not checked). Compliance: per cent of rounds with demand in which a tenant held
-    # min(demand, guarantee), over the last `window_s` (market.selectors.fairness).
+    # Guardrails (null: not checked). Compliance: per cent of the rounds a tenant waited in where it held at
+    # least 95% of its fair-share target, over the last `window_s` (market.selectors.fair_share, docs/policy.md).
     min_compliance_pct = models.PositiveSmallIntegerField(null=True, blank=True)
     max_failed_rounds = models.PositiveIntegerField(null=True, blank=True)
     max_preemptions_per_hour = models.PositiveIntegerField(null=True, blank=True)

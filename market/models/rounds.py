@@ -54,6 +54,27 @@ class Round(models.Model):
         return f"round {self.pk} ({self.state})"
 
 
+# Why a bid the allocator chose did not become a lease (BidOutcome.reason, beside the allocator's own reasons):
+# the round commit sets them, the explanations (market.selectors.explain) read them, so they live here.
+SKIP_CHANGED = "job_changed_during_round"
+SKIP_GPUS_TAKEN = "gpus_taken_during_round"
+SKIP_BUDGET = "over_budget_at_commit"
+SKIP_HOLD_CONFLICT = "hold_key_conflict"
+SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
+SKIP_UNCONFINED = "node_without_sandbox"  # issue 35: an untrusted tenant's job on a node that cannot sandbox
+# The allocator's reason for a bid that found no GPU left for spot (allocator.result.BUSY) and the evidence the
+# commit keeps for it in Round.counters, per GPU type where some bid lost so: the type's GPUs after the round held
+# by guaranteed ("G"), borrowed ("B") and spot ("S") leases, and those left free ("free"). The job page's
+# sentence (market.selectors.explain) names them.
+BUSY = "busy"
+USE_PARTS = ("G", "B", "S", "free")
+
+
+def use_key(part: str, gpu_type: str) -> str:
+    """The Round.counters key of one part of a type's use after the round (USE_PARTS)."""
+    return f"use_{part}:{gpu_type}"
+
+
 class RoundPrice(models.Model):
     """Prices of one GPU type in one round, micro-credits per GPU-hour. `spot` is null with no spot winner;
     `next_posted` is what the round published for the next one."""

@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db.models import QuerySet
 from django.utils import timezone
 
 from accounts.models import Tenant
 from market.models import Allowance, AllowancePeriod, JournalEntry
-from market.services.allowance import period_start
+
+
+def period_start(period: str, now: datetime) -> datetime:
+    """The start (UTC midnight) of the day, ISO week (Monday) or calendar month containing `now`."""
+    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == AllowancePeriod.WEEK:
+        return day - timedelta(days=day.weekday())
+    if period == AllowancePeriod.MONTH:
+        return day.replace(day=1)
+    return day
 
 
 def allowance_history(*, tenant: Tenant) -> QuerySet[JournalEntry]:

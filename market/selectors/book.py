@@ -19,6 +19,7 @@ from django.db import connection
 
 from accounts.models import Tenant
 from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Tenants
+from allocator.lost import lost_since
 from inventory.models import Gpu, GpuType, Node
 from market import bulk
 from market.models import (
@@ -33,6 +34,7 @@ from market.models import (
     MarketPolicy,
 )
 from market.selectors.holds import sized_hold_seconds
+from market.selectors.lost_work import book_seconds
 from market.selectors.waiting import rounds_waited_before
 
 _TIER_INDEX = {name: i for i, name in enumerate(TIER_NAMES)}
@@ -109,12 +111,13 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
             "lease__started_at",
             "lease__preemptible",
             "lease__last_checkpoint_at",
+            "lease__running_at",
         )
         .distinct()
         .order_by("lease_id")
         if row[1] in tenant_ix
     ]
-    leases = _leases(lease_rows, lease_gpus, tenant_ix, type_ix)
+    leases = _leases(lease_rows, lease_gpus, tenant_ix, type_ix, book_seconds(now))
 
     # Only an up node takes new work: not a down, draining or retired one.
     up = np.array([row[4] == Node.State.UP for row in node_rows], dtype=np.bool_)
@@ -149,7 +152,7 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
 
     bids, versions = _bids(round_id, tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types))
     book = Book(
-        now=int(now.timestamp()),
+        now=book_seconds(now),
         round=round_id,
         types=gpu_types,
         nodes=nodes,
@@ -230,6 +233,7 @@ def _leases(
     lease_gpus: dict[int, list[tuple[int, int]]],
     tenant_ix: dict[int, int],
     type_ix: dict[int, int],
+    now: int,
 ) -> Leases:
     if not rows:
         return Leases.empty()
@@ -244,8 +248,11 @@ def _leases(
         tier=np.array([_TIER_INDEX[row[3]] for row in rows], dtype=np.int8),
         start=np.array([int(row[4].timestamp()) for row in rows], dtype=np.int64),
         preemptible=np.array([row[5] for row in rows], dtype=np.bool_),
-        # The last checkpoint its agent reported, else its start (nothing saved: all of it would be lost).
-        checkpoint=np.array([int((row[6] or row[4]).timestamp()) for row in rows], dtype=np.int64),
+        # From when a preemption throws its work away (allocator.lost.lost_since, the figure the commit records):
+        # the later of its job's start running and the last checkpoint its agent reported; now while not running.
+        checkpoint=np.array(
+            [lost_since(book_seconds(row[7]), book_seconds(row[6]), now) for row in rows], dtype=np.int64
+        ),
         slot_ptr=ptr,
         slot_node=np.array([s[0] for s in flat], dtype=np.int32),
         slot_idx=np.array([s[1] for s in flat], dtype=np.int32),

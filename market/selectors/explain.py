@@ -15,17 +15,35 @@ from datetime import datetime
 from django.db import connection
 
 from config.money import format_fixed
-from market.models import BidOutcome, EndReason, Job, JobState, Lease, PreemptReason, RoundPrice
+from market.models import BidOutcome, EndReason, Job, JobState, Lease, PreemptReason, Round, RoundPrice
+from market.models.rounds import (
+    BUSY,
+    SKIP_BUDGET,
+    SKIP_CHANGED,
+    SKIP_GPUS_TAKEN,
+    SKIP_HOLD_CONFLICT,
+    SKIP_UNAVAILABLE,
+    SKIP_UNCONFINED,
+    USE_PARTS,
+    use_key,
+)
 from market.selectors.lost_work import gpu_time
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import preemption_of
-from market.services.round_commit import SKIP_BUDGET, SKIP_CHANGED, SKIP_GPUS_TAKEN
 
 TIER_WORDS = {"G": "guaranteed", "B": "borrowed", "S": "spot"}
 
 
-def _c(micro: int | None, *, up: bool = False) -> str:
-    return "?" if micro is None else format_fixed(micro, up=up)
+def _c(micro: int, *, up: bool = False) -> str:
+    return format_fixed(micro, up=up)
+
+
+def _upper(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n != 1 else ''}"
 
 
 @dataclass(frozen=True)
@@ -33,6 +51,25 @@ class Explained:
     outcome: BidOutcome
     sentence: str
     price: RoundPrice | None
+
+
+@dataclass(frozen=True)
+class TypeUse:
+    """One GPU type's GPUs after a round, by the tier of the lease holding them, and those left free: the
+    evidence the commit kept for a round where some bid lost as busy (Round.counters, use_key)."""
+
+    guaranteed: int
+    borrowed: int
+    spot: int
+    free: int
+
+    @classmethod
+    def of(cls, counters: dict[str, object], gpu_type: str) -> TypeUse | None:
+        parts = [counters.get(use_key(part, gpu_type)) for part in USE_PARTS]
+        if not all(isinstance(v, int) for v in parts):
+            return None  # a round from before the evidence was kept, or no busy bid of this type in it
+        g, b, s, free = (int(v) for v in parts if isinstance(v, int))
+        return cls(g, b, s, free)
 
 
 def _limit(history: Sequence[object], version: int, gpu_type: str) -> int | None:
@@ -44,43 +81,83 @@ def _limit(history: Sequence[object], version: int, gpu_type: str) -> int | None
     return None
 
 
-def _sentence(job: Job, o: BidOutcome, price: RoundPrice | None, limit: int | None, waited: int) -> str:
+def _is_busy(o: BidOutcome) -> bool:
+    """Lost because no GPU was left for spot; rounds before the busy reason stored it as outbid with no figure."""
+    no_figure = o.figure is None or o.figure < 0
+    return not o.won and (o.reason == BUSY or (o.reason == "outbid" and no_figure))
+
+
+def _busy(job: Job, t: str, round_id: int, use: TypeUse | None) -> str:
+    """No GPU of the type was left for spot bids and no bid outbid this one: the round's own figures, not a price
+    that would have won (none would have)."""
+    if use is None:
+        evidence = f"guaranteed and borrowed jobs held or claimed every {t} GPU"
+    else:
+        held = use.guaranteed + use.borrowed + use.spot
+        evidence = (
+            f"after it, {held} {t} GPU{'s were' if held != 1 else ' was'} in use ({use.guaranteed} guaranteed, "
+            f"{use.borrowed} borrowed, {use.spot} spot)"
+        )
+        if use.free:
+            evidence += f" and {use.free} free but not offered to spot bids (kept by the guaranteed and borrowed tiers)"
+    return (
+        f"Waiting for free {t} GPUs: in round {round_id} none was left for spot bids: {evidence}. No higher bid "
+        f"took its place, so a higher limit would not have helped; it stays queued and can win when running "
+        f"{t} jobs end and free {_gpus(job.gpus)}."
+    )
+
+
+def _sentence(
+    job: Job,
+    o: BidOutcome,
+    price: RoundPrice | None,
+    limit: int | None,
+    waited: int,
+    use: TypeUse | None = None,
+) -> str:
+    """One plain sentence for an outcome. Every figure it names is one the round stored; a figure that is missing
+    (null, or an outcome from before it was recorded) leaves its clause out, never a placeholder."""
     t = o.gpu_type.name if o.gpu_type else "GPU"
-    fig = o.figure
+    fig = o.figure if o.figure is not None and o.figure >= 0 else None
+    your_limit = f"your limit {_c(limit)}" if limit is not None else "your limit"
     if o.won:
-        return (
-            f"Won {job.gpus} {t} GPU{'s' if job.gpus != 1 else ''} in tier {o.tier} "
-            f"({TIER_WORDS.get(o.tier, o.tier)}) at {_c(o.price)} credits per GPU-hour."
-        )
+        at = f" at {_c(o.price)} credits per GPU-hour" if o.price is not None else ""
+        return f"Won {job.gpus} {t} GPU{'s' if job.gpus != 1 else ''} in tier {o.tier} ({TIER_WORDS.get(o.tier, o.tier)}){at}."
+    if _is_busy(o):
+        return _busy(job, t, o.round_id, use)
     if o.reason == "outbid":
-        lowest = (
-            f"the lowest winning {t} price was {_c(price.spot)} credits per GPU-hour"
-            if price is not None and price.spot is not None
-            else f"the {t} GPUs went to higher bids"
-        )
-        if fig is not None and limit is not None and fig <= limit:
+        assert fig is not None  # the case above took the outcomes without one
+        spot = price.spot if price is not None and price.spot is not None else fig - 1
+        lowest = f"the lowest winning {t} price was {_c(spot)} credits per GPU-hour"
+        if limit is not None and fig <= limit:
             # Ties at the price go by submit time: the GPUs ran out before this bid's turn.
             return (
                 f"Outbid: {lowest}; bids at your limit {_c(limit)} are served oldest first and the GPUs ran "
                 f"out before yours; any higher limit puts it ahead of them."
             )
-        return (
-            f"Outbid: {lowest}; a limit of {_c(fig, up=True)} would have won {job.gpus} "
-            f"GPU{'s' if job.gpus != 1 else ''}."
-        )
+        return f"Outbid: {lowest}; a limit of {_c(fig, up=True)} would have won {_gpus(job.gpus)}."
     if o.reason == "guarantee_full_below_posted":
+        posted = f" {_c(fig, up=True)}" if fig is not None else ""
+        advice = (
+            f"a limit of at least {_c(fig, up=True)} would put it in the borrowed tier"
+            if fig is not None
+            else "a limit at or above the posted price would put it in the borrowed tier"
+        )
         return (
-            f"Guarantee full and your limit {_c(limit)} is below the posted {t} price {_c(fig, up=True)}, "
-            f"with no spot GPUs left; a limit of at least {_c(fig, up=True)} would put it in the borrowed tier."
+            f"Guarantee full and {your_limit} is below the posted {t} price{posted}, with no spot GPUs left; "
+            f"{advice}."
         )
     if o.reason == "below_reserve":
+        if fig is None:
+            return f"{_upper(your_limit)} is below the {t} reserve price, so it could not win; bid at least the reserve."
         return (
-            f"Your limit {_c(limit)} is below the {t} reserve price {_c(fig, up=True)}, so it could not win; "
+            f"{_upper(your_limit)} is below the {t} reserve price {_c(fig, up=True)}, so it could not win; "
             f"bid at least {_c(fig, up=True)}."
         )
     if o.reason == "over_budget":
+        hold = f"a hold of {_c(fig)} credits" if fig is not None else "a hold"
         return (
-            f"Over budget: it needed a hold of {_c(fig)} credits ({job.gpus} GPUs × the maximum hours × your "
+            f"Over budget: it needed {hold} ({job.gpus} GPUs × the maximum hours × your "
             f"limit) and the team had less available; a top-up, fewer hours or a lower limit would let it in."
         )
     if o.reason == "no_node_fits":
@@ -90,22 +167,36 @@ def _sentence(job: Job, o: BidOutcome, price: RoundPrice | None, limit: int | No
             if rounds_left > 0
             else "nodes are now being reserved for it"
         )
-        return (
-            f"No node has {job.gpus} free {t} GPUs (the largest gang that could still be placed was "
-            f"{fig if fig is not None else '?'}); {later}."
-        )
+        largest = f" (the largest gang that could still be placed was {fig})" if fig is not None else ""
+        return f"No node has {job.gpus} free {t} GPUs{largest}; {later}."
     if o.reason == SKIP_CHANGED:
         return "It won, but its bid changed or it was cancelled during the round; the next round uses the new bid."
     if o.reason == SKIP_GPUS_TAKEN:
         return (
             "It won, but its GPUs were taken before the round committed; it stays queued for the next round."
         )
-    if o.reason == SKIP_BUDGET:
+    if o.reason == SKIP_UNAVAILABLE:
         return (
-            f"It won at {_c(o.price)} credits per GPU-hour, but by the commit its hold no longer fitted the "
+            "It won, but a node it was placed on went down, began draining or reported a GPU unhealthy before the "
+            "round committed; it stays queued for the next round."
+        )
+    if o.reason == SKIP_UNCONFINED:
+        return (
+            "It won, but the node it was placed on cannot sandbox jobs (its kernel refused the sandbox), and only "
+            "trusted teams' jobs run there; it stays queued for the next round."
+        )
+    if o.reason == SKIP_BUDGET:
+        at = f" at {_c(o.price)} credits per GPU-hour" if o.price is not None else ""
+        return (
+            f"It won{at}, but by the commit its hold no longer fitted the "
             "team's available money; a top-up would let it in."
         )
-    return f"Did not run ({o.reason})."
+    if o.reason == SKIP_HOLD_CONFLICT:
+        return (
+            "It won, but its budget hold for this round already existed (a retried commit); it stays queued for "
+            "the next round."
+        )
+    return f"Did not run ({o.reason or 'no reason recorded'})."
 
 
 def explain_outcomes(job: Job, outcomes: Iterable[BidOutcome], history: Sequence[object]) -> list[Explained]:
@@ -116,6 +207,11 @@ def explain_outcomes(job: Job, outcomes: Iterable[BidOutcome], history: Sequence
         (p.round_id, p.gpu_type_id): p
         for p in RoundPrice.objects.filter(round_id__in={o.round_id for o in rows})
     }
+    # The evidence busy outcomes name: their rounds' counters, in one read.
+    busy_rounds = {o.round_id for o in rows if _is_busy(o)}
+    counters: dict[int, dict[str, object]] = (
+        dict(Round.objects.filter(pk__in=busy_rounds).values_list("pk", "counters")) if busy_rounds else {}
+    )
     # Rounds waited when each outcome was decided: consecutive losses, counted oldest first.
     waited: dict[int, int] = {}
     run = 0
@@ -126,7 +222,8 @@ def explain_outcomes(job: Job, outcomes: Iterable[BidOutcome], history: Sequence
     for o in rows:
         price = prices.get((o.round_id, o.gpu_type_id))
         limit = _limit(history, o.bid_version, o.gpu_type.name) if o.gpu_type else None
-        out.append(Explained(o, _sentence(job, o, price, limit, waited[o.pk]), price))
+        use = TypeUse.of(counters.get(o.round_id) or {}, o.gpu_type.name) if o.gpu_type else None
+        out.append(Explained(o, _sentence(job, o, price, limit, waited[o.pk], use), price))
     return out
 
 
@@ -259,9 +356,18 @@ def lease_end_sentence(
             f"Failed: out of memory: the kernel killed the job at its memory limit after {ran} (ask for more "
             f"with memory_gb_per_gpu); {charged}."
         )
+    gang = (lease.end_detail or "").startswith("part ") and " on node " in lease.end_detail
+    if reason == EndReason.FAILED and gang:
+        return f"Failed: {lease.end_detail} after {ran}, and the gang's other parts were stopped; {charged}."
     if reason == EndReason.FAILED:
         code = f"with exit code {exit_code}" if exit_code is not None else "with an error"
         return f"Failed: the job exited {code} after {ran}; {charged}."
+    if reason == EndReason.NODE_LOST and lease.end_detail:
+        unbilled = " (not charged: the gang never ran together)" if lease.charged == 0 else ""
+        return (
+            f"Ended after {ran}: {lease.end_detail}, so the gang's other parts were stopped; {charged}"
+            f"{unbilled}, and the job went back to the queue for the next round."
+        )
     if reason == EndReason.PREEMPTED:
         why = preemption_why(lease, admin=admin)
         if not why:  # preempted before reasons were recorded: the round's rule is not known

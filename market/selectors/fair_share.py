@@ -1,8 +1,14 @@
-"""Fair-share figures over stored rounds, for the console, the team dashboard and /metrics (docs/portal.md
-§Fairness). Every figure is allocator/fairshare.py's, computed over the per-round figures the commit keeps
-(``FairShareRound``: held, waiting, smallest gang, target per tenant and type), not over the rounds' books: a
-day of rounds is a few thousand small rows, where a day of books would be hundreds of decompressions, and the
-rows outlive the books' retention. The history (GPU-hours owed) is ``FairShareUsage``."""
+"""Fair-share figures over stored rounds, for the console, the team dashboard, the canary's guardrail and
+/metrics (docs/portal.md §Fairness): the one selector module for fairness. Every fair-share figure is
+allocator/fairshare.py's, against each tenant's *target* (ARCHITECTURE.md "Fair share, measured"), computed over
+the per-round figures the commit keeps (``FairShareRound``: held, waiting, smallest gang, target per tenant and
+type), not over the rounds' books: a day of rounds is a few thousand small rows, where a day of books would be
+hundreds of decompressions, and the rows outlive the books' retention. The history (GPU-hours owed) is
+``FairShareUsage``.
+
+``fairness_diagnostics`` adds the console's diagnostics, labelled so there: Jain's index (the simulator's
+implementation, allocator.fairshare.jain_excess) and guarantee compliance, from the newest rounds' books (they
+need each tenant's guarantee and demand, which the per-round rows do not keep), and preemptions per tenant."""
 
 from __future__ import annotations
 
@@ -11,10 +17,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
+from django.db.models import Count
 
 from accounts.models import Tenant
 from allocator import fairshare
-from market.models import BidOutcome, FairShareRound, FairShareUsage
+from market.models import BidOutcome, EndReason, FairShareRound, FairShareUsage, Lease, Round, RoundState
+from market.selectors.book import Snapshot
 
 DAY, HOUR = 86_400, 3_600
 
@@ -187,6 +195,11 @@ def _worst(
             worst.tenant,
             f"{worst.tenant} ran out of budget: its bids' holds did not fit its available money.",
         )
+    if top == "busy":
+        return worst.tenant, (
+            f"{worst.tenant}'s bids found every GPU held or claimed by guaranteed and borrowed jobs: no spot "
+            "GPU was left, and no higher bid took its place."
+        )
     if top in ("outbid", "guarantee_full_below_posted", "below_reserve"):
         return worst.tenant, (
             f"{worst.tenant} bid below the posted price, so others' bids took the GPUs beyond its guarantee."
@@ -211,3 +224,125 @@ def team_standing(*, tenant: Tenant, since: datetime) -> TeamStanding:
         return TeamStanding(owed, None)
     c24 = fairshare.window_compliance_by_tenant(win.series, DAY)
     return TeamStanding(owed, c24[win.tenants.index(tenant.slug)])
+
+
+MAX_ROUNDS = (
+    200  # the diagnostics read the newest rounds of the window; each costs a decompression of its book
+)
+
+
+@dataclass(frozen=True)
+class TenantDiagnostics:
+    tenant: str
+    weight: float
+    guarantee_compliance: (
+        float | None
+    )  # share of rounds with demand in which it held min(demand, q) of every type
+    rounds_with_demand: int
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class FairnessDiagnostics:
+    rounds: int  # round books read (the newest MAX_ROUNDS of the window)
+    contested_jain: float | None
+    tenants: list[TenantDiagnostics]
+
+
+def fairness_diagnostics(
+    *, since: datetime | None = None, until: datetime | None = None
+) -> FairnessDiagnostics:
+    """Jain's index of weight-normalised excess shares over contested rounds and, per tenant, guarantee
+    compliance (a tenant with demand for a type held at least min(demand, q) of it after the round) and its
+    leases preempted in the window. Diagnostics beside the fair-share figures, not the yardstick: neither looks at
+    the target."""
+    rounds = Round.objects.filter(state__in=[RoundState.COMMITTED, RoundState.DISPATCHED], book__isnull=False)
+    if since is not None:
+        rounds = rounds.filter(slot__gte=since)
+    if until is not None:
+        rounds = rounds.filter(slot__lt=until)
+    chosen = list(rounds.order_by("-slot").values_list("pk", "book")[:MAX_ROUNDS])[::-1]
+    won: dict[tuple[int, str, str], int] = defaultdict(int)
+    for round_id, slug, type_name, gpus in BidOutcome.objects.filter(
+        round_id__in=[c[0] for c in chosen], won=True
+    ).values_list("round_id", "job__tenant__slug", "gpu_type__name", "job__gpus"):
+        won[(round_id, slug, type_name)] += gpus
+
+    tenant_names: list[str] = []
+    weights: dict[str, float] = {}
+    demand_rounds: dict[str, int] = defaultdict(int)
+    compliant_rounds: dict[str, int] = defaultdict(int)
+    rows: list[tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]] = []  # names, after, q, waiting
+    for round_id, blob in chosen:
+        book = Snapshot.load(blob).book
+        t, ty, b = book.tenants, book.types, book.bids
+        after = t.held.sum(axis=1).astype(
+            np.int64
+        )  # [tenant, type], held before the round, plus what it won:
+        for i, slug in enumerate(t.names):
+            for k, name in enumerate(ty.names):
+                after[i, k] += won.get((round_id, slug, name), 0)
+        demand = np.zeros((len(t.names), len(ty.names)), dtype=np.int64)
+        for k in range(len(ty.names)):
+            eligible = b.limit[:, k] >= ty.reserve[k]
+            np.add.at(demand[:, k], b.tenant[eligible], b.gpus[eligible])
+        q = t.guarantee.astype(np.int64)
+        for i, slug in enumerate(t.names):
+            if slug not in weights:
+                tenant_names.append(slug)
+            weights[slug] = float(t.weight[i])
+            has = demand[i] > 0
+            if has.any():
+                demand_rounds[slug] += 1
+                compliant_rounds[slug] += bool((after[i][has] >= np.minimum(demand[i][has], q[i][has])).all())
+        rows.append((t.names, after, q, (demand > 0).sum(axis=1)))
+
+    preempted = _preemptions(since, until)
+    return FairnessDiagnostics(
+        rounds=len(chosen),
+        contested_jain=_jain(tenant_names, weights, rows),
+        tenants=[
+            TenantDiagnostics(
+                tenant=slug,
+                weight=weights[slug],
+                guarantee_compliance=(compliant_rounds[slug] / demand_rounds[slug])
+                if demand_rounds[slug]
+                else None,
+                rounds_with_demand=demand_rounds[slug],
+                preemptions=preempted.get(slug, 0),
+            )
+            for slug in sorted(tenant_names)
+        ],
+    )
+
+
+def _jain(
+    tenants: list[str],
+    weights: dict[str, float],
+    rows: list[tuple[tuple[str, ...], np.ndarray, np.ndarray, np.ndarray]],
+) -> float | None:
+    """Lay every round on one tenant axis (types may differ by round only in count, so sum over types) and
+    call the simulator's implementation."""
+    if not rows:
+        return None
+    ix = {slug: i for i, slug in enumerate(tenants)}
+    n = len(tenants)
+    held = np.zeros((len(rows), n, 1))
+    guarantee = np.zeros((n, 1), dtype=np.int64)
+    waiting = np.zeros((len(rows), n))
+    for r, (names, after, q, wait) in enumerate(rows):
+        for i, slug in enumerate(names):
+            # Excess per type first, so one type's unused guarantee does not hide another type's excess.
+            held[r, ix[slug], 0] = float(np.maximum(after[i] - q[i], 0).sum())
+            waiting[r, ix[slug]] = float(wait[i])
+    weight = np.array([weights[slug] for slug in tenants])
+    return fairshare.jain_excess(held, guarantee, weight, waiting)
+
+
+def _preemptions(since: datetime | None, until: datetime | None) -> dict[str, int]:
+    qs = Lease.objects.filter(end_reason=EndReason.PREEMPTED)
+    if since is not None:
+        qs = qs.filter(stop_requested_at__gte=since)
+    if until is not None:
+        qs = qs.filter(stop_requested_at__lt=until)
+    return dict(qs.values_list("tenant__slug").annotate(n=Count("pk")).order_by())

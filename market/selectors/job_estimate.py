@@ -163,3 +163,16 @@ def job_estimate(*, job: Job, now: datetime | None = None) -> Estimate:
     )
     speeds = _speeds(job.tenant, job.name, job.command, job.gpus, limits)
     return _estimate(runtime, job.gpus, priced, starts, speeds)
+
+
+def max_hours_warning(found: Estimate, max_hours: float, shown: str | None = None) -> str:
+    """Max hours below what 90% of similar jobs needed: the job would likely be stopped before it ends.
+    `shown`: the max hours as the user typed them (the portal echoes its field), else `max_hours` as text."""
+    got = found.runtime.prediction
+    if got is None or not 0 < max_hours < got.p90_s / 3600:
+        return ""
+    return (
+        f"Max hours {shown if shown is not None else f'{max_hours:g}'} is less than the {hours(got.p90_s)} "
+        "within which 90% of similar jobs finished: this job would likely be stopped at its max hours before "
+        "it ends."
+    )

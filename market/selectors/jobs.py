@@ -84,12 +84,13 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
         .values("n")
     )
     outcomes = BidOutcome.objects.select_related("gpu_type").order_by("-round_id")[:OUTCOMES_SHOWN]
-    gpus = LeaseGpu.objects.select_related("gpu").order_by("gpu__index", "pk")
+    gpus = LeaseGpu.objects.select_related("gpu__node").order_by("gpu__index", "pk")
     leases = (
         Lease.objects.select_related("node", "gpu_type")
         .prefetch_related(
             Prefetch("lease_gpus", queryset=gpus, to_attr="gpus_bound"),
             Prefetch("usage", to_attr="usage_rows"),  # what the agents measured (market.LeaseUsage)
+            Prefetch("parts", to_attr="part_rows"),  # what each node's part did (market.LeasePart)
         )
         .order_by("started_at", "pk")
     )

@@ -1,23 +1,35 @@
 """Work thrown away by preemption (docs/rounds.md §Lost work): what a preempted lease's job had computed since
-its last checkpoint, in GPU-seconds, as the round commit recorded it on the lease (Lease.lost_gpu_s)."""
+its last checkpoint, in GPU-seconds, as the round commit recorded it on the lease (Lease.lost_gpu_s). The figure
+is allocator.lost's, the one the clearing ranks victims on; this module only reads a lease's times for it."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import overload
 
 from django.db.models import Sum
 
+from allocator import lost
 from market.models import Lease
 
 
+@overload
+def book_seconds(at: datetime) -> int: ...
+@overload
+def book_seconds(at: None) -> None: ...
+def book_seconds(at: datetime | None) -> int | None:
+    """A time on the frozen book's clock (whole epoch seconds), the one conversion the freeze and the commit
+    share, so the figure the clearing ranks a victim on and the one the commit records are the same integer."""
+    return None if at is None else int(at.timestamp())
+
+
 def lost_gpu_seconds(lease: Lease, now: datetime) -> float:
-    """GPU-seconds the lease's job loses if it is stopped at `now`: its GPUs times the seconds since the later
-    of its job's start and its last checkpoint. The clearing estimates the same from the lease's start
-    (allocator.book.Leases.lost_gpu_s); a job that never started running has lost nothing."""
-    if lease.running_at is None:
-        return 0.0
-    since = max(lease.running_at, lease.last_checkpoint_at or lease.running_at)
-    return float(lease.gpus) * max(0.0, (now - since).total_seconds())
+    """GPU-seconds the lease's job loses if it is stopped at `now` (allocator.lost: its GPUs times the seconds
+    since the later of its job's start running and its last checkpoint; nothing if it never started running),
+    the same figure the clearing ranked it on (allocator.book.Leases.lost_gpu_s over the frozen book)."""
+    t = book_seconds(now)
+    since = lost.lost_since(book_seconds(lease.running_at), book_seconds(lease.last_checkpoint_at), t)
+    return float(lost.lost_gpu_s(int(lease.gpus), since, t))
 
 
 def gpu_time(gpu_seconds: float) -> str:

@@ -15,8 +15,8 @@ from typing import TypedDict
 from accounts.models import Tenant
 from inventory.models import GpuType
 from market.models import Allowance, Guarantee
+from market.models.policy import POLICY_LIMITS
 from market.selectors.policy import market_policy
-from market.services.policy import POLICY_LIMITS
 
 
 class GpuTypePolicy(TypedDict):

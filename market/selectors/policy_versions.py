@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from django.db.models import QuerySet
 
-from market.models import PolicyVersion, VersionStatus
+from market.models import PolicyVersion, VersionKind, VersionStatus
 
 
 class Change(NamedTuple):
@@ -102,6 +102,18 @@ def version_target(version: PolicyVersion) -> dict[str, Any]:
 def current_version() -> PolicyVersion | None:
     """The version in force: the newest applied one (None before the first policy write)."""
     return PolicyVersion.objects.filter(status=VersionStatus.APPLIED).order_by("-number").first()
+
+
+def applied_as(*, drafts: list[PolicyVersion]) -> dict[int, PolicyVersion]:
+    """For each of these proposed drafts that was applied to everyone, the first version that applied it
+    (by draft pk): a draft stays a draft (its record never changes), but it no longer waits to be tried."""
+    found: dict[int, PolicyVersion] = {}
+    made = PolicyVersion.objects.filter(
+        kind=VersionKind.APPLY, parent__in=[d.pk for d in drafts if d.status == VersionStatus.PROPOSED]
+    ).order_by("number")
+    for version in made:
+        found.setdefault(version.parent_id or 0, version)
+    return found
 
 
 def versions(*, status: str | None = None) -> QuerySet[PolicyVersion]:

@@ -123,3 +123,18 @@ def money_by_day(*, tenant: Tenant, since: datetime | None = None) -> dict[str, 
         value = row["charged_sum"] if row["kind"] == EntryKind.SETTLE else row["amount"]
         out.setdefault(names[row["kind"]], []).append((row["day"], int(value or 0)))
     return out
+
+
+def runway_text(hours: float) -> str:
+    """How long money lasts, for people: hours while that is what one plans in, then days, months, and past a
+    year just that (a runway of 639,218.2 hours says nothing a reader can use; issue 37 §5)."""
+    if hours < 1:
+        return f"about {max(round(hours * 60), 1)} minutes"
+    if hours < 48:
+        return f"about {hours:.1f} hours"
+    days = hours / 24
+    if days < 60:
+        return f"about {round(days)} days"
+    if days < 365:
+        return f"about {round(days / 30.44)} months"
+    return "more than a year"

@@ -27,9 +27,9 @@ from market.models import (
     SpendAlertRule,
     WebhookDelivery,
 )
+from market.selectors.allowance import period_start
 from market.selectors.ledger import tenant_balance
 from market.selectors.spend import burn_rate
-from market.services.allowance import period_start
 
 
 def rule_period(kind: str, now: datetime) -> datetime:

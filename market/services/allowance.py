@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import PermissionDenied
@@ -15,18 +15,9 @@ from accounts.models import Tenant, User
 from config.errors import PolicyError
 from config.money import MAX_AMOUNT
 from market.models import Account, AccountKind, Allowance, AllowancePeriod, JournalEntry
+from market.selectors.allowance import period_start
 from market.services.ledger import ledger_grant
 from market.services.policy_versions import policy_versioned
-
-
-def period_start(period: str, now: datetime) -> datetime:
-    """The start (UTC midnight) of the day, ISO week (Monday) or calendar month containing `now`."""
-    day = now.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    if period == AllowancePeriod.WEEK:
-        return day - timedelta(days=day.weekday())
-    if period == AllowancePeriod.MONTH:
-        return day.replace(day=1)
-    return day
 
 
 def allowance_key(tenant: Tenant, period: str, start: datetime) -> str:
@@ -69,7 +60,7 @@ def allowance_set(
 
 
 def _write(actor: User, tenant: Tenant, values: dict[str, Any]) -> Allowance:
-    allowance = Allowance.objects.select_for_update().filter(tenant=tenant).first()
+    allowance = Allowance.objects.select_for_update(no_key=True).filter(tenant=tenant).first()
     if allowance is None:
         allowance = Allowance.objects.create(tenant=tenant, **values)
         audit(actor=actor, tenant=tenant, action="allowance.create", detail=dict(values))

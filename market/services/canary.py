@@ -159,7 +159,7 @@ def _writer(canary: PolicyCanary, actor: User | None) -> User:
 def _running(canary_id: int) -> PolicyCanary:
     lock_policy()
     canary = (
-        PolicyCanary.objects.select_for_update(of=("self",))
+        PolicyCanary.objects.select_for_update(no_key=True, of=("self",))
         .select_related("version", "base")
         .get(pk=canary_id)
     )
@@ -223,7 +223,7 @@ def canary_check(*, now: datetime | None = None) -> PolicyCanary | None:
     twice at once: the second waits on the policy lock and finds none running."""
     now = now or timezone.now()
     lock_policy()
-    canary = PolicyCanary.objects.select_for_update().filter(state=CanaryState.RUNNING).first()
+    canary = PolicyCanary.objects.select_for_update(no_key=True).filter(state=CanaryState.RUNNING).first()
     if canary is None:
         return None
     figures = canary_figures(canary, now)

@@ -53,7 +53,7 @@ def guarantee_set(
     A change records a policy version (docs/policy.md §Versions).
     """
     with policy_versioned(actor=actor, reason=reason):
-        GpuType.objects.select_for_update().get(pk=gpu_type.pk)
+        GpuType.objects.select_for_update(no_key=True).get(pk=gpu_type.pk)
         guarantee_check(tenant=tenant, gpu_type=gpu_type, gpus=gpus)
         audit(
             actor=actor,

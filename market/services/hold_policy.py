@@ -24,7 +24,7 @@ def hold_policy_set(
         raise HoldPolicyRefused("Only the tenant's managers or platform admins may change its hold sizing.")
     if on_hold_end is not None and on_hold_end not in OnHoldEnd.values:
         raise ValueError(f"on_hold_end must be one of {', '.join(OnHoldEnd.values)}")
-    policy, _ = HoldPolicy.objects.select_for_update().get_or_create(tenant=tenant)
+    policy, _ = HoldPolicy.objects.select_for_update(no_key=True).get_or_create(tenant=tenant)
     before = {"sized_by_prediction": policy.sized_by_prediction, "on_hold_end": policy.on_hold_end}
     if sized_by_prediction is not None:
         policy.sized_by_prediction = sized_by_prediction

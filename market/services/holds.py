@@ -84,7 +84,7 @@ def hold_extend(*, lease_id: int, now: datetime) -> bool:
     """Grow the lease's hold by as long again (capped at max hours) from the available balance. False when
     the balance cannot pay (nothing changes) or the lease is no longer live or sized."""
     # Lock order (docs/rounds.md): the lease, then its hold and the accounts (the ledger's).
-    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    lease = Lease.objects.select_for_update(no_key=True).get(pk=lease_id)
     if lease.state not in LIVE_LEASE_STATES or lease.hold_seconds is None:
         return False
     more = min(lease.hold_seconds, lease.max_seconds - lease.hold_seconds)

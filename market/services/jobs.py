@@ -12,12 +12,13 @@ from decimal import ROUND_UP, Decimal
 from typing import Any, TypedDict
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from accounts.access import is_member, owner_or_manager
 from accounts.audit import audit
 from accounts.models import Tenant, User
+from config import idempotency
 from config.errors import PolicyError
 from config.money import format_credits
 from inventory.models import GpuType
@@ -39,7 +40,7 @@ from market.selectors.waiting import rounds_waited_of
 from market.services.leases import lease_request_stop
 
 NAME_MAX_CHARS = 200
-IDEMPOTENCY_KEY_MAX_CHARS = 200
+IDEMPOTENCY_KEY_MAX_CHARS = idempotency.KEY_MAX_CHARS
 MIN_SECONDS = 60
 GRACE_MAX_SECONDS = 3600
 # max_hours has at most 4 decimals; the fewest hours with them that make MIN_SECONDS: 0.0167.
@@ -71,8 +72,8 @@ class NotPermitted(JobError):
     code = "permission_denied"
 
 
-class IdempotencyKeyReused(JobError):
-    code = "idempotency_key_reused"
+# The one refusal of a reused key (config/idempotency.py), under the name this module's callers know.
+IdempotencyKeyReused = idempotency.IdempotencyKeyReused
 
 
 class JobNotPending(JobError):
@@ -209,14 +210,8 @@ def _check_per_gpu(value: object, field: str, maximum: int, least: str) -> Decim
 
 
 def check_idempotency_key(key: object) -> str:
-    """1 to 200 printable ASCII characters ("" means none)."""
-    if not isinstance(key, str):
-        raise PolicyError("Idempotency-Key", "must be a string")
-    if key and (len(key) > IDEMPOTENCY_KEY_MAX_CHARS or not all(" " <= c <= "~" for c in key)):
-        raise PolicyError(
-            "Idempotency-Key", f"must be 1 to {IDEMPOTENCY_KEY_MAX_CHARS} printable ASCII characters"
-        )
-    return key
+    """The one key rule (config/idempotency.check_key): "" means none."""
+    return idempotency.check_key(key)
 
 
 def _check_pending_limit(tenant: Tenant) -> None:
@@ -267,18 +262,20 @@ def _check_owner(user: User, job: Job) -> None:
 
 def job_replay(*, tenant: Tenant, idempotency_key: str, request_digest: str) -> Job | None:
     """The job first submitted with this key, if any; IdempotencyKeyReused if its request differed."""
-    if not idempotency_key:
-        return None
-    job = (
-        Job.objects.select_related("tenant", "submitter")
-        .filter(tenant=tenant, idempotency_key=idempotency_key)
-        .first()
+    return idempotency.replay(
+        key=idempotency_key,
+        found=_keyed_job(tenant, idempotency_key),
+        same=lambda job: job.request_digest == request_digest,
+        name=lambda job: f"job {job.pk}",
     )
-    if job is not None and job.request_digest != request_digest:
-        raise IdempotencyKeyReused(
-            f"Idempotency-Key {idempotency_key!r} was already used for a different request (job {job.pk})."
-        )
-    return job
+
+
+def _keyed_job(tenant: Tenant, key: str) -> Job | None:
+    if not key:
+        return None
+    return (
+        Job.objects.select_related("tenant", "submitter").filter(tenant=tenant, idempotency_key=key).first()
+    )
 
 
 def job_submit(
@@ -331,15 +328,18 @@ def job_submit(
         ),
     }
     _check_spend_alerts(tenant, fields["gpus"], fields["limits"], fields["max_seconds"])
-    try:
-        # Its own transaction (a savepoint inside a caller's), so a repeated key fails it without a savepoint
-        # round trip on every submit; the unique index makes the repeat wait for the first and fail.
-        return _job_create(tenant, submitter, idempotency_key, request_digest, first_response, fields), True
-    except IntegrityError:
-        found = job_replay(tenant=tenant, idempotency_key=idempotency_key, request_digest=request_digest)
-        if found is None:
-            raise
-        return found, False
+    # _job_create is its own transaction (a savepoint inside a caller's), so a repeated key fails it without
+    # a savepoint round trip on every submit; the unique index makes the repeat wait for the first and fail.
+    return idempotency.replay_or_create(
+        key=idempotency_key,
+        find=lambda: _keyed_job(tenant, idempotency_key),
+        same=lambda job: job.request_digest == request_digest,
+        name=lambda job: f"job {job.pk}",
+        create=lambda: _job_create(
+            tenant, submitter, idempotency_key, request_digest, first_response, fields
+        ),
+        look_first=False,  # looked up above (or by the caller, replay_checked)
+    )
 
 
 @transaction.atomic
@@ -393,13 +393,15 @@ def _lock(job: Job) -> Job:
 
 
 def _lock_once(job: Job, *, strict: bool) -> Job:
-    live = Lease.objects.select_for_update().filter(job_id=job.pk, state__in=LIVE_LEASE_STATES)
+    live = Lease.objects.select_for_update(no_key=True).filter(job_id=job.pk, state__in=LIVE_LEASE_STATES)
     locked = set(live.order_by("pk").values_list("pk", flat=True))
-    # of=("self",): without it PostgreSQL's FOR UPDATE also locks the joined tenant and submitter rows, which every
-    # insert referencing them (a submit's job, an audit event) must share-lock: a deadlock under concurrent
-    # submits and cancels (tests/faults/test_bank.py saw it on accounts_user).
+    # of=("self",): without it PostgreSQL would also lock the joined tenant and submitter rows, which every
+    # submit and audit event touches (tests/faults/test_bank.py saw a deadlock on accounts_user when the lock
+    # was a plain FOR UPDATE, which every insert's key check waits for; docs/rounds.md §Lock order).
     locked_job = (
-        Job.objects.select_for_update(of=("self",)).select_related("tenant", "submitter").get(pk=job.pk)
+        Job.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("tenant", "submitter")
+        .get(pk=job.pk)
     )
     now_live = Lease.objects.filter(job_id=job.pk, state__in=LIVE_LEASE_STATES).values_list("pk", flat=True)
     if strict and not set(now_live) <= locked:  # read without a lock: taking it is what must not happen

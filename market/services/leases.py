@@ -7,6 +7,7 @@ repeat: a lease already in the target state is returned unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -66,21 +67,30 @@ def stop_payload(lease: Lease, kind: str) -> dict[str, object]:
 
 @transaction.atomic
 def lease_request_stop(
-    *, lease_id: int, kind: CommandKind, reason: EndReason, fence: int, now: datetime | None = None
+    *,
+    lease_id: int,
+    kind: CommandKind,
+    reason: EndReason,
+    fence: int,
+    now: datetime | None = None,
+    skip_nodes: Collection[int] = (),
 ) -> Lease:
     """Ask the lease's agent to stop the job (SIGTERM, grace, SIGKILL) with a preempt or release command.
 
     The lease becomes STOPPING and keeps its GPUs until the agent reports the job gone (lease_stopped).
-    A lease already stopping or ended is returned as it is: the first reason stands.
+    A lease already stopping or ended is returned as it is: the first reason stands. `skip_nodes`: nodes
+    whose part of a gang has already ended (market.services.lease_parts) get no command.
     """
     now = now or timezone.now()
-    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    lease = Lease.objects.select_for_update(no_key=True).get(pk=lease_id)
     if lease.state not in LIVE_LEASE_STATES:
         return lease
     lease.state, lease.stop_requested_at, lease.end_reason = LeaseState.STOPPING, now, reason
     lease.save(update_fields=["state", "stop_requested_at", "end_reason"])
     written = []
     for node_id in lease_nodes(lease.pk):
+        if node_id in skip_nodes:
+            continue
         _, created = Command.objects.get_or_create(
             lease=lease,
             node_id=node_id,
@@ -105,7 +115,7 @@ def lease_request_stop(
 def lease_running(*, lease_id: int, now: datetime | None = None) -> Lease:
     """The agent started the job on the lease's GPUs."""
     now = now or timezone.now()
-    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    lease = Lease.objects.select_for_update(no_key=True).get(pk=lease_id)
     if lease.state != LeaseState.ALLOCATED:
         return lease
     lease.state, lease.running_at = LeaseState.RUNNING, now
@@ -117,22 +127,25 @@ def lease_running(*, lease_id: int, now: datetime | None = None) -> Lease:
 
 
 @transaction.atomic
-def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: datetime | None = None) -> Lease:
+def lease_stopped(
+    *, lease_id: int, reason: EndReason | None = None, now: datetime | None = None, bill: bool = True
+) -> Lease:
     """The job's processes are gone: free the GPUs, settle the hold, and move the job on.
 
     The charge is what the agents measured (market.selectors.usage.measured_charge: GPU-seconds at the
     lease's price, plus energy at the policy's price), never more than the hold; the rest of the hold is
     released. `reason` is used only when no stop was requested (the job exited by
-    itself: completed or failed); a requested stop keeps its own reason.
+    itself: completed or failed); a requested stop keeps its own reason. `bill=False` charges nothing (a gang
+    one of whose parts could not start never ran: market.services.lease_parts).
     """
     now = now or timezone.now()
-    lease = Lease.objects.select_for_update().get(pk=lease_id)
+    lease = Lease.objects.select_for_update(no_key=True).get(pk=lease_id)
     if lease.state == LeaseState.ENDED:
         return lease
     # Lock order (docs/rounds.md §Lock order): the lease, its job, then the hold and the accounts.
-    Job.objects.select_for_update().filter(pk=lease.job_id).first()
+    Job.objects.select_for_update(no_key=True).filter(pk=lease.job_id).first()
     final = EndReason(lease.end_reason) if lease.end_reason else (reason or EndReason.COMPLETED)
-    charge = measured_charge(lease_id=lease.pk, price=lease.price)
+    charge = measured_charge(lease_id=lease.pk, price=lease.price) if bill else 0
     entry = ledger_settle(hold_key=lease.hold_key, charge=charge, key=settle_key(lease.pk))
     LeaseGpu.objects.filter(lease=lease, active=True).update(active=False)
     lease.state, lease.ended_at, lease.end_reason = LeaseState.ENDED, now, final
@@ -143,7 +156,7 @@ def lease_stopped(*, lease_id: int, reason: EndReason | None = None, now: dateti
 
 
 def _job_after_lease(job_id: int, reason: EndReason, now: datetime) -> None:
-    job = Job.objects.select_for_update().get(pk=job_id)
+    job = Job.objects.select_for_update(no_key=True).get(pk=job_id)
     if job.state in (JobState.COMPLETED, JobState.FAILED, JobState.CANCELLED, JobState.EXPIRED):
         return
     target = _JOB_AFTER[reason]

@@ -14,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import Tenant, User
+from config import idempotency
+from config.errors import PolicyError
 from config.money import MAX_AMOUNT, format_credits
 from market.models import Account, AccountKind, EntryKind, Hold, HoldState, JournalEntry, Posting
 from market.selectors.ledger import tenant_spent
@@ -71,7 +73,16 @@ class RefundExceedsCharges(InsufficientFunds):
 
 
 class KeyConflict(LedgerError):
+    """A system key (a hold's, a settlement's) already used for another effect: a bug, never a client's."""
+
     code = "key_conflict"
+
+
+class ClientKeyReused(KeyConflict, idempotency.IdempotencyKeyReused):
+    """A client's key (a top-up's or refund's) used for another request: the one refusal every door gives
+    (config/idempotency.py), 409 idempotency_key_reused naming `key`."""
+
+    code = "idempotency_key_reused"
 
 
 class UnknownHold(LedgerError):
@@ -124,6 +135,14 @@ def _check_key(key: object) -> str:
     return key
 
 
+def _check_client_key(key: object) -> str:
+    """A top-up's or refund's key: the one key rule (config/idempotency.check_key), required."""
+    try:
+        return idempotency.check_key(key, field="key", required=True)
+    except PolicyError as exc:
+        raise InvalidKey(exc.message) from exc
+
+
 def _check_system_key(key: object) -> str:
     key = _check_key(key)
     if key.startswith(CLIENT_KEY_PREFIX):
@@ -137,31 +156,50 @@ def _require_admin(actor: User | None) -> User:
     return actor
 
 
-def _replay(key: str, request: _Request) -> JournalEntry | None:
+def _find(key: str) -> JournalEntry | None:
     entry = JournalEntry.objects.select_related("hold").filter(key=key).first()
-    if entry is None:
-        return None
-    if _fingerprint(entry) != request:
-        raise KeyConflict(
-            f"key {key_as_given(key)!r} was already used for a different {entry.kind} ({entry.pk})"
-        )
-    entry.replayed = True
+    if entry is not None:
+        entry.replayed = True
     return entry
 
 
+def _refuse(key: str, first: str) -> Exception:
+    if key.startswith(CLIENT_KEY_PREFIX):
+        return ClientKeyReused(
+            f"Idempotency-Key {key_as_given(key)!r} was already used for a different request ({first}).",
+            field="key",
+        )
+    kind, number = first.split(" ")
+    return KeyConflict(f"key {key!r} was already used for a different {kind} ({number})")
+
+
 def _keyed(key: str, request: _Request, write: Callable[[], JournalEntry]) -> JournalEntry:
-    """Run write once per key (see the module docstring)."""
-    found = _replay(key, request)
-    if found is not None:
-        return found
-    try:
+    """Run write once per key (see the module docstring; config/idempotency.replay_or_create)."""
+
+    def atomic_write() -> JournalEntry:
         with transaction.atomic():
             return write()
-    except IntegrityError:
-        found = _replay(key, request)
-        if found is None:
-            raise
-        return found
+
+    entry, _ = idempotency.replay_or_create(
+        key=key,
+        find=lambda: _find(key),
+        same=lambda entry: _fingerprint(entry) == request,
+        name=_name,
+        create=atomic_write,
+        refuse=_refuse,
+    )
+    return entry
+
+
+def _replay(key: str, request: _Request) -> JournalEntry | None:
+    """The entry first made under `key` if it asked for `request` (the bulk hold path's check)."""
+    return idempotency.replay(
+        key=key, found=_find(key), same=lambda e: _fingerprint(e) == request, name=_name, refuse=_refuse
+    )
+
+
+def _name(entry: JournalEntry) -> str:
+    return f"{entry.kind} {entry.pk}"
 
 
 def _tenant_account(tenant: Tenant, kind: AccountKind) -> Account:
@@ -202,7 +240,11 @@ def ledger_topup(*, tenant: Tenant, amount: int, key: str, actor: User, memo: st
     scoped to the tenant."""
     _require_admin(actor)
     return _topup(
-        tenant=tenant, amount=amount, key=client_key(tenant.pk, _check_key(key)), actor=actor, memo=memo
+        tenant=tenant,
+        amount=amount,
+        key=client_key(tenant.pk, _check_client_key(key)),
+        actor=actor,
+        memo=memo,
     )
 
 
@@ -233,7 +275,7 @@ def _topup(*, tenant: Tenant, amount: int, key: str, actor: User | None, memo: s
 def ledger_refund(*, tenant: Tenant, amount: int, key: str, actor: User, memo: str = "") -> JournalEntry:
     """Give back charged money (revenue -> available), never more than the tenant's net charges so far."""
     _require_admin(actor)
-    amount, key = _check_amount(amount), client_key(tenant.pk, _check_key(key))
+    amount, key = _check_amount(amount), client_key(tenant.pk, _check_client_key(key))
     request = _Request(EntryKind.REFUND, tenant.pk, amount, None, memo)
 
     def write() -> JournalEntry:
@@ -242,7 +284,7 @@ def ledger_refund(*, tenant: Tenant, amount: int, key: str, actor: User, memo: s
         )
         available = _tenant_account(tenant, AccountKind.AVAILABLE)
         # Serialises refunds of one tenant, so two of them cannot both fit under the same charges.
-        Account.objects.select_for_update().filter(pk=available.pk).get()
+        Account.objects.select_for_update(no_key=True).filter(pk=available.pk).get()
         spent = tenant_spent(tenant=tenant)
         if amount > spent:
             raise RefundExceedsCharges(
@@ -270,7 +312,7 @@ def ledger_hold_extend(*, hold_key: str, amount: int, key: str, memo: str = "") 
         entry = JournalEntry.objects.create(
             key=key, kind=EntryKind.HOLD, tenant=hold.tenant, amount=amount, hold=hold, memo=memo
         )
-        locked = Hold.objects.select_for_update().get(pk=hold.pk)
+        locked = Hold.objects.select_for_update(no_key=True).get(pk=hold.pk)
         if locked.state != HoldState.OPEN:
             raise HoldClosed(f"hold {hold_key!r} was already settled")
         legs = [(_tenant_account(hold.tenant, AccountKind.AVAILABLE), -amount)]
@@ -305,7 +347,7 @@ def _close_hold(*, kind: EntryKind, hold_key: str, charge: int, key: str) -> Jou
         # The entry goes in before the hold is locked, so that a concurrent call with the same key fails on
         # the key (and replays) rather than finding the hold closed.
         entry = JournalEntry.objects.create(key=key, kind=kind, tenant=hold.tenant, amount=charge, hold=hold)
-        locked = Hold.objects.select_for_update().get(pk=hold.pk)
+        locked = Hold.objects.select_for_update(no_key=True).get(pk=hold.pk)
         if locked.state != HoldState.OPEN:
             raise HoldClosed(f"hold {hold_key!r} was already settled")
         charged = min(charge, hold.amount)

@@ -120,7 +120,7 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
     accounts = _accounts(tenants)
     # Lock every available account first, in tenant order, as the single-call services do: no deadlock.
     available = dict(
-        Account.objects.select_for_update()
+        Account.objects.select_for_update(no_key=True)
         .filter(pk__in=bulk.any_of([accounts[t, AccountKind.AVAILABLE] for t in tenants]))
         .order_by("tenant_id")
         .values_list("tenant_id", "balance")

@@ -19,33 +19,10 @@ from config.errors import PolicyError
 from config.money import MAX_AMOUNT
 from inventory.models import GpuType
 from market.models import Guarantee, MarketPolicy
+from market.models.policy import GUARANTEE_MAX, POLICY_LIMITS, WEIGHT_LIMITS
 from market.selectors.policy import forget_cached_policy, market_policy
 from market.services.guarantees import guarantee_set
 from market.services.policy_versions import policy_versioned
-
-DAY = 86_400
-
-# Inclusive bounds of each market-wide knob; the API builds its fields from this table.
-POLICY_LIMITS: dict[str, tuple[int, int]] = {
-    "round_seconds": (10, DAY),
-    "price_step_bp": (1, 5_000),
-    "min_runtime_s": (0, 7 * DAY),
-    "default_grace_s": (0, 3_600),
-    "starve_rounds": (1, 1_000),
-    "max_reservations": (0, 1_000),
-    "max_reserved_pct": (1, 100),
-    "fair_reclaim": (0, 1),
-    # 0: no history; at most 30 days (a longer memory would let last month's use decide today's round).
-    "fair_share_half_life_s": (0, 30 * DAY),
-    # Paid back over at least a minute (the clearing divides by it), at most a week.
-    "fair_share_payback_s": (60, 7 * DAY),
-    "retention_days": (1, 3_650),
-    "energy_price_kwh": (0, 1_000_000_000),
-    "idle_util_pct": (0, 100),
-    "idle_seconds": (60, 7 * DAY),
-}
-WEIGHT_LIMITS = (1, 1_000_000)
-GUARANTEE_MAX = 1_000_000
 
 
 class Unset(Enum):
@@ -87,7 +64,7 @@ def policy_update(*, actor: User | None, reason: str = "", **changes: Any) -> Ma
     policy_check(changes)
     with policy_versioned(actor=admin, reason=reason):
         market_policy()  # creates the row with its defaults on first use
-        policy = MarketPolicy.objects.select_for_update().get(singleton=1)
+        policy = MarketPolicy.objects.select_for_update(no_key=True).get(singleton=1)
         diff = {f: [getattr(policy, f), v] for f, v in changes.items() if getattr(policy, f) != v}
         if diff:
             for field, (_, new) in diff.items():
@@ -163,7 +140,7 @@ def _tenant_policy_write(
     guarantees: dict[str, int],
     types: dict[str, GpuType],
 ) -> Tenant:
-    locked = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    locked = Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)
     diff: dict[str, list[Any]] = {}
     if weight is not None and weight != locked.weight:
         diff["weight"] = [locked.weight, weight]

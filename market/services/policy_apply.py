@@ -18,16 +18,17 @@ from django.db import transaction
 
 from accounts.audit import audit
 from accounts.models import Tenant, User
-from config.errors import PolicyError
+from config import idempotency
 from inventory.models import GpuType
 from inventory.services.gpu_types import gpu_type_save
-from market.models import Allowance, Guarantee, PolicyVersion, VersionKind
+from market.models import Allowance, Guarantee, PolicyVersion, ShadowRun, VersionKind, VersionStatus
 from market.selectors.policy_versions import current_version, version_target
 from market.services.allowance import allowance_set
 from market.services.policy import policy_update, tenant_policy_update
 from market.services.policy_versions import check_reason, lock_policy, policy_versioned
+from market.services.shadow import shadow_stop
 
-KEY_MAX = 200
+KEY_MAX = idempotency.KEY_MAX_CHARS
 
 
 @dataclass
@@ -136,20 +137,31 @@ class RevertResult:
     skipped_types: list[str]
 
 
-def _check_key(key: Any) -> str:
-    if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX:
-        raise PolicyError("key", f"must be text of 1 to {KEY_MAX} characters")
-    return key
-
-
-def _replay(key: str, target: PolicyVersion) -> RevertResult | None:
-    made = PolicyVersion.objects.filter(kind=VersionKind.REVERT, detail__key=key).first()
+def _replay(key: str, target: PolicyVersion, reason: str) -> RevertResult | None:
+    """The revert a first call with `key` made (config/idempotency.py: the one rule); a key used for a revert
+    to another version, or with another reason, is refused."""
+    made = idempotency.replay(
+        key=key,
+        found=PolicyVersion.objects.filter(
+            kind__in=(VersionKind.REVERT, VersionKind.APPLY), detail__key=key
+        ).first(),
+        same=lambda made: made.parent_id == target.pk and made.reason == reason,
+        name=lambda made: (
+            f"version {made.number}, a revert to version {made.parent.number if made.parent else '-'}"
+        ),
+        field="key",
+    )
     if made is None:
         return None
-    if made.parent_id != target.pk:
-        raise PolicyError("key", "was used for a revert to another version")
     detail = made.detail
     return RevertResult(made, True, True, detail.get("skipped_tenants", []), detail.get("skipped_types", []))
+
+
+def _stop_shadow(actor: User, draft: PolicyVersion) -> None:
+    """An applied draft's shadow compares the policy in force with itself: every round would read "nothing
+    changed". It stops with the apply (audited as a shadow.stop)."""
+    if ShadowRun.objects.filter(version=draft, stopped_at__isnull=True).exists():
+        shadow_stop(actor=actor, version=draft)
 
 
 @transaction.atomic
@@ -157,24 +169,28 @@ def policy_revert(
     *, actor: User | None, version: PolicyVersion, reason: str = "", key: str | None = None
 ) -> RevertResult:
     """Make `version`'s snapshot the policy in force for everyone, as one new version of kind revert whose
-    parent is `version`. Idempotent: a retry with the same `key` returns the first revert; without a key, a
-    repeat finds the policy already equal to the snapshot and changes nothing (no version)."""
+    parent is `version` (of kind apply when `version` is a proposed draft). Idempotent: a retry with the same
+    `key` returns the first revert; without a key, a repeat finds the policy already equal to the snapshot and
+    changes nothing (no version)."""
     if actor is None or not actor.is_staff:
         raise PermissionDenied("Only platform admins may revert policy.")
     reason = check_reason(reason)
     if key is not None:
-        key = _check_key(key)
+        key = idempotency.check_key(key, field="key", required=True)
     lock_policy()  # a retry racing the first waits here, then finds its version
-    if key is not None and (replay := _replay(key, version)) is not None:
+    if key is not None and (replay := _replay(key, version, reason)) is not None:
         return replay
-    with policy_versioned(actor=actor, reason=reason, kind=VersionKind.REVERT, parent=version) as frame:
+    # A draft applied to everyone is an apply, not a step back (issue 37 §5): its own kind and audit action.
+    draft = version.status == VersionStatus.PROPOSED
+    kind = VersionKind.APPLY if draft else VersionKind.REVERT
+    with policy_versioned(actor=actor, reason=reason, kind=kind, parent=version) as frame:
         applied = snapshot_apply(admin=actor, target=version_target(version))
         frame.detail.update(applied.as_detail(), **({"key": key} if key else {}))
     made = frame.version
     audit(
         actor=actor,
         tenant=None,
-        action="policy.revert",
+        action="policy.apply" if draft else "policy.revert",
         detail={
             "to": version.number,
             "version": made.number if made else None,
@@ -182,6 +198,8 @@ def policy_revert(
             **applied.as_detail(),
         },
     )
+    if draft and made is not None:
+        _stop_shadow(actor, version)
     return RevertResult(
         made or current_version(), made is not None, False, applied.skipped_tenants, applied.skipped_types
     )

@@ -16,14 +16,16 @@ from django.db import transaction
 
 from accounts.audit import audit
 from accounts.models import Tenant, User
+from config import idempotency
 from config.errors import PolicyError
 from config.money import MAX_AMOUNT
 from inventory.models import GpuType
 from inventory.services.gpu_types import prices_check
 from market.models import PolicyVersion, VersionKind, VersionStatus
+from market.models.policy import GUARANTEE_MAX, WEIGHT_LIMITS
 from market.services.allowance import allowance_check
 from market.services.guarantees import cluster_gpus
-from market.services.policy import GUARANTEE_MAX, WEIGHT_LIMITS, check_int, guardrail_check, policy_check
+from market.services.policy import check_int, guardrail_check, policy_check
 from market.services.policy_versions import check_reason, ensure_current, version_create
 
 _TOP = ("market", "gpu_types", "tenants")
@@ -128,21 +130,28 @@ def snapshot_check(snapshot: Any) -> None:
             )
 
 
-KEY_MAX = 100
+KEY_MAX = idempotency.KEY_MAX_CHARS
 
 
-def _replayed(key: str | None, detail: Mapping[str, Any]) -> PolicyVersion | None:
+def _replayed(key: str | None, detail: Mapping[str, Any], digest: str) -> PolicyVersion | None:
     """The draft a first send of the same form made (called under the policy lock, so two sends of one
     form serialise and the second finds the first's). A key reused for a draft from elsewhere (another
-    what-if run) is refused rather than answered with a draft the caller did not ask for."""
+    what-if run) is refused rather than answered with a draft the caller did not ask for (config/idempotency.py:
+    the one rule)."""
     if key is None:
         return None
-    if not isinstance(key, str) or not 1 <= len(key) <= KEY_MAX:
-        raise PolicyError("key", f"must be text of 1 to {KEY_MAX} characters")
-    first = PolicyVersion.objects.filter(kind=VersionKind.PROPOSED, detail__key=key).first()
-    if first is not None and any(first.detail.get(k) != v for k, v in detail.items()):
-        raise PolicyError("key", "was used for another proposal")
-    return first
+    key = idempotency.check_key(key, field="key", required=True)
+    return idempotency.replay(
+        key=key,
+        found=PolicyVersion.objects.filter(kind=VersionKind.PROPOSED, detail__key=key).first(),
+        # A draft made before the digest was kept is compared by where it came from only.
+        same=lambda first: (
+            first.detail.get("digest", digest) == digest
+            and all(first.detail.get(k) == v for k, v in detail.items())
+        ),
+        name=lambda first: f"draft version {first.number}",
+        field="key",
+    )
 
 
 @transaction.atomic
@@ -164,7 +173,8 @@ def policy_version_propose(
         raise PermissionDenied("Only platform admins may propose policy.")
     reason = check_reason(reason)
     base = ensure_current()
-    if (first := _replayed(key, detail or {})) is not None:
+    digest = idempotency.request_digest({"snapshot": snapshot, "reason": reason, "detail": detail or {}})
+    if (first := _replayed(key, detail or {}, digest)) is not None:
         return first
     proposal = snapshot_merge(base.snapshot, snapshot)
     snapshot_check(proposal)
@@ -175,7 +185,7 @@ def policy_version_propose(
         kind=VersionKind.PROPOSED,
         status=VersionStatus.PROPOSED,
         parent=base,
-        detail={**(detail or {}), **({"key": key} if key else {})},
+        detail={**(detail or {}), **({"key": key, "digest": digest} if key else {})},
     )
     audit(
         actor=actor,

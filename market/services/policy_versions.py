@@ -72,7 +72,7 @@ def _snapshot() -> PolicySnapshot:
 def lock_policy() -> None:
     """Take the lock every policy write holds first (the market policy row)."""
     market_policy()  # creates the row with its defaults on first use
-    MarketPolicy.objects.select_for_update().filter(singleton=1).first()
+    MarketPolicy.objects.select_for_update(no_key=True).filter(singleton=1).first()
 
 
 def _next_number() -> int:

@@ -21,13 +21,15 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, NamedTuple
 
+import numpy as np
 from django.conf import settings
 from django.db.models import F, OuterRef, Q
 
 from accounts.models import Tenant
-from allocator import PREEMPT_NAMES, REASON_NAMES, TIER_NAMES, Book, Preemptions, Result
+from allocator import BUSY, PREEMPT_NAMES, REASON_NAMES, TIER_NAMES, Book, Preemptions, Result
 from inventory.models import Gpu, GpuType, Node
 from market import bulk
+from market.gang import gang_payloads
 from market.models import (
     LIVE_LEASE_STATES,
     BidOutcome,
@@ -43,6 +45,15 @@ from market.models import (
     Round,
     RoundPrice,
 )
+from market.models.rounds import (
+    SKIP_BUDGET,
+    SKIP_CHANGED,
+    SKIP_GPUS_TAKEN,
+    SKIP_HOLD_CONFLICT,
+    SKIP_UNAVAILABLE,
+    SKIP_UNCONFINED,
+    use_key,
+)
 from market.selectors.book import Snapshot
 from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
@@ -52,13 +63,6 @@ from market.services.ledger_bulk import HoldRequest, ledger_hold_many
 
 # How long a bind command stays valid: an agent that has not picked it up by then is treated as lost.
 BIND_TTL = timedelta(minutes=30)
-
-SKIP_CHANGED = "job_changed_during_round"
-SKIP_GPUS_TAKEN = "gpus_taken_during_round"
-SKIP_BUDGET = "over_budget_at_commit"
-SKIP_HOLD_CONFLICT = "hold_key_conflict"
-SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
-SKIP_UNCONFINED = "node_without_sandbox"  # issue 35: an untrusted tenant's job on a node that cannot sandbox
 
 
 def hold_key(round_id: int, job_id: int) -> str:
@@ -206,14 +210,14 @@ def _lock(result: Result, winners: list[Winner]) -> Locked:
     retiered = sorted(set(result.retiered.tolist()))
     leases = {
         lease.pk: lease
-        for lease in Lease.objects.select_for_update()
+        for lease in Lease.objects.select_for_update(no_key=True)
         .filter(pk__in=preempted + retiered, state__in=LIVE_LEASE_STATES)
         .order_by("pk")
     }
     victims = [leases[pk] for pk in preempted if pk in leases]
     job_ids = [w.job_id for w in winners] + [lease.job_id for lease in victims]
     rows = (
-        Job.objects.select_for_update()
+        Job.objects.select_for_update(no_key=True)
         .filter(pk__in=bulk.any_of(job_ids))
         .order_by("pk")
         .values_list(*_JOB_FIELDS)
@@ -330,10 +334,17 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
     """A bind command per lease and node of its gang (a gang across nodes binds on each), fenced by the round."""
     rows: list[tuple[int, int, dict[str, object]]] = []  # (node id, lease id, payload)
     confine = _sandbox_fields([p.job.id for p in placed])
+    addresses = _node_addresses(placed)
     for lease_id, (w, job) in zip(lease_ids, placed, strict=True):
         by_node: dict[int, list[str]] = defaultdict(list)
         for slot in w.gang:
             by_node[slot.node_id].append(slot.uuid)
+        gangs = gang_payloads(
+            lease_id=lease_id,
+            gpus_by_node=by_node,
+            addresses=addresses,
+            port_range=settings.GANG_PORT_RANGE,
+        )
         for node_id, uuids in by_node.items():
             payload: dict[str, object] = {
                 "lease": lease_id,
@@ -346,6 +357,7 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
                 "grace_seconds": job.grace_seconds,
                 "price": w.price,
                 **_sandbox_payload(confine[job.id], len(uuids)),
+                "gang": gangs[node_id],
             }
             rows.append((node_id, lease_id, payload))
     n = len(rows)
@@ -396,6 +408,13 @@ def _sandbox_payload(fields: tuple[str, Decimal | None, Decimal | None], gpus: i
         "pids": settings.JOB_PIDS_MAX,
         "log_max_bytes": settings.JOB_LOG_MAX_MB * 1024 * 1024,
     }
+
+
+def _node_addresses(placed: list[Placed]) -> dict[int, tuple[str, str]]:
+    """Node id -> (address, name) for every node a winner landed on (one query)."""
+    node_ids = {slot.node_id for p in placed for slot in p.winner.gang}
+    rows = Node.objects.filter(pk__in=bulk.any_of(sorted(node_ids))).values_list("pk", "address", "name")
+    return {pk: (address, name) for pk, address, name in rows}
 
 
 def _mark_allocated(placed: list[Placed], now: datetime) -> None:
@@ -548,3 +567,28 @@ def _count(reasons: Iterable[str]) -> dict[str, int]:
     for reason in reasons:
         counts[reason] = counts.get(reason, 0) + 1
     return counts
+
+
+def busy_evidence(book: Book, result: Result) -> dict[str, int]:
+    """For each GPU type where a bid lost as busy (no GPU left for spot, allocator.result.BUSY): the type's GPUs
+    after the round, by the tier of the lease holding them, and those left free, as Round.counters entries
+    (market.models.rounds.use_key). The evidence the waiting job's sentence names (market.selectors.explain);
+    empty when no bid lost so. Counted from the clearing's decision: a winner the commit skips is counted."""
+    lo = result.losers
+    types = sorted(set(lo.gpu_type[lo.reason == BUSY].tolist()))
+    if not types:
+        return {}
+    ls, w = book.leases, result.winners
+    kept = ~np.isin(ls.lease, result.preemptions.lease)
+    won_gpus = np.diff(w.slot_ptr)
+    out: dict[str, int] = {}
+    for t in types:
+        name = book.types.names[t]
+        for tier, part in enumerate(TIER_NAMES):
+            held = ls.gpus[kept & (ls.gpu_type == t) & (ls.tier == tier)].sum()
+            won = won_gpus[(w.gpu_type == t) & (w.tier == tier)].sum()
+            out[use_key(part, name)] = int(held + won)
+        free = book.nodes.free[book.nodes.gpu_type == t].sum()
+        freed = ls.gpus[~kept & (ls.gpu_type == t)].sum()
+        out[use_key("free", name)] = int(free + freed - won_gpus[w.gpu_type == t].sum())
+    return out

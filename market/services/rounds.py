@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from allocator import BookError, Result, clear
+from config.dbretry import conflict_of
 from config.logs import bind
 from inventory.models import GpuType
 from market.models import DONE_STATES, Round, RoundState
@@ -33,7 +34,7 @@ from market.selectors.rounds import round_summary
 from market.services.fair_share import fair_share_record
 from market.services.holds import leases_hold_check
 from market.services.leases import leases_expire
-from market.services.round_commit import commit_result
+from market.services.round_commit import busy_evidence, commit_result
 from market.services.shadow import shadow_rounds_run
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,9 @@ def _advance(round_id: int, stop_after: RoundState | None, memo: _Memo) -> Round
     while True:
         try:
             with transaction.atomic():
-                rnd = Round.objects.select_for_update(skip_locked=True).filter(pk=round_id).first()
+                rnd = (
+                    Round.objects.select_for_update(no_key=True, skip_locked=True).filter(pk=round_id).first()
+                )
                 if rnd is None:  # another worker holds it: it will finish the step
                     return Round.objects.get(pk=round_id)
                 if rnd.state in DONE_STATES or rnd.state == stop_after:
@@ -107,6 +110,8 @@ def _advance(round_id: int, stop_after: RoundState | None, memo: _Memo) -> Round
             # Deterministic: repeating the step gives the same failure.
             return _failed(round_id, exc, final=True)
         except Exception as exc:
+            if conflict_of(exc):  # a deadlock is no fault of the round's: not an attempt; the net repeats it
+                raise
             log.exception("round %s: step failed", round_id)
             rnd = _failed(round_id, exc, final=False)
             if rnd.state == RoundState.FAILED:
@@ -133,7 +138,7 @@ def _step(rnd: Round, memo: _Memo) -> None:
 
 def _failed(round_id: int, exc: Exception, *, final: bool) -> Round:
     with transaction.atomic():
-        rnd = Round.objects.select_for_update().get(pk=round_id)
+        rnd = Round.objects.select_for_update(no_key=True).get(pk=round_id)
         rnd.attempts = F("attempts") + 1
         rnd.error = f"{type(exc).__name__}: {exc}"[:2000]
         rnd.save(update_fields=["attempts", "error"])
@@ -200,7 +205,11 @@ def _commit(rnd: Round, memo: _Memo) -> None:
     rnd.winners, rnd.skipped = stats.winners, stats.skipped
     rnd.preemptions, rnd.gpus_allocated = stats.preemptions, stats.gpus_allocated
     rnd.losers = len(result.losers) + stats.skipped
-    rnd.counters = {**rnd.counters, **{f"skipped_{k}": v for k, v in stats.skipped_reasons.items()}}
+    rnd.counters = {
+        **rnd.counters,
+        **{f"skipped_{k}": v for k, v in stats.skipped_reasons.items()},
+        **busy_evidence(snapshot.book, result),
+    }
     rnd.state, rnd.committed_at = RoundState.COMMITTED, now
     rnd.commit_ms = round((time.perf_counter() - started) * 1000)
     prices = {

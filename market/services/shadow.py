@@ -71,7 +71,11 @@ def shadow_stop(*, actor: User, version: PolicyVersion) -> ShadowRun:
     """Stop a version's shadow; its shadow rounds stay until retention prunes them."""
     _admin(actor)
     with transaction.atomic():
-        run = ShadowRun.objects.select_for_update().filter(version=version, stopped_at__isnull=True).first()
+        run = (
+            ShadowRun.objects.select_for_update(no_key=True)
+            .filter(version=version, stopped_at__isnull=True)
+            .first()
+        )
         if run is None:
             raise PolicyError("version", "this version does not run in shadow")
         run.stopped_at, run.stopped_by = timezone.now(), actor

@@ -16,6 +16,7 @@ from django.utils import timezone
 from accounts.access import can_manage
 from accounts.audit import audit
 from accounts.models import Tenant, User
+from config import idempotency
 from config.errors import PolicyError
 from config.money import MAX_AMOUNT
 from market.models import AlertAction, AlertKind, SpendAlertFiring, SpendAlertRule
@@ -24,7 +25,6 @@ from market.services import webhooks
 
 MAX_RULES_PER_TENANT = 20
 RUNWAY_MAX_HOURS = 24 * 366
-CLIENT_KEY_MAX_CHARS = 200
 
 
 class NotPermitted(Exception):
@@ -86,14 +86,10 @@ class Created:
     created: bool  # False: a replay of the same key and request
 
 
-def _replay(tenant: Tenant, client_key: str, request_digest: str) -> Created | None:
+def _keyed_rule(tenant: Tenant, client_key: str) -> Created | None:
     rule = SpendAlertRule.objects.filter(tenant=tenant, client_key=client_key).first() if client_key else None
-    if rule is None:
-        return None
-    if rule.request_digest != request_digest:
-        raise PolicyError("Idempotency-Key", f"was already used for another request (spend alert {rule.pk})")
     # The first answer may have been lost on the way: its retry gets the secret it carried.
-    return Created(rule, rule.webhook_secret, False)
+    return None if rule is None else Created(rule, rule.webhook_secret, False)
 
 
 def spend_alert_create(
@@ -112,11 +108,20 @@ def spend_alert_create(
     """A new rule; with a webhook, a fresh secret returned once. A repeated `client_key` with the same
     request returns the first rule; with another request it is refused."""
     _check_manager(actor, tenant)
-    if not isinstance(client_key, str) or len(client_key) > CLIENT_KEY_MAX_CHARS:
-        raise PolicyError("Idempotency-Key", f"must be at most {CLIENT_KEY_MAX_CHARS} characters")
-    found = _replay(tenant, client_key, request_digest)
-    if found is not None:
-        return found
+    client_key = idempotency.check_key(client_key)
+
+    def find() -> Created | None:
+        return _keyed_rule(tenant, client_key)
+
+    def same(found: Created) -> bool:
+        return found.rule.request_digest == request_digest
+
+    def name(found: Created) -> str:
+        return f"spend alert {found.rule.pk}"
+
+    first = idempotency.replay(key=client_key, found=find(), same=same, name=name)
+    if first is not None:
+        return first
     values = _check(
         {
             "kind": kind,
@@ -128,30 +133,38 @@ def spend_alert_create(
             "active": True,
         }
     )
-    try:
-        with transaction.atomic():
-            # Serialises creates of one tenant, so the count below cannot be raced past.
-            Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
-            if SpendAlertRule.objects.filter(tenant=tenant).count() >= MAX_RULES_PER_TENANT:
-                raise TooManyRules(
-                    f"{tenant.slug} already has {MAX_RULES_PER_TENANT} spend alerts, the most a team may have; "
-                    "delete one first."
-                )
-            secret = secrets.token_urlsafe(32) if values["webhook_url"] else ""
-            rule = SpendAlertRule.objects.create(
-                tenant=tenant,
-                created_by=actor,
-                webhook_secret=secret,
-                client_key=client_key,
-                request_digest=request_digest if client_key else "",
-                **values,
-            )
-            audit(actor=actor, tenant=tenant, action="spend_alert.create", detail=_detail(rule))
-    except IntegrityError:  # a concurrent create with the same key got there first
-        found = _replay(tenant, client_key, request_digest)
-        if found is None:
-            raise
-        return found
+    made, _ = idempotency.replay_or_create(
+        key=client_key,
+        find=find,
+        same=same,
+        name=name,
+        create=lambda: _create(actor, tenant, client_key, request_digest, values),
+        look_first=False,  # looked up above, before the checks: a replay is answered whatever they say today
+    )
+    return made
+
+
+@transaction.atomic
+def _create(
+    actor: User, tenant: Tenant, client_key: str, request_digest: str, values: dict[str, Any]
+) -> Created:
+    # Serialises creates of one tenant, so the count below cannot be raced past.
+    Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
+    if SpendAlertRule.objects.filter(tenant=tenant).count() >= MAX_RULES_PER_TENANT:
+        raise TooManyRules(
+            f"{tenant.slug} already has {MAX_RULES_PER_TENANT} spend alerts, the most a team may have; "
+            "delete one first."
+        )
+    secret = secrets.token_urlsafe(32) if values["webhook_url"] else ""
+    rule = SpendAlertRule.objects.create(
+        tenant=tenant,
+        created_by=actor,
+        webhook_secret=secret,
+        client_key=client_key,
+        request_digest=request_digest if client_key else "",
+        **values,
+    )
+    audit(actor=actor, tenant=tenant, action="spend_alert.create", detail=_detail(rule))
     return Created(rule, secret, True)
 
 
@@ -177,7 +190,11 @@ def spend_alert_update(
     unknown = sorted(set(changes) - set(EDITABLE))
     if unknown:
         raise PolicyError(unknown[0], "cannot be changed")
-    rule = SpendAlertRule.objects.select_for_update().select_related("tenant").get(pk=rule.pk)
+    rule = (
+        SpendAlertRule.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("tenant")
+        .get(pk=rule.pk)
+    )
     values = {f: getattr(rule, f) for f in ("kind", *EDITABLE)}
     if changes.get("action", rule.action) != AlertAction.CAP and "cap" not in changes:
         values["cap"] = None
@@ -222,7 +239,11 @@ def spend_alert_lift(*, actor: User, rule: SpendAlertRule) -> SpendAlertRule:
     """End a rule's pause or cap: new bids go through again. The rule has fired for this period, so it does
     not pause again before the next one. Lifting a rule that blocks nothing changes nothing."""
     _check_manager(actor, rule.tenant)
-    rule = SpendAlertRule.objects.select_for_update().select_related("tenant").get(pk=rule.pk)
+    rule = (
+        SpendAlertRule.objects.select_for_update(no_key=True, of=("self",))
+        .select_related("tenant")
+        .get(pk=rule.pk)
+    )
     if rule.blocked_since is None:
         return rule
     since = rule.blocked_since

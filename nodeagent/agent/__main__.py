@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-from nodeagent.agent import VERSION
+from nodeagent.agent import VERSION, gang
 from nodeagent.agent.backend import GpuBackend
 from nodeagent.agent.client import Client
 from nodeagent.agent.daemon import Agent, Settings, StartupError
@@ -65,6 +65,13 @@ def _bytes(text: str) -> int:
     if 0 < int(text) < 65536:
         raise argparse.ArgumentTypeError(f"{text!r} must be 0 or at least 65536")
     return int(text)
+
+
+def _address(text: str) -> str:
+    try:
+        return gang.check_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _default_state_dir() -> str:
@@ -132,6 +139,13 @@ def parser() -> argparse.ArgumentParser:
         "--name",
         default=env("GPUMARKET_NODE_NAME") or socket.gethostname(),
         help="node name at registration (GPUMARKET_NODE_NAME; default the host name)",
+    )
+    p.add_argument(
+        "--address",
+        type=_address,
+        default=env("GPUMARKET_NODE_ADDRESS"),
+        help="where the other nodes of a gang reach this one: an IP address or a host name "
+        "(GPUMARKET_NODE_ADDRESS; default the local address of the route to the server)",
     )
     p.add_argument(
         "--job-user",
@@ -270,6 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             tenant_uids=args.tenant_uids,
             log_max_bytes=args.log_max_bytes,
             kill_foreign_after=max(0.0, args.kill_foreign_after),
+            address=args.address or gang.default_address(args.server),
         )
         agent = Agent(settings=settings, backend=backend, state=state, client=Client(args.server))
         agent.install_signals()

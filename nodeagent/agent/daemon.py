@@ -26,6 +26,7 @@ from nodeagent.agent import VERSION, checkpoints, jobs, sandbox_cgroups, sandbox
 from nodeagent.agent.backend import GpuBackend, GpuSample
 from nodeagent.agent.client import Backoff, Client, Rejected, Unavailable
 from nodeagent.agent.fsutil import read_json
+from nodeagent.agent.gang import bind_gang
 from nodeagent.agent.records import Job
 from nodeagent.agent.sandbox import Sandbox
 from nodeagent.agent.sandbox_cgroups import Cgroups, Limits
@@ -61,6 +62,7 @@ class Settings:
     tenant_uids: range | None = None  # each tenant's jobs as its own user from this range (sandbox_users.py)
     log_max_bytes: int = 0  # a job's log is capped at this size (0: not capped)
     kill_foreign_after: float = 0.0  # seconds before a process on a GPU no lease holds is killed (0: never)
+    address: str = ""  # where the other nodes of a gang reach this one (sent at registration)
 
 
 class Agent:
@@ -293,6 +295,8 @@ class Agent:
             "gpus": [asdict(g) for g in self.inventory.values()],
             "capabilities": self.capabilities(),
         }
+        if self.settings.address:
+            body["address"] = self.settings.address
         answer = self.client.call("POST", "register", body)
         if answer.get("credential"):
             self.state.credential = answer["credential"]
@@ -494,6 +498,7 @@ class Agent:
             log_max_bytes=max(65536, int(payload.get("log_max_bytes") or 0))
             if payload.get("log_max_bytes")
             else 0,
+            gang=bind_gang(payload.get("gang")),
         )
         minors = [self.inventory[u].index for u in gpus]
         self.state.save_job(job)  # before the spawn: a crash in between leaves a record without a pid

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from nodeagent.agent import procfs, sandbox_cgroups
 from nodeagent.agent.fsutil import read_json
+from nodeagent.agent.gang import gang_environment
 from nodeagent.agent.records import Job, Outcome
 from nodeagent.agent.sandbox import Sandbox
 
@@ -35,6 +36,7 @@ def job_environment(job: Job) -> dict[str, str]:
         env["HOME"] = job.work_dir  # a tenant's user has no home; the system is read-only in the sandbox
     elif job.run_as:
         env["HOME"] = pwd.getpwuid(job.run_as[0]).pw_dir
+    env.update(gang_environment(job.gang))
     env.update(
         CUDA_VISIBLE_DEVICES=",".join(job.gpus),
         GPUMARKET_JOB_ID=str(job.job),

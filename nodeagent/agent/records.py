@@ -77,6 +77,7 @@ class Job:
     exit_reported: bool = False
     checkpoint_at: float = 0.0  # the newest checkpoint the job made in this lease (wall time; 0: none yet)
     log_offset: int = 0  # how far its log was read for checkpoint markers (nodeagent.agent.checkpoints)
+    gang: dict[str, Any] | None = None  # the bind's gang: rank, nodes, rendezvous (nodeagent.agent.gang)
 
     @property
     def running(self) -> bool:

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from accounts.access import caller, require_admin
-from config.api import Pagination
+from config.api import Pagination, no_body
 from inventory.models import Node
 from nodeagent.api import serializers as s
 from nodeagent.api.errors import refused
@@ -77,9 +77,29 @@ def _node(name: str) -> Node:
 
 
 class NodeDetailView(APIView):
+    parser_classes = [JSONParser]
+
     @extend_schema(responses=s.NodeSerializer, summary="One node with its GPUs (platform admins)")
     def get(self, request: Request, name: str) -> Response:
         require_admin(caller(request))
+        return Response(s.NodeSerializer(_node(name)).data)
+
+    @extend_schema(
+        request=s.NodeAddressSerializer,
+        responses=s.NodeSerializer,
+        summary="Set (pin) or clear the node's address, where a gang's other nodes reach it (platform admins; audited)",
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        require_admin(caller(request))
+        node = _node(name)
+        body = s.NodeAddressSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            services.node_set_address(
+                node=node, actor=caller(request), address=body.validated_data["address"]
+            )
+        except NodeError as exc:
+            raise refused(exc) from exc
         return Response(s.NodeSerializer(_node(name)).data)
 
 
@@ -90,6 +110,7 @@ class NodeActionView(APIView):
 
     def post(self, request: Request, name: str) -> Response:
         require_admin(caller(request))
+        no_body(request)
         try:
             type(self).service(node=_node(name), actor=caller(request))
         except NodeError as exc:

@@ -71,15 +71,17 @@ class RegisterView(AgentView):
         body = s.RegisterSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         gpus, version = body.gpu_infos(), body.validated_data["agent_version"]
+        address = body.validated_data.get("address")
         try:
             if isinstance(request.auth, Node):
-                done = node_reregister(node=request.auth, agent_version=version, gpus=gpus)
+                done = node_reregister(node=request.auth, agent_version=version, gpus=gpus, address=address)
             else:
                 registered = node_register(
                     raw_token=agent_of(request).raw,
                     name=body.validated_data.get("name", ""),
                     agent_version=version,
                     gpus=gpus,
+                    address=address or "",
                 )
                 if registered is None:  # another registration claimed the token meanwhile
                     raise exceptions.AuthenticationFailed("Invalid, used or expired bootstrap token.")
@@ -275,7 +277,7 @@ class LeaseStartedView(AgentView):
         lease = node_lease(node=self.node(request), lease_id=lease_id)
         body = s.StartedSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        lease = lease_started(lease=lease, at=body.validated_data["at"])
+        lease = lease_started(node=self.node(request), lease=lease, at=body.validated_data["at"])
         return Response(s.LeaseReplySerializer(lease).data)
 
 

@@ -10,12 +10,27 @@ from rest_framework import serializers
 
 from config.api import BodySerializer, QuerySerializer
 from config.fields import TextField
+from inventory.addresses import ADDRESS_MAX, check_node_address
 from inventory.models import Gpu, GpuType, Node
 from nodeagent.models import BootstrapToken
 from nodeagent.services.registration import GpuInfo
 from nodeagent.services.usage_parse import LOG_TAIL_MAX, MAX_GPUS, MAX_LEASES
 
 # Agent requests
+
+
+class NodeAddressField(serializers.CharField):
+    """A node's address (inventory.addresses): an IP or a host name, in its one spelling; blank clears it."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(max_length=ADDRESS_MAX, allow_blank=True, trim_whitespace=True, **kwargs)  # type: ignore[arg-type]
+
+    def to_internal_value(self, data: str) -> str:
+        text = super().to_internal_value(data)
+        try:
+            return check_node_address(text)
+        except ValueError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class GpuInfoSerializer(serializers.Serializer[object]):
@@ -34,6 +49,11 @@ class RegisterSerializer(serializers.Serializer[object]):
         help_text="The node's name (letters, digits, . _ -); a bootstrap token that names one overrides it.",
     )
     agent_version = serializers.CharField(max_length=64, allow_blank=True, default="")
+    address = NodeAddressField(
+        required=False,
+        help_text="Where the other nodes of a gang reach this one: an IP address or a host name. "
+        "Left out: the node keeps the one it has; an admin's pinned address always stands.",
+    )
     gpus = GpuInfoSerializer(many=True, help_text="Every GPU NVML reports on the machine.")
     capabilities = serializers.JSONField(
         required=False,
@@ -283,6 +303,8 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "topology_domain",
             "state",
             "agent_version",
+            "address",
+            "address_pinned",
             "boot_epoch",
             "last_heartbeat",
             "down_since",
@@ -292,6 +314,16 @@ class NodeSerializer(serializers.ModelSerializer[Node]):
             "gpus",
         ]
         read_only_fields = fields
+
+
+class NodeAddressSerializer(BodySerializer):
+    """`PATCH nodes/<name>`: an admin sets (pins) the node's address, or clears it with "" (the agent's next
+    registration then sets it again)."""
+
+    refuse_unknown = True
+    address = NodeAddressField(
+        help_text='An IP address or a host name; "" gives the address back to the agent.'
+    )
 
 
 class NodeFilterSerializer(QuerySerializer):

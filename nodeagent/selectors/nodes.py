@@ -32,10 +32,13 @@ def node_command(*, node: Node, command_id: int) -> Command:
 
 def pending_commands(*, node: Node, after: int) -> list[Command]:
     """The node's unacknowledged commands after `after`, in id order. A bind whose lease was settled
-    meanwhile (the node was declared lost) is left out: it must not start a job nobody pays for."""
+    meanwhile (the node was declared lost) is left out: it must not start a job nobody pays for; so is one
+    whose lease is being stopped (a gang one of whose parts failed or could not start, a cancel before the
+    start): the stop that follows it is refused as "no job", which ends that part unstarted
+    (market.services.lease_parts)."""
     return list(
         Command.objects.filter(node=node, state=CommandState.PENDING, pk__gt=after)
-        .exclude(kind=CommandKind.BIND, lease__state=LeaseState.ENDED)
+        .exclude(kind=CommandKind.BIND, lease__state__in=[LeaseState.ENDED, LeaseState.STOPPING])
         .order_by("pk")[:COMMANDS_PER_FETCH]
     )
 

@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import User
+from inventory.addresses import check_node_address
 from inventory.models import Node
 from market.models import LIVE_LEASE_STATES, LeaseGpu, LeaseState
 from nodeagent.errors import NodeError
@@ -20,7 +21,7 @@ def require_admin(actor: User | None) -> User:
 
 
 def _locked(node: Node) -> Node:
-    return Node.objects.select_for_update().get(pk=node.pk)
+    return Node.objects.select_for_update(no_key=True).get(pk=node.pk)
 
 
 def _set_state(node: Node, actor: User, action: str, **fields: object) -> Node:
@@ -56,6 +57,29 @@ def node_resume(*, node: Node, actor: User | None) -> Node:
         return node
     state = Node.State.DOWN if node.state == Node.State.DOWN else Node.State.UP
     return _set_state(node, admin, "node.resume", state=state, drained_at=None)
+
+
+@transaction.atomic
+def node_set_address(*, node: Node, actor: User | None, address: str) -> Node:
+    """An admin's address for the node (checked: inventory.addresses), pinned so that the agent's
+    registrations no longer replace it; "" unpins it (the agent's next registration sets it). Gangs already
+    bound keep the address their binds carried."""
+    admin = require_admin(actor)
+    try:
+        address = check_node_address(address)
+    except ValueError as exc:
+        raise NodeError(str(exc), field="address") from None
+    node = _locked(node)
+    before = node.address
+    node.address, node.address_pinned = address, bool(address)
+    node.save(update_fields=["address", "address_pinned"])
+    audit(
+        actor=admin,
+        tenant=None,
+        action="node.address",
+        detail={"node": node.name, "address": [before, address], "by": "admin"},
+    )
+    return node
 
 
 def live_lease_ids(node: Node) -> list[int]:

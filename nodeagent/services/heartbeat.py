@@ -18,12 +18,12 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from inventory.models import Gpu, Node
-from market.models import LIVE_LEASE_STATES, Command, CommandKind, EndReason, Lease, LeaseGpu, LeaseState
+from market.models import LIVE_LEASE_STATES, Command, CommandKind, Lease, LeaseGpu, LeaseState, PartState
 from market.selectors.policy import current_fence
 from market.services.command_wake import commands_written
+from market.services.lease_parts import part_ended
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from nodeagent.services.admin import live_lease_ids
-from nodeagent.services.lease_events import lease_abandon
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def node_heartbeat(
 ) -> Node:
     """Record that the node is alive, its GPUs' health and the leases whose jobs it runs."""
     now = now or timezone.now()
-    node = Node.objects.select_for_update().get(pk=node.pk)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     fields = ["last_heartbeat", "boot_epoch"]
     node.last_heartbeat, node.boot_epoch = now, max(node.boot_epoch, boot_epoch)
     if node.state == Node.State.DOWN:
@@ -130,10 +130,12 @@ def _nodes_with_live_leases() -> QuerySet[LeaseGpu, int]:
 
 
 def node_lost(*, node: Node, now: datetime | None = None) -> list[int]:
-    """Settle every lease with a GPU on the node for what was reported; their jobs go back to pending."""
+    """Every lease with a GPU on the node loses its part there: a lease of this node alone is settled for
+    what was reported, a gang's other parts are stopped (market.services.lease_parts); their jobs go back to
+    pending (node_lost, "node X (part N) down")."""
     ids = live_lease_ids(node)
     for lease_id in ids:
-        lease_abandon(lease_id=lease_id, reason=EndReason.NODE_LOST, now=now)
+        part_ended(lease_id=lease_id, node_id=node.pk, state=PartState.LOST, now=now)
     if ids:
         log.warning("node %s lost: leases %s settled, their jobs requeued", node.name, ids)
     return ids

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.audit import audit
 from accounts.models import User
+from inventory.addresses import check_node_address
 from inventory.models import Gpu, GpuType, Node
 from inventory.models.nodes import UNCONFINED_PREFIX
 from nodeagent import credentials
@@ -110,6 +111,14 @@ def _check_gpus(gpus: list[GpuInfo]) -> None:
             seen.add(value)
 
 
+def checked_address(address: str) -> str:
+    """The node address in its one spelling, or NodeError naming the field (inventory.addresses)."""
+    try:
+        return check_node_address(address)
+    except ValueError as exc:
+        raise NodeError(f"{exc}", field="address") from None
+
+
 def gpu_type_for(gpus: list[GpuInfo]) -> GpuType:
     """The GPU type whose name occurs in the GPUs' model string (the longest such name: "A100" before "A1")."""
     types = sorted(GpuType.objects.all(), key=lambda t: -len(t.name))
@@ -142,12 +151,19 @@ def _foreign_uuids(gpus: list[GpuInfo], node: Node | None) -> None:
 
 @transaction.atomic
 def node_register(
-    *, raw_token: str, name: str, agent_version: str, gpus: list[GpuInfo], now: datetime | None = None
+    *,
+    raw_token: str,
+    name: str,
+    agent_version: str,
+    gpus: list[GpuInfo],
+    address: str = "",
+    now: datetime | None = None,
 ) -> Registered | None:
     """First registration with a bootstrap token. None when the token is no longer usable (another
     registration claimed it, or it expired): the caller answers 401 and nothing is written."""
     now = now or timezone.now()
     _check_gpus(gpus)
+    address = checked_address(address)
     token = (
         BootstrapToken.objects.select_related("gpu_type").filter(digest=credentials.digest(raw_token)).first()
     )
@@ -170,6 +186,7 @@ def node_register(
         topology_domain=token.topology_domain or "default",
         credential_digest=credentials.digest(secret),
         agent_version=agent_version,
+        address=address,
         last_heartbeat=now,
     )
     Gpu.objects.bulk_create(
@@ -186,6 +203,7 @@ def node_register(
             "gpus": len(gpus),
             "token": token.pk,
             "gpu_type": gpu_type.name,
+            "address": address,
         },
     )
     return Registered(node=node, credential=secret, created=True)
@@ -193,12 +211,19 @@ def node_register(
 
 @transaction.atomic
 def node_reregister(
-    *, node: Node, agent_version: str, gpus: list[GpuInfo], now: datetime | None = None
+    *,
+    node: Node,
+    agent_version: str,
+    gpus: list[GpuInfo],
+    address: str | None = None,
+    now: datetime | None = None,
 ) -> Registered:
-    """A registered node reports its GPUs again: new UUIDs join, missing ones become absent (no new work)."""
+    """A registered node reports its GPUs again: new UUIDs join, missing ones become absent (no new work).
+    `address` (None: the agent sent none) replaces the node's, unless an admin pinned one."""
     now = now or timezone.now()
     _check_gpus(gpus)
-    node = Node.objects.select_for_update().get(pk=node.pk)
+    address = None if address is None else checked_address(address)
+    node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     _foreign_uuids(gpus, node)
     reported = {g.uuid: g for g in gpus}
     known = {g.uuid: g for g in Gpu.objects.filter(node=node)}
@@ -219,7 +244,17 @@ def node_reregister(
         )
     added = sorted(set(reported) - set(known))
     node.agent_version, node.last_heartbeat = agent_version, now
-    node.save(update_fields=["agent_version", "last_heartbeat"])
+    fields = ["agent_version", "last_heartbeat"]
+    if address is not None and not node.address_pinned and address != node.address:
+        before, node.address = node.address, address
+        fields.append("address")
+        audit(
+            actor=None,
+            tenant=None,
+            action="node.address",
+            detail={"node": node.name, "address": [before, address], "by": "agent"},
+        )
+    node.save(update_fields=fields)
     if added or gone:
         audit(
             actor=None,

@@ -90,9 +90,10 @@ class FakeServer:
         gpus: list[str],
         max_seconds: float = 600,
         grace: float = 5,
+        gang: Any = None,
         **extra: Any,
     ) -> int:
-        payload = {
+        payload: dict[str, Any] = {
             "lease": lease,
             "job": lease + 1000,
             "name": f"job-{lease}",
@@ -104,6 +105,8 @@ class FakeServer:
             "price": 4_500_000,
             **extra,  # tenant, cpus, memory_mb, pids: what the server adds for the sandbox
         }
+        if gang is not None:
+            payload["gang"] = gang
         return self.queue("bind", lease, payload)
 
     def stop_lease(self, kind: str, lease: int, *, grace: float = 5) -> int:

@@ -67,8 +67,10 @@ def test_bind_runs_the_command_without_a_shell_with_only_the_job_environment(ser
     env = seen["env"]
     assert set(env) == {
         "PATH", "HOME", "LANG", "CUDA_VISIBLE_DEVICES", "GPUMARKET_JOB_ID", "GPUMARKET_LEASE_ID",
-        "GPUMARKET_CHECKPOINT_DIR",
+        "GPUMARKET_CHECKPOINT_DIR", *GANG_VARIABLES,
     }  # fmt: skip
+    # A bind without a gang (a server from before gangs) is a gang of one on this node.
+    assert (env["NNODES"], env["NODE_RANK"], env["MASTER_ADDR"]) == ("1", "0", "127.0.0.1")
     assert "GPUMARKET_BOOTSTRAP_TOKEN" not in env  # the agent's own secrets stay with the agent
     assert env["CUDA_VISIBLE_DEVICES"] == ",".join(gpus)
     assert (env["GPUMARKET_JOB_ID"], env["GPUMARKET_LEASE_ID"]) == ("1007", "7")
@@ -85,6 +87,52 @@ def test_bind_runs_the_command_without_a_shell_with_only_the_job_environment(ser
     assert "envdump wrote" in log and "to stderr too" in log
     assert "envdump wrote" in exited["usage"]["log_tail"]
     assert exited["usage"]["gpu_seconds"] > 0
+
+
+GANG_VARIABLES = (
+    "GPUMARKET_NODE_RANK", "GPUMARKET_NNODES", "GPUMARKET_GPUS_PER_NODE", "GPUMARKET_GANG_GPUS",
+    "GPUMARKET_NODES", "GPUMARKET_RDZV_ADDR", "GPUMARKET_RDZV_PORT", "MASTER_ADDR", "MASTER_PORT", "NNODES",
+    "NODE_RANK", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+)  # fmt: skip
+
+
+def test_a_gang_bind_gives_the_job_its_rank_the_nodes_and_the_rendezvous(server, agent, tmp_path):
+    gpus = registered(server, agent.start())
+    out = tmp_path / "env.json"
+    gang = {
+        "rank": 1, "nnodes": 2, "gpus_per_node": len(gpus), "gang_gpus": 2 * len(gpus),
+        "nodes": ["10.0.0.2", "gpu-b.example.org"], "rdzv_addr": "10.0.0.2", "rdzv_port": 29507,
+    }  # fmt: skip
+    server.bind(8, envdump(out), gpus=gpus, gang=gang)
+    wait_for(lambda: out.exists() and out.stat().st_size, what="the job's env dump")
+    env = json.loads(out.read_text())["env"]
+    assert {k: env[k] for k in GANG_VARIABLES} == {
+        "GPUMARKET_NODE_RANK": "1", "GPUMARKET_NNODES": "2", "GPUMARKET_GPUS_PER_NODE": str(len(gpus)),
+        "GPUMARKET_GANG_GPUS": str(2 * len(gpus)), "GPUMARKET_NODES": "10.0.0.2,gpu-b.example.org",
+        "GPUMARKET_RDZV_ADDR": "10.0.0.2", "GPUMARKET_RDZV_PORT": "29507", "MASTER_ADDR": "10.0.0.2",
+        "MASTER_PORT": "29507", "NNODES": "2", "NODE_RANK": "1", "WORLD_SIZE": "2", "RANK": "1",
+        "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+    }  # fmt: skip
+
+
+def test_a_bind_with_a_malformed_gang_is_refused(server, agent):
+    gpus = registered(server, agent.start())
+    bad = {
+        "rank": 0,
+        "nnodes": 2,
+        "nodes": ["10.0.0.2", "$(reboot)"],
+        "rdzv_addr": "10.0.0.2",
+        "rdzv_port": 1,
+    }
+    cmd_id = server.bind(9, demo(1), gpus=gpus, gang=bad)
+    wait_for(lambda: cmd_id in server.acks, what="the bind's answer")
+    assert (
+        server.acks[cmd_id]["result"] == "refused" and "not a node address" in server.acks[cmd_id]["detail"]
+    )
+    out_of_gang = {"rank": 2, "nnodes": 2, "nodes": [], "rdzv_addr": "10.0.0.2", "rdzv_port": 29500}
+    cmd_id = server.bind(10, demo(1), gpus=gpus, gang=out_of_gang)
+    wait_for(lambda: cmd_id in server.acks, what="the bind's answer")
+    assert server.acks[cmd_id]["result"] == "refused"
 
 
 def test_a_failing_job_reports_its_code_and_a_missing_program_127(server, agent, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,9 +128,26 @@ def make_book(s: Shape) -> Book:
         free,
     )
     policy = Policy(min_runtime_s=600, starve_rounds=5, price_step_bp=500, max_reservations=2)
+    leases, tenants, bids = _forecasts(np.random.default_rng(s.seed + 1), now, leases, tenants, bids)
     return Book(
         now=now, round=3, types=types, nodes=nodes, tenants=tenants, bids=bids, leases=leases, policy=policy
     )
+
+
+def _forecasts(
+    rng: np.random.Generator, now: int, leases: Leases, tenants: Tenants, bids: Bids
+) -> tuple[Leases, Tenants, Bids]:
+    """What reservations and backfill read, from a generator of their own (the draws above stay as they were):
+    expected ends of leases (some unknown, some past), backfill marks, predicted runtimes of bids, and a
+    fair-share history in which some tenants are owed."""
+    n = len(leases)
+    if n:
+        ends = np.where(rng.random(n) < 0.2, -1, now + rng.integers(-1800, 4 * 3600, n))
+        leases = dataclasses.replace(leases, expect_end=ends, backfill=rng.random(n) < 0.2)
+    owed = np.where(rng.random(tenants.owed.shape) < 0.4, rng.integers(-8, 40, tenants.owed.shape), 0)
+    tenants = dataclasses.replace(tenants, owed=owed.astype(np.float64))
+    expect = np.maximum(1, (bids.max_s * rng.uniform(0.05, 1.0, len(bids))).astype(np.int64))
+    return leases, tenants, dataclasses.replace(bids, expect_s=expect)
 
 
 def make_hoarded_book(s: Shape, *, hoarders: int = 1, full: bool = False) -> Book:

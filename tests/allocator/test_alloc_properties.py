@@ -101,8 +101,7 @@ def test_raising_a_winning_bid_never_makes_it_lose(shape: Shape) -> None:
 
 
 def Bids_with(book: Book, limit: np.ndarray) -> Bids:
-    b = book.bids
-    return type(b)(b.job, b.tenant, b.gpus, limit, b.max_s, b.submit, b.waited)
+    return replace(book.bids, limit=limit)
 
 
 def test_checks_catch_a_broken_result() -> None:

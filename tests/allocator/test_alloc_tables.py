@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -165,6 +167,17 @@ CASES = [
         want_gpus={"a": 4, "b": 4},
         want_tiers={"a": {"G": 4}, "b": {"B": 4}},
         want_losers={5: "guarantee_full_below_posted", 6: "guarantee_full_below_posted"},
+    ),
+    Case(
+        "tiers G and B take every GPU: a bid no price or guarantee stopped is busy, not outbid (no figure)",
+        book(
+            [node("n0")],
+            [tenant("a", guarantee=8), tenant("b")],
+            bids("a", 8, first_job=1, limit=R) + bids("b", 2, first_job=100, limit=9 * MICRO),
+        ),
+        want_gpus={"a": 8},
+        want_tiers={"a": {"G": 8}},
+        want_losers={100: "busy", 101: "busy"},
     ),
     Case(
         "an idle guarantee is lent in tier S",
@@ -567,3 +580,20 @@ def test_edge_books_clear_cleanly(doc: dict[str, Any]) -> None:
     result = clear(b)
     assert check(b, result) == []
     assert len(result.winners) + len(result.losers) == len(b.bids)
+
+
+@pytest.mark.parametrize("limit", [2_400_000, 3_000_000, 4_000_000, 4_000_001, 9_000_000])
+def test_raising_a_bid_past_the_posted_price_never_makes_it_lose(limit: int) -> None:
+    """shared/cases/raise-loses.book.json (found by an independent check of `python -m allocator clear`): job 2
+    (2 GPUs of t0) won in tier S at its limit 2.4 but lost as no_node_fits at the posted price 4.0 or above.
+    Its tenant's demand at p entered the split of the excess; with floors, the fraction of a GPU it could not use
+    shrank another tenant's room below that tenant's gang, which fell to spot and changed the placement.
+    Entitlements in whole GPUs by largest remainder (tiers.whole_gpus) keep the room; every invariant holds."""
+    doc = json.loads((Path(__file__).parent / "cases" / "raise-loses.book.json").read_text())
+    for bid in doc["bids"]:
+        if bid["job"] == 2:
+            bid["limits"]["t0"] = limit
+    book = Book.from_json(doc)
+    result = clear(book)
+    assert 2 in result.winners.job.tolist()
+    assert check(book, result) == []

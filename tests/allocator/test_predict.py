@@ -218,3 +218,20 @@ def test_incremental_equals_batch() -> None:
     for job in jobs:
         history.add(job)
         assert history.predict(Q) == predict_at(Q, jobs, job.ended_at)
+
+
+def test_a_program_level_says_program_not_command() -> None:
+    """Issue 37 §5: the demo's 30 s job, predicted from 180 s runs of the same program, must not read as
+    "same command": the level pools any arguments and says so."""
+    history = RuntimeHistory()
+    for i in range(3):
+        history.add(
+            Finished(
+                "t", name_family(f"long-{i}"), command_family("python -m demo_job --seconds 180"), 1, 180, i
+            )
+        )
+    query = Query("t", name_family("quick"), command_family("python -m demo_job --seconds 30"), 1)
+    got = history.predict(query)
+    assert got is not None and got.median_s == 180
+    assert got.level_name == "same team, same program with any arguments, same GPU count"
+    assert not any("command" in level.name for level in LEVELS)

@@ -42,7 +42,7 @@ def test_list_diff_and_revert(world: World, live_server: Any, page: Any, tmp_pat
     shot(page, tmp_path, "policy-version-diff", docs=True)
     page.click("text=Revert to version 1")
     page.wait_for_load_state()
-    assert "Reverted to version 1: now version 4." in page.locator("main").inner_text()
+    assert "Reverted to version 1: version 4 is now in force." in page.locator("main").inner_text()
     newest = current_version()
     assert newest is not None and newest.kind == "revert" and newest.reason == "back to the start"
     assert policy_snapshot()["tenants"]["beta"]["weight"] == 2
@@ -82,3 +82,36 @@ def test_canary_start_and_status(world: World, live_server: Any, page: Any, tmp_
     assert page.locator("#canary-state").inner_text() == "Reverted"
     canary.refresh_from_db()
     assert canary.state == CanaryState.REVERTED and policy_snapshot()["tenants"]["beta"]["weight"] == 2
+
+
+def test_applying_a_draft_says_applied_and_which_version_is_in_force(
+    world: World, live_server: Any, page: Any, tmp_path: Path
+) -> None:
+    """Issue 37 §5: applying a draft is not labelled a revert, and the draft stops reading as one in shadow."""
+    from market.services.shadow import shadow_start
+
+    policy_update(actor=world.admin, price_step_bp=250, reason="calmer prices")
+    draft = policy_version_propose(
+        actor=world.admin, snapshot={"tenants": {"beta": {"weight": 9}}}, reason="more for beta"
+    )
+    shadow_start(actor=world.admin, version=draft)
+    login(page, live_server.url, "root")
+    page.goto(f"{live_server.url}/console/versions/{draft.number}/")
+    page.fill("#id_reason", "beta's results are in")
+    page.click(f"text=Apply version {draft.number} to everyone")
+    page.wait_for_load_state()
+    applied = current_version()
+    assert applied is not None and applied.kind == "apply"
+    main = page.locator("main").inner_text()
+    assert (
+        f"Applied draft version {draft.number} to everyone: version {applied.number} is now in force." in main
+    )
+    row = page.locator("table.data tbody tr").first
+    assert "Draft applied" in row.inner_text() and "in force" in row.inner_text()
+    draft_row = page.locator("table.data tbody tr", has_text="more for beta")
+    assert "applied" in draft_row.inner_text() and "in shadow" not in draft_row.inner_text()
+    shot(page, tmp_path, "policy-versions-applied", docs=True)
+    page.goto(f"{live_server.url}/console/versions/{draft.number}/")
+    heading = page.locator("h1").inner_text()
+    assert f"applied to everyone as version {applied.number}" in heading and "draft)" not in heading
+    shot(page, tmp_path, "policy-version-applied", docs=True)

@@ -107,6 +107,9 @@ def test_member_submits_a_job_watches_it_win_and_sees_its_charge(
     page.wait_for_selector("text=Running")
     assert "resnet <b>50</b>" in page.locator("section", has_text="Running").last.inner_text()
     assert page.locator("tr", has_text="H100").locator("svg.spark").count() == 1
+    # A runway people read ("about 5.2 hours", "about 3 days", "more than a year"), never 639218.2 hours.
+    runway = page.locator("[data-field=runway]").inner_text()
+    assert runway.startswith("about ") or runway == "more than a year", runway
     shot(page, tmp_path, "dashboard", docs=True)
     # ... its usage every minute for half an hour (what the agent's reports store, through the services) ...
     report_usage(lease, seconds=1800, log_tail="epoch 1/3 loss 0.91\nepoch 2/3 loss 0.40")
@@ -285,8 +288,10 @@ def test_admin_changes_weight_and_guarantee_and_sees_them_on_fairness_and_audit(
     page.fill("#id_action", "tenant_policy.update")
     page.click("button:has-text('Filter')")
     entry = page.locator("table.data tbody tr").first.inner_text()
-    assert "root" in entry and "alpha" in entry and "[1, 5]" in entry and "guarantees.H100" in entry
-    shot(page, tmp_path, "audit")
+    # Changes read "old → new", not Python lists (issue 37 §5).
+    assert "root" in entry and "alpha" in entry and "1 → 5" in entry and "guarantees.H100" in entry
+    assert "[" not in entry
+    shot(page, tmp_path, "audit", docs=True)
     page.click("nav.subnav >> text=Market")
     assert page.locator("svg.chart").count() >= 3
     shot(page, tmp_path, "market")

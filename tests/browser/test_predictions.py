@@ -82,6 +82,15 @@ def test_member_sees_a_prediction_while_typing(
     page.fill("#id_gpus", "3")
     page.wait_for_selector("#prediction:has-text('cold start')")
 
+    # Another name, the same program with other arguments: pooled by program, and said so (issue 37 §5).
+    page.fill("#id_name", "sweep-7")
+    page.fill("#id_command", "python finetune.py --lr 9e-5")
+    page.fill("#id_gpus", "2")
+    page.wait_for_selector("#prediction:has-text('same program with any arguments')")
+    assert "same team, same program with any arguments, same GPU count" in box.inner_text()
+    assert "same command" not in box.inner_text()
+    shot(page, tmp_path, "submit-prediction-program", docs=True)
+
 
 def test_manager_opts_in_to_predicted_holds(
     world: World, live_server: Any, page: Any, tmp_path: Path

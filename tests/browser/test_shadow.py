@@ -46,14 +46,16 @@ def test_shadow_console_shows_a_versions_differences_and_stops_it(
     running.get_by_role("link").click()
 
     page.wait_for_selector("#shadow-totals")
-    assert page.locator("h1").inner_text() == f"Shadow of {version}"
+    assert page.locator("h1").inner_text() == f"Shadow of policy version {version.number} (proposed draft)"
     totals = page.locator("#shadow-totals")
     won_alone = totals.locator("tr", has_text="on this side only").locator("td")
     assert int(won_alone.nth(1).inner_text()) > 0  # bids alpha wins only under the proposal
     alpha = page.locator("#shadow-tenants tbody tr", has_text="alpha")
     assert int(alpha.locator("td").first.inner_text()) > 0  # gained
     assert page.locator("#shadow-rounds tbody tr").count() == 3
-    assert "alpha +" in page.locator("#shadow-rounds tbody tr").last.inner_text()  # the first round
+    first = page.locator("#shadow-rounds tbody tr").last.inner_text()  # the first round
+    assert "alpha: " in first and "won only under the proposal" in first  # what changed, in words
+    assert "won only under the proposal" in alpha.locator("[data-field=differs]").inner_text()
     shot(page, tmp_path, "shadow-version", docs=True)
 
     page.get_by_role("button", name="Stop shadow").click()

@@ -21,8 +21,8 @@ from django.db.models import Count
 
 from allocator import clear
 from market.models import Hold, Job, JobState, Lease, MarketPolicy, Round, RoundState
+from market.models.policy import DAY
 from market.selectors.book import Snapshot
-from market.services.policy import DAY
 from market.services.round_commit import hold_key
 from tests.market.round_helpers import make_job
 from tests.workers import start_worker, stop_worker, wait_for

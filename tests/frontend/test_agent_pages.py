@@ -88,9 +88,11 @@ def test_a_report_of_another_leases_gpus_is_not_on_this_jobs_chart(market: Marke
     ],
 )  # fmt: skip
 def test_the_owner_reads_why_the_lease_ended_in_one_sentence(market: Market, reason: str, says: str) -> None:
+    from market.models import PartState
+    from market.services.lease_parts import part_ended
     from market.services.leases import lease_stopped
     from market.services.policy import policy_update
-    from nodeagent.services.lease_events import lease_abandon, leases_release_idle
+    from nodeagent.services.lease_events import leases_release_idle
 
     lease = _running(market)
     end = lease.started_at + timedelta(minutes=30)
@@ -102,7 +104,7 @@ def test_the_owner_reads_why_the_lease_ended_in_one_sentence(market: Market, rea
     else:
         report_usage(lease, seconds=1800)
         if reason == "node_lost":
-            lease_abandon(lease_id=lease.pk, reason=EndReason.NODE_LOST, now=end)
+            part_ended(lease_id=lease.pk, node_id=lease.node_id, state=PartState.LOST, now=end)
         else:
             lease_stopped(lease_id=lease.pk, reason=EndReason.COMPLETED, now=end)
     html = login(Client(), market.world.amy).get(f"/t/alpha/jobs/{market.winner.pk}/").content.decode()
@@ -154,9 +156,22 @@ def test_drain_resume_and_retire_go_through_the_services_and_are_audited(market:
     assert admin.get(f"{base}/drain/").status_code == 405  # a link cannot drain a node
 
 
+def test_an_admin_sets_a_node_address_in_the_console_and_a_bad_one_is_refused(market: Market) -> None:
+    node = Lease.objects.get(job=market.winner).node
+    admin = login(Client(), market.world.admin)
+    page = admin.post(f"/console/nodes/{node.name}/address/", {"address": "10.0.0.300"}, follow=True)
+    assert "Refused: address: " in page.content.decode()
+    assert Node.objects.get(pk=node.pk).address == ""
+    page = admin.post(f"/console/nodes/{node.name}/address/", {"address": "10.2.0.7"}, follow=True)
+    html = page.content.decode()
+    assert "address set to 10.2.0.7 (pinned)" in html
+    assert f'data-field="address-{node.name}">address 10.2.0.7 (pinned)' in html
+    assert AuditEvent.objects.filter(action="node.address", actor__username="root").count() == 1
+
+
 def test_node_actions_are_for_platform_admins_only(market: Market) -> None:
     node = Lease.objects.get(job=market.winner).node
-    urls = [f"/console/nodes/{node.name}/{a}/" for a in ("drain", "resume", "retire")]
+    urls = [f"/console/nodes/{node.name}/{a}/" for a in ("drain", "resume", "retire", "address")]
     urls.append("/console/nodes/bootstrap-token/")
     for url in urls:
         response = Client().post(url)

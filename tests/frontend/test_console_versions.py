@@ -63,3 +63,37 @@ def test_members_get_403(world):
     for url in ["/console/versions/", "/console/versions/1/", "/console/canaries/new/"]:
         assert client.get(url).status_code == 403
     assert client.post("/console/versions/1/revert/", {"reason": "x"}).status_code == 403
+
+
+def test_applying_a_draft_says_applied_and_shows_what_is_in_force(world):
+    """Issue 37 §5: a draft applied to everyone is not a "Revert", and no longer reads as a draft in shadow."""
+    from accounts.models import AuditEvent
+    from market.models import ShadowRun
+    from market.services.shadow import shadow_start
+
+    policy_update(actor=world.admin, price_step_bp=250, reason="calmer")
+    draft = policy_version_propose(
+        actor=world.admin, snapshot={"tenants": {"beta": {"weight": 9}}}, reason="more for beta"
+    )
+    shadow_start(actor=world.admin, version=draft)
+    client = login(Client(), world.admin)
+    done = client.post(
+        f"/console/versions/{draft.number}/revert/", {"reason": "go", "nonce": "n-2"}, follow=True
+    )
+    applied = current_version()
+    assert applied is not None and applied.kind == "apply" and applied.parent_id == draft.pk
+    text = done.content.decode()
+    assert (
+        f"Applied draft version {draft.number} to everyone: version {applied.number} is now in force." in text
+    )
+    assert "Reverted" not in text
+    assert AuditEvent.objects.filter(action="policy.apply").count() == 1
+    assert not AuditEvent.objects.filter(action="policy.revert").exists()
+    assert not ShadowRun.objects.filter(version=draft, stopped_at__isnull=True).exists()  # its shadow stopped
+    listed = client.get("/console/versions/").content.decode()
+    assert "Draft applied" in listed and "as version <a" in listed and "In force: <a" in listed
+    page = client.get(f"/console/versions/{draft.number}/").content.decode()
+    assert f"applied to everyone as version {applied.number}" in page
+    assert "Apply to everyone again" in page and ", draft)" not in page
+    api = world.client(world.admin).get(f"/api/v1/policy/versions/{draft.number}").json()
+    assert api["applied_as"] == applied.number and api["current"] == applied.number

@@ -48,6 +48,7 @@ def _console_pages(m: Market) -> list[str]:
         "/console/versions/",
         "/console/versions/new/",
         "/console/canaries/new/",
+        "/console/sso/",
     ]
 
 

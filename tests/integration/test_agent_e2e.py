@@ -148,7 +148,14 @@ def cluster(world, live_server, worker_queue, settings, tmp_path) -> Iterator[di
         return started
 
     try:
-        yield {"world": world, "agent": agent, "queue": worker_queue, "proxies": proxies, "tmp": tmp_path}
+        yield {
+            "world": world,
+            "agent": agent,
+            "queue": worker_queue,
+            "proxies": proxies,
+            "tmp": tmp_path,
+            "live_url": live_server.url,
+        }
     finally:
         for a in agents:
             a.stop()

@@ -134,7 +134,8 @@ def test_admin_topup_then_replay_then_conflict(world: World) -> None:
 
     conflict = topup(client, {"amount": "13", "key": "grant-1", "memo": "welcome"})
     assert conflict.status_code == 409
-    assert conflict.json()["error"] == "key_conflict"
+    # The one idempotency rule (config/idempotency.py): 409 idempotency_key_reused naming the key.
+    assert conflict.json()["error"] == "idempotency_key_reused" and "key" in conflict.json()["fields"]
     assert JournalEntry.objects.count() == 1
     assert client.get(url("alpha", "balance")).json()["available"] == 12_500_000
 

@@ -102,6 +102,8 @@ def _call(world: World, call: tuple[Any, ...]) -> tuple[str, int | None]:
             entry = svc.ledger_settle(hold_key=target, charge=amount, key=key)
         else:
             entry = svc.ledger_release(hold_key=target, key=key)
+    except svc.KeyConflict:  # a client's key reused is its subclass ClientKeyReused (config/idempotency.py)
+        return "KeyConflict", None
     except svc.LedgerError as exc:
         return type(exc).__name__, None
     return ("replay" if entry.replayed else "ok"), entry.pk

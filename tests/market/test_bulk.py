@@ -8,12 +8,14 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 from django.forms.models import model_to_dict
 from django.utils import timezone
 
 from inventory.models import Node
 from market import bulk
+from market.gang import rendezvous_port
 from market.models import (
     Account,
     BidOutcome,
@@ -33,11 +35,11 @@ from market.models import (
     RoundPrice,
     RoundState,
 )
+from market.models.rounds import SKIP_CHANGED
 from market.selectors.policy import market_policy
 from market.services import rounds
 from market.services.guarantees import guarantee_set
 from market.services.leases import lease_running
-from market.services.round_commit import SKIP_CHANGED
 from tests.conftest import World
 from tests.market.round_helpers import make_job
 from tests.sqlite_twin import on_sqlite
@@ -248,7 +250,11 @@ def _written(rnd: Round) -> dict[str, Any]:
 
     commands = rows(Command.objects.filter(fence=rnd.pk), lease=lease_job)
     for command in commands:
-        command["payload"] = {**command["payload"], "lease": lease_job.get(command["payload"].get("lease"))}
+        payload = command["payload"]
+        if "gang" in payload:  # the rendezvous port follows the lease id, which differs between the runs
+            assert payload["gang"]["rdzv_port"] == rendezvous_port(payload["lease"], settings.GANG_PORT_RANGE)
+            payload = {**payload, "gang": {**payload["gang"], "rdzv_port": "the lease's"}}
+        command["payload"] = {**payload, "lease": lease_job.get(payload.get("lease"))}
     return {
         "round": model_to_dict(
             Round.objects.get(pk=rnd.pk), exclude=["id", "commit_ms", "freeze_ms", "clear_ms", "book"]

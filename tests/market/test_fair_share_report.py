@@ -83,6 +83,13 @@ CASES: dict[str, tuple[list[list[Row]], str | None, dict[str, Figures], tuple[st
         {"alpha": (1.0, 1.0, 1.0, 0.0), "beta": (0.0, 0.0, 0.0, 0.5)},
         ("beta", "bid below the posted price"),
     ),
+    # beta's bids found every GPU held by guaranteed and borrowed jobs: busy, not a price it could have paid.
+    "busy": (
+        [[Row("alpha", 8, 4, 4, 4), Row("beta", 0, 4, 1, 4)]] * 2,
+        "busy",
+        {},
+        ("beta", "found every GPU held or claimed by guaranteed and borrowed jobs"),
+    ),
     "out of budget": (
         [[Row("alpha", 8, 4, 4, 4), Row("beta", 0, 4, 1, 4)]] * 2,
         "over_budget",
@@ -162,3 +169,33 @@ def test_metrics_export_the_fair_share_gauges(world: World, settings) -> None:
     assert s["gpumarket_tenant_fair_share_compliance_24h_ratio", (("tenant", "alpha"),)] == 1
     assert s["gpumarket_tenant_fair_share_shortfall_ratio", (("tenant", "beta"),)] == 0.5
     assert s["gpumarket_tenant_fair_share_owed_gpu_hours", (("gpu_type", "H100"), ("tenant", "beta"))] == 2
+
+
+def test_the_diagnostics_come_from_the_same_module_over_real_rounds(world: World) -> None:
+    """fairness_diagnostics (Jain's index, guarantee compliance, preemptions), the console's diagnostics beside
+    the fair-share figures, over two real rounds: alpha's guarantee of 4 is met in both; beta, without one,
+    complies trivially (min(demand, 0) = 0); Jain's index is defined once someone holds excess."""
+    from market.selectors.fair_share import fairness_diagnostics
+    from market.services import rounds
+    from market.services.guarantees import guarantee_set
+
+    w = world
+    w.nodes(w.h100, 1, size=8)
+    for tenant in (w.alpha, w.beta):
+        w.fund(tenant, 1000)
+    guarantee_set(tenant=w.alpha, gpu_type=w.h100, gpus=4)
+    make_job(w.alpha, w.amy, gpus=4, limits={w.h100: 3}, name="alpha-g")
+    for i in range(3):
+        make_job(w.beta, w.bea, gpus=4, limits={w.h100: 5}, name=f"beta-{i}")
+    first = rounds.round_tick()
+    assert first is not None and first.winners == 2, first and first.error
+    d = fairness_diagnostics()
+    assert d.rounds == 1 and d.contested_jain is not None
+    by = {t.tenant: t for t in d.tenants}
+    assert (by["alpha"].guarantee_compliance, by["alpha"].rounds_with_demand, by["alpha"].preemptions) == (
+        1.0,
+        1,
+        0,
+    )
+    assert (by["beta"].guarantee_compliance, by["beta"].weight) == (1.0, float(w.beta.weight))
+    assert fairness_diagnostics(until=first.slot).rounds == 0

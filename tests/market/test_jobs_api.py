@@ -91,8 +91,12 @@ def test_submit_creates_a_pending_job_with_bid_version_1(market: World) -> None:
     assert (event.actor, event.tenant, event.detail["job"]) == (w.amy, w.alpha, job.pk)
 
 
-def test_submit_defaults_grace_to_the_market_policy_and_ignores_unknown_fields(market: World) -> None:
-    resp = market.client(market.alice).post(url(), body(priority="urgent", state="running"), format="json")
+def test_submit_defaults_grace_to_the_market_policy_and_refuses_unknown_fields(market: World) -> None:
+    # An unknown field is refused by name, not ignored (issue 37 §5): a client must hear that `state` or a
+    # misspelt `max_hour` did nothing.
+    refused = market.client(market.alice).post(url(), body(priority="urgent", state="running"), format="json")
+    assert refused.status_code == 400 and set(refused.json()["fields"]) == {"priority", "state"}
+    resp = market.client(market.alice).post(url(), body(), format="json")
     assert resp.status_code == 201, resp.json()
     assert resp.json()["grace_seconds"] == 120  # MarketPolicy.default_grace_s
     assert resp.json()["state"] == "pending"
@@ -128,7 +132,9 @@ def test_list_queries_do_not_grow_with_the_page(market: World, django_assert_max
     for i in range(30):
         submit(w, w.amy if i % 2 else w.alice, bids=[(w.a100, 2_000_000), (w.h100, 3_000_000)])
     client = w.client(w.amy)
-    with django_assert_max_num_queries(7):  # auth 3, tenant, count, page, types
+    # auth 3, tenant, count, page, types; then each job's tier, node and reason (market.selectors.job_notes):
+    # the newest leases, the pending jobs' newest outcomes, those outcomes, their bid versions, their prices.
+    with django_assert_max_num_queries(7 + 5):
         resp = client.get(url(), {"page_size": 30})
     assert len(resp.json()["results"]) == 30
 
@@ -211,8 +217,10 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
     client = w.client(w.amy)
     # auth 3, tenant, job, bids, outcomes, leases, types; then the estimate (docs/predictions.md): at most 14
     # more whatever the history's size (two finished-job samples, cached after the first read; the job's
-    # leases; policy, guarantee, capacity, queue, running leases, recent prices).
-    with django_assert_max_num_queries(9 + 14):
+    # leases; policy, guarantee, capacity, queue, running leases, recent prices); and one for the outcomes'
+    # sentences (their rounds' prices; their rounds' busy evidence only where one lost as busy), the newest
+    # of which is also its `reason`; then its queue place per type of its bid.
+    with django_assert_max_num_queries(9 + 14 + 1 + len(job.limits)):
         resp = client.get(url(job))
     assert resp.status_code == 200
     data = resp.json()
@@ -236,6 +244,7 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
         "figure": None,
         "would_have_won": None,
         "would_have_won_credits": None,
+        "text": "Won 2 H100 GPUs in tier S (spot) at 6.00 credits per GPU-hour.",
     }
     assert (lost["round"], lost["reason"], lost["would_have_won"], lost["would_have_won_credits"]) == (
         rounds[-2].pk,
@@ -243,6 +252,7 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
         6_500_000,
         "6.5",
     )
+    assert lost["text"].startswith("Outbid: the lowest winning H100 price was 6.50 credits per GPU-hour")
     assert data["leases"] == [] and data["charges"] == []
 
 
@@ -265,7 +275,10 @@ def test_amend_appends_a_version_and_keeps_history(market: World) -> None:
     w = market
     job = submit(w, w.amy, gpus=4)
     new = [{"gpu_type": "A100", "limit": "4"}, {"gpu_type": "H100", "limit": "6.000001"}]
-    resp = w.client(w.amy).post(url(job, "bid"), {"bids": new, "gpus": 99}, format="json")
+    # The gang is not part of a bid: sending it is refused by name (issue 37 §5), not ignored.
+    refused = w.client(w.amy).post(url(job, "bid"), {"bids": new, "gpus": 99}, format="json")
+    assert refused.status_code == 400 and "gpus" in refused.json()["fields"]
+    resp = w.client(w.amy).post(url(job, "bid"), {"bids": new}, format="json")
     assert resp.status_code == 200, resp.json()
     assert resp.json()["bid_version"] == 2 and resp.json()["gpus"] == 4
     assert [b["limit"] for b in resp.json()["bids"]] == [4_000_000, 6_000_001]

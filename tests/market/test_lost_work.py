@@ -11,9 +11,10 @@ from django.test import Client
 from django.utils import timezone
 
 from market.models import Lease, LeaseState, Round, RoundState
+from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.explain import lease_end_sentence
 from market.selectors.jobs import job_detail
-from market.selectors.lost_work import gpu_time, lost_gpu_seconds
+from market.selectors.lost_work import book_seconds, gpu_time, lost_gpu_seconds
 from market.selectors.policy import market_policy
 from market.services import rounds
 from market.services.guarantees import guarantee_set
@@ -81,7 +82,16 @@ def test_the_commit_records_the_work_lost_and_reclaim_takes_the_lease_that_loses
     assert victim.job.name == "b0" and kept.pk != victim.pk
     assert victim.last_checkpoint_at is not None and victim.lost_gpu_s is not None
     since_checkpoint = 8 * (before - victim.last_checkpoint_at).total_seconds()
-    assert since_checkpoint <= victim.lost_gpu_s <= since_checkpoint + 8 * 5
+    # Whole seconds on the book's clock: at most one second (8 GPU-seconds) below the exact figure.
+    assert since_checkpoint - 8 <= victim.lost_gpu_s <= since_checkpoint + 8 * 5
+    # One figure: the one reclaim ranked the victims on (Leases.lost_gpu_s over the round's frozen book),
+    # taken at the moment the commit stopped it, is the one the commit recorded, for both of beta's leases.
+    assert victim.stop_requested_at is not None
+    leases = Snapshot.load(r2.book).book.leases
+    at = book_seconds(victim.stop_requested_at)
+    ranked = dict(zip(leases.lease.tolist(), leases.lost_gpu_s(at).tolist(), strict=True))
+    assert ranked[victim.pk] == victim.lost_gpu_s
+    assert ranked[kept.pk] == lost_gpu_seconds(kept, victim.stop_requested_at) > ranked[victim.pk]
     kept.refresh_from_db()
     assert kept.lost_gpu_s is None  # not preempted: nothing recorded
 
@@ -136,6 +146,13 @@ def test_a_lease_that_never_ran_loses_nothing_and_the_sentence_says_nothing_of_i
     lease = Lease.objects.get(tenant=w.beta)
     assert lease.running_at is None
     assert lost_gpu_seconds(lease, timezone.now() + timedelta(hours=1)) == 0.0
+    # The clearing ranks it the same way: its book's starting point is the round's now, so nothing is at stake.
+    now = timezone.now() + timedelta(hours=1)
+    leases = book_snapshot(round_id=99, now=now, policy=market_policy()).book.leases
+    assert leases.lease.tolist() == [lease.pk]
+    assert leases.checkpoint.tolist() == [book_seconds(now)] and leases.lost_gpu_s(
+        book_seconds(now)
+    ).tolist() == [0]
 
 
 @pytest.mark.parametrize(

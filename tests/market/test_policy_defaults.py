@@ -40,6 +40,13 @@ def test_the_mapping_passes_every_knob() -> None:
         "fair_share_half_life_s": 6,
         "fair_share_payback_s": 7,
     }
+    changed |= {
+        "max_moves": 8,
+        "move_min_runtime_s": 9,
+        "move_max_lost_gpu_s": 10,
+        "move_cooldown_s": 11,
+        "move_restart_s": 12,
+    }
     assert set(changed) == {f.name for f in fields(Policy)}
     for name, value in changed.items():
         setattr(row, name, value)

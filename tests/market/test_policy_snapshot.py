@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 
+from market.models.policy import POLICY_LIMITS
 from market.selectors.policy_snapshot import policy_snapshot
 from market.services.allowance import allowance_set
-from market.services.policy import POLICY_LIMITS, policy_update, tenant_policy_update
+from market.services.policy import policy_update, tenant_policy_update
 
 
 def test_snapshot_holds_every_knob_and_reads_back_changes(world):

@@ -54,7 +54,9 @@ def test_propose_revert_and_retry(world, admin):
     assert first.json()["changed"] and policy_snapshot()["tenants"]["beta"]["weight"] == 9
     again = admin.post(url, {"reason": "apply it"}, format="json", HTTP_IDEMPOTENCY_KEY="abc")
     assert again.json()["replayed"] and again.json()["version"] == first.json()["version"]
-    assert PolicyVersion.objects.filter(kind="revert").count() == 1
+    # Applying a draft is a version of kind apply, not revert (issue 37 §5).
+    assert PolicyVersion.objects.filter(kind="apply").count() == 1
+    assert not PolicyVersion.objects.filter(kind="revert").exists()
 
 
 @pytest.mark.parametrize(

@@ -236,8 +236,9 @@ def test_posted_price_is_published(market):
 def test_a_conflicting_hold_key_skips_only_that_winner(market):
     """A hold key already used for another amount (a bug elsewhere, a hand-made entry) costs that one winner
     its place, counted, and the rest of the round commits (issue 19 §3)."""
+    from market.models.rounds import SKIP_HOLD_CONFLICT
     from market.services.ledger_bulk import ledger_hold
-    from market.services.round_commit import SKIP_HOLD_CONFLICT, hold_key
+    from market.services.round_commit import hold_key
 
     w = market
     a = make_job(w.alpha, w.alice, gpus=2, limits={w.h100: 5})

@@ -113,7 +113,9 @@ def test_a_retried_create_with_its_key_makes_one_rule(market: World) -> None:
     assert (first.status_code, again.status_code) == (201, 200)
     assert first.json()["id"] == again.json()["id"] and SpendAlertRule.objects.count() == 1
     other = post(owner, URL, {**body, "threshold": "7"}, HTTP_IDEMPOTENCY_KEY="make-weekly")
-    assert other.status_code == 400 and "Idempotency-Key" in other.json()["fields"]
+    # The one idempotency rule (config/idempotency.py): a reused key is a 409 naming the header.
+    assert other.status_code == 409 and "Idempotency-Key" in other.json()["fields"]
+    assert other.json()["error"] == "idempotency_key_reused"
 
 
 def test_pause_then_submit_is_refused_naming_the_rule_then_lifted(market: World) -> None:

@@ -95,12 +95,17 @@ def counters(lease: Lease, gpu_seconds: float, *, samples: int | None = None, **
     }
 
 
-def register(world: Any, name: str, *, gpus: int = 8, model: str = "NVIDIA H100 80GB HBM3") -> FakeAgent:
-    """A node registered with a fresh bootstrap token through the API."""
+def register(
+    world: Any, name: str, *, gpus: int = 8, model: str = "NVIDIA H100 80GB HBM3", address: str | None = None
+) -> FakeAgent:
+    """A node registered with a fresh bootstrap token through the API (with `address`, where its gang
+    peers reach it)."""
     secret = bootstrap_token_create(actor=world.admin).secret
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
-    body = {"name": name, "agent_version": "0.1.0", "gpus": gpus_of(name, gpus, model)}
+    body: dict[str, Any] = {"name": name, "agent_version": "0.1.0", "gpus": gpus_of(name, gpus, model)}
+    if address is not None:
+        body["address"] = address
     response = api.post("/api/v1/agent/register", body, format="json")
     assert response.status_code == 201, response.json()
     return FakeAgent(node=Node.objects.get(name=name), credential=response.json()["credential"])

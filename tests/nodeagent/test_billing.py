@@ -128,20 +128,22 @@ def test_the_owner_reads_the_usage_and_log_tail(running):
     assert w.client(w.bob).get(f"/api/v1/tenants/alpha/jobs/{job.pk}").status_code == 404
 
 
-def test_a_gang_on_two_nodes_is_charged_both_nodes_measure_and_settled_at_its_first_exit(world):
+def test_a_gang_on_two_nodes_is_settled_once_at_its_last_part_for_the_sum_of_both_parts(world):
     world.fund(world.alpha, 1000)
     n1, n2 = register(world, "n1"), register(world, "n2")
     job = make_job(world.alpha, world.alice, gpus=16, limits={world.h100: 5})
     lease = leased(job)
     assert {g.gpu.node_id for g in lease.lease_gpus.select_related("gpu")} == {n1.node.pk, n2.node.pk}
     n2.post("usage", n2.report([counters(lease, 150.0)]))
-    response = n1.post(f"leases/{lease.pk}/exited", {"exit_code": 0, "usage": _final(lease, 100.0)})
-    assert response.json()["state"] == "ended"
+    first = n1.post(f"leases/{lease.pk}/exited", {"exit_code": 0, "usage": _final(lease, 100.0)})
+    # A part that completed waits for the other: nothing is settled and nothing is stopped.
+    assert first.json()["state"] != "ended" and _settles(lease) == 0
+    assert [c["kind"] for c in n2.commands() if c["lease"] == lease.pk] == ["bind"]
+    last = n2.post(f"leases/{lease.pk}/exited", {"exit_code": 0, "usage": _final(lease, 400.0)})
+    assert last.json()["state"] == "ended"
     lease.refresh_from_db()
-    assert lease.charged == -(-250 * lease.price // 3600)
-    # Its bind is no longer handed out (the lease is settled); the release is.
-    assert [c["kind"] for c in n2.commands() if c["lease"] == lease.pk] == ["release"]
-    late = n2.post(f"leases/{lease.pk}/exited", {"exit_code": 0, "usage": _final(lease, 400.0)})
-    assert late.json()["charged"] == lease.charged
+    assert (lease.end_reason, lease.charged) == ("completed", -(-500 * lease.price // 3600))
+    again = n2.post(f"leases/{lease.pk}/exited", {"exit_code": 0, "usage": _final(lease, 900.0)})
+    assert again.json()["charged"] == lease.charged
     assert _settles(lease) == 1
     call_command("ledger_check", stdout=StringIO())

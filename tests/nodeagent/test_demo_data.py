@@ -28,7 +28,8 @@ def test_demo_nodes_register_through_their_agents(settings, tmp_path):
         state = tmp_path / "agents" / name
         tokens[name] = (state / "bootstrap_token").read_text().strip()
         assert tokens[name].startswith("gpb_") and (state / "bootstrap_token").stat().st_mode & 0o777 == 0o600
-        assert json.loads((state / "demo.json").read_text())["gpus"] == gpus
+        demo = json.loads((state / "demo.json").read_text())
+        assert demo["gpus"] == gpus and demo["address"].startswith("127.0.0.")
     call_command("demo_data", stdout=StringIO())  # again: the same tokens
     assert {n: (tmp_path / "agents" / n / "bootstrap_token").read_text().strip() for n in tokens} == tokens
     assert BootstrapToken.objects.count() == len(NODES)
@@ -48,4 +49,6 @@ def test_demo_nodes_register_through_their_agents(settings, tmp_path):
     cache.clear()  # the largest gang per type is cached for 30 s; the launcher runs this in a new process
     call_command("demo_data", "-v", "0", stdout=StringIO())
     assert Job.objects.count() == len(DEMO_JOBS)
+    gang = Job.objects.get(name="dist-allreduce")  # two whole A100 nodes: the 8-GPU gang of make run
+    assert gang.gpus == 8 and gang.command.startswith("python -m nodeagent.agent.demo_dist")
     assert BootstrapToken.objects.count() == len(NODES)  # registered nodes get no new token

@@ -47,6 +47,14 @@ ENDPOINTS = {
     "job-bid": Endpoint(
         "post", "/api/v1/tenants/alpha/jobs/{job}/bid", "amy", {"bids": JOB["bids"]}, ("bids",)
     ),
+    "job-estimate": Endpoint(
+        "post",
+        "/api/v1/tenants/alpha/jobs/estimate",
+        "amy",
+        JOB,
+        ("name", "gpus", "max_hours", "bids"),
+        ("name",),
+    ),
     "job-cancel": Endpoint("post", "/api/v1/tenants/alpha/jobs/{job}/cancel", "amy", {}, ()),
     "token-create": Endpoint(
         "post", "/api/v1/tenants/alpha/tokens", "amy", {"name": "ci"}, ("name",), ("name",)

@@ -82,6 +82,18 @@ TENANT_ONLY = [
     ("get", "/api/v1/tenants/{slug}/policy", None),
     ("get", "/api/v1/tenants/{slug}/hold-policy", None),
     ("get", "/api/v1/tenants/{slug}/spend-alerts", None),
+    ("get", "/api/v1/tenants/{slug}/spend", None),
+    (
+        "post",
+        "/api/v1/tenants/{slug}/jobs/estimate",
+        {
+            "name": "x",
+            "command": "y",
+            "gpus": 1,
+            "max_hours": "1",
+            "bids": [{"gpu_type": "H100", "limit": "3"}],
+        },
+    ),
     (
         "post",
         "/api/v1/tenants/{slug}/jobs",

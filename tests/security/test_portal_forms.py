@@ -18,7 +18,7 @@ from urllib.parse import quote
 import pytest
 from django.test import Client
 
-from accounts.models import ApiToken, AuditEvent, Membership, Tenant
+from accounts.models import ApiToken, AuditEvent, GroupMapping, Membership, Tenant
 from market.models import Bid, Job, JournalEntry, MarketPolicy, SpendAlertRule
 from market.selectors.policy import market_policy
 from nodeagent.models import BootstrapToken
@@ -138,6 +138,12 @@ FORMS = {
         {"name": "Delta", "slug": "delta", "weight": "1"},
         ["name", "slug", "weight"],
     ),
+    "group mapping": Form(
+        "admin",
+        lambda o: "/console/sso/",
+        {"group": "ml-team", "tenant": "alpha", "role": "member"},
+        ["group", "tenant", "role"],
+    ),
     "bootstrap token": Form(
         "admin",
         lambda o: "/console/nodes/bootstrap-token/",
@@ -180,6 +186,7 @@ def _state() -> tuple[Any, ...]:
         list(MarketPolicy.objects.values()),
         AuditEvent.objects.count(),
         SpendAlertRule.objects.count(),
+        GroupMapping.objects.count(),
     )
 
 
@@ -234,6 +241,7 @@ VALID: set[tuple[str, str, str]] = {
         ("refund", "memo"),
         ("bootstrap token", "topology_domain"),
         ("new tenant", "name"),
+        ("group mapping", "group"),
     ]
     for label in TEXT
 }

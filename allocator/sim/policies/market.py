@@ -16,7 +16,7 @@ import allocator
 from allocator import fairshare
 from allocator.book import NO_PRICE, TIER_G, Bids, Book, GpuTypes, Leases, Nodes, Tenants
 from allocator.book import Policy as RoundPolicy
-from allocator.result import Result
+from allocator.result import MOVED, Result
 from allocator.sim.cluster import IntArray
 from allocator.sim.policies.base import Policy
 from allocator.sim.state import Decision, SimState, Start
@@ -48,6 +48,11 @@ class MarketOptions:
     fair_reclaim: bool = _ROUND_DEFAULTS.fair_reclaim  # ARCHITECTURE.md §Clearing step 6
     fair_share_half_life_s: int = _ROUND_DEFAULTS.fair_share_half_life_s  # 0: no fair-share history
     fair_share_payback_s: int = _ROUND_DEFAULTS.fair_share_payback_s
+    max_moves: int = _ROUND_DEFAULTS.max_moves  # consolidation (ARCHITECTURE.md §Clearing step 5)
+    move_min_runtime_s: int = _ROUND_DEFAULTS.move_min_runtime_s
+    move_max_lost_gpu_s: int = _ROUND_DEFAULTS.move_max_lost_gpu_s
+    move_cooldown_s: int = _ROUND_DEFAULTS.move_cooldown_s
+    move_restart_s: int = _ROUND_DEFAULTS.move_restart_s
 
     def round_policy(self) -> RoundPolicy:
         knobs: dict[str, Any] = {
@@ -59,6 +64,11 @@ class MarketOptions:
             "fair_reclaim": self.fair_reclaim,
             "fair_share_half_life_s": self.fair_share_half_life_s,
             "fair_share_payback_s": self.fair_share_payback_s,
+            "max_moves": self.max_moves,
+            "move_min_runtime_s": self.move_min_runtime_s,
+            "move_max_lost_gpu_s": self.move_max_lost_gpu_s,
+            "move_cooldown_s": self.move_cooldown_s,
+            "move_restart_s": self.move_restart_s,
         }
         return RoundPolicy(**knobs)
 
@@ -99,15 +109,37 @@ class Market(Policy):
         # The fair-share history (allocator/fairshare.py), kept between rounds as the platform keeps it.
         self.owed = np.zeros(self.guarantee.shape, dtype=np.float64)
         self.owed_at: int | None = None
+        # Jobs started by backfill on a node reserved for a gang (allocator/reference/reserve.py), while they run
+        self.backfilled: set[int] = set()
+        self.reserved_idle = 0  # GPUs the latest round left idle on reserved nodes
+        self.moved_at = np.full(len(cluster.node_pool), -1, dtype=np.int64)  # Nodes.moved_at
+        self.last_now = 0
 
     def decide(self, now: int) -> Decision:
+        self.last_now = now
         book = self.book(now)
         result = allocator.clear(book)
         self.last = result
         dt = 0 if self.owed_at is None else now - self.owed_at
+        self.note_placement(book, result, dt)
         self.owed = fairshare.owed_after(book, result, dt, self.state.scenario.round_s)
         self.owed_at = now
         return self.apply(result)
+
+    def note_placement(self, book: Book, result: Result, dt: int) -> None:
+        """The placement figures since the previous round (History.placement): the idle reserved GPUs and the
+        backfilled jobs that ran over ``dt``, and this round's moves."""
+        figures, state = self.state.history.placement, self.state
+        self.backfilled &= state.running
+        figures["reserved_idle_gpu_s"] += self.reserved_idle * dt
+        figures["backfilled_gpu_s"] += sum(int(state.jobs.gpus[j]) for j in self.backfilled) * dt
+        self.reserved_idle = int(result.counters.get("reserved_idle_gpus", 0))
+        self.backfilled |= {int(j) for j in result.backfill_job}
+        moved = result.preemptions.reason == MOVED
+        figures["moves"] += int(moved.sum())
+        if moved.any():
+            lost = book.leases.lost_gpu_s(int(book.now))[result.preemptions.row[moved]]
+            figures["moved_lost_gpu_s"] += int(lost.sum())
 
     # ---- simulation state -> Book -------------------------------------------------------------------
 
@@ -133,7 +165,12 @@ class Market(Policy):
         n = len(cluster.node_pool)
         zeros = np.zeros(n, dtype=np.int32)
         return Nodes(
-            self.node_names, _i32(cluster.node_pool), zeros, _i32(cluster.node_size), cluster.owner == -1
+            self.node_names,
+            _i32(cluster.node_pool),
+            zeros,
+            _i32(cluster.node_size),
+            cluster.owner == -1,
+            self.moved_at.copy(),  # the book freezes its arrays; this one changes with each move
         )
 
     def tenants(self) -> Tenants:
@@ -185,6 +222,10 @@ class Market(Policy):
             slot_node=_i32(np.concatenate([nodes for nodes, _ in gpus])),
             slot_idx=_i32(np.concatenate([slots for _, slots in gpus])),
             checkpoint=self.lease_checkpoints(jobs, now),
+            # the market knows what each lease's hold pays for (its bid's max runtime, or the prediction the
+            # hold rule sized it by), not the trace's duration
+            expect_end=state.seg_start[jobs] + state.hold_s[jobs],
+            backfill=np.array([int(j) in self.backfilled for j in jobs], dtype=np.bool_),
         )
 
     def lease_checkpoints(self, jobs: IntArray, now: int) -> IntArray:
@@ -213,7 +254,31 @@ class Market(Policy):
             for i in range(len(w))
         ]
         preempt = [int(lease) for lease in result.preemptions.lease]
+        starts += self.moved_starts(result)
         return Decision(starts=starts, preempt=preempt, posted_micro=self.prices(result))
+
+    def moved_starts(self, result: Result) -> list[Start]:
+        """Consolidation: each moved lease (preempted above) starts again at once on its new GPUs, same pool,
+        tier and price; it pays the restart overhead and resumes from its last checkpoint, as any preempted
+        job. Both ends of a move start a node's cool-down."""
+        state, m = self.state, result.moves
+        out = []
+        for i in range(len(m)):
+            job = int(m.lease[i])  # the simulator's lease ids are its job indices
+            nodes = _ints(m.slot_node[m.slot_ptr[i] : m.slot_ptr[i + 1]])
+            out.append(
+                Start(
+                    job=job,
+                    pool=int(state.lease_pool[job]),
+                    nodes=nodes,
+                    slots=_ints(m.slot_idx[m.slot_ptr[i] : m.slot_ptr[i + 1]]),
+                    price_micro=int(state.lease_price[job]),
+                    tier=int(state.lease_tier[job]),
+                )
+            )
+            old = state.lease_gpus[job][0]
+            self.moved_at[np.concatenate([nodes, old])] = self.last_now
+        return out
 
     def prices(self, result: Result) -> list[int]:
         return [int(p) for p in result.posted]

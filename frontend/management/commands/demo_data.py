@@ -45,7 +45,19 @@ DEMO_JOBS = [
     ("nlp", "llm-finetune", 16, [("H100", 5.0)], 12),
     ("nlp", "tokenizer-eval", 1, [("A100", 1.5)], 1),
     ("speech", "asr-small", 4, [("A100", 1.8)], 4),
+    ("vision", "dist-allreduce", 8, [("A100", 2.2)], 1),  # a gang across two whole A100 nodes (4 GPUs each)
 ]
+# Jobs that run something else than the demo job: the gang meets at its rendezvous and all-reduces its ranks
+# (docs/jobs.md §Multi-node jobs), then stays a minute so its parts can be watched on the job page.
+DEMO_COMMANDS = {"dist-allreduce": "python -m nodeagent.agent.demo_dist --timeout 120 --hold 60"}
+
+
+def demo_address(index: int) -> str:
+    """Each demo node's address: its own loopback address (127.0.0.11, .12, ...), so a gang's parts on
+    one machine still reach each other at distinct node addresses, as on a real cluster."""
+    return f"127.0.0.{11 + index}"
+
+
 # The demo jobs really run (on the simulated nodes' agents): the daemon's demo job, computing for a while.
 DEMO_JOB_SECONDS = 120
 # (slug, name, weight, guarantees by type, budget in credits)
@@ -129,7 +141,9 @@ class Command(BaseCommand):
                 tenant=tenant,
                 submitter=User.objects.get(username=f"{slug}-member"),
                 name=name,
-                command=f"python -m nodeagent.agent.demo_job --seconds {DEMO_JOB_SECONDS}",
+                command=DEMO_COMMANDS.get(
+                    name, f"python -m nodeagent.agent.demo_job --seconds {DEMO_JOB_SECONDS}"
+                ),
                 gpus=gpus,
                 bids=[(types[t], int(price * MICRO)) for t, price in bids],
                 max_seconds=int(hours * 3600),
@@ -145,12 +159,15 @@ class Command(BaseCommand):
         from inventory.models import Node
         from nodeagent.services.registration import bootstrap_token_create, bootstrap_token_usable
 
-        for name, type_name, domain, count in NODES:
+        for index, (name, type_name, domain, count) in enumerate(NODES):
             state = Path(settings.VAR_DIR) / "agents" / name
             state.mkdir(parents=True, exist_ok=True)
-            (state / "demo.json").write_text(
-                json.dumps({"gpus": count, "model": f"NVIDIA {type_name} 80GB (simulated)"}) + "\n"
-            )
+            demo = {
+                "gpus": count,
+                "model": f"NVIDIA {type_name} 80GB (simulated)",
+                "address": demo_address(index),
+            }
+            (state / "demo.json").write_text(json.dumps(demo) + "\n")
             if Node.objects.filter(name=name).exists():
                 continue
             token = state / "bootstrap_token"

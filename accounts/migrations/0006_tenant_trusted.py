@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('accounts', '0004_guarantee_to_market'),
+        ('accounts', '0005_oidc_identity_group_mapping'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inventory', '0002_content_types'),
+        ('inventory', '0003_node_address'),
     ]
 
     operations = [

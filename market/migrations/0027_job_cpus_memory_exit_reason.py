@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('market', '0023_usage_content_types'),
+        ('market', '0026_lease_parts'),
     ]
 
     operations = [
