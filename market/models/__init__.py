@@ -26,7 +26,7 @@ from market.models.policy_versions import (
     VersionKind,
     VersionStatus,
 )
-from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
+from market.models.rounds import DONE_STATES, BidOutcome, Reservation, Round, RoundPrice, RoundState
 from market.models.shadow import ShadowRound, ShadowRun
 from market.models.spend_alerts import (
     AlertAction,
@@ -79,6 +79,7 @@ __all__ = [
     "OnHoldEnd",
     "Posting",
     "PreemptReason",
+    "Reservation",
     "Round",
     "RoundPrice",
     "RoundState",

@@ -35,6 +35,10 @@ class PreemptReason(models.TextChoices):
 
     RECLAIM_GUARANTEE = "reclaim_guarantee", "Guarantee reclaim"  # restores another tenant's guarantee
     FAIR_SHARE = "fair_share", "Fair-share reclaim"  # brings another tenant up to its entitlement
+    # Started by backfill on a node reserved for a gang, it ran past its predicted end and the gang is due.
+    BACKFILL_OVERRAN = "backfill_overran", "Backfill overran"
+    # Moved to other GPUs to make room for a gang: its job got a new lease in the same round (Result.moves).
+    MOVED = "moved", "Moved"
 
 
 # The round commit writes leases, their GPUs and their commands by the thousand, and a foreign key constraint
@@ -138,6 +142,21 @@ class Lease(models.Model):
     # last checkpoint to the round that preempted it. Set by the round commit with end_reason "preempted";
     # null on every other lease and on leases preempted before it was recorded.
     lost_gpu_s = models.FloatField(null=True, blank=True)
+    # Started by backfill on a node reserved for a gang (the round's Result.backfill_job), predicted to end
+    # before the gang is due: if it runs past that, it is the first lease the gang takes back (frozen into the
+    # book as Leases.backfill). db_default: the commit inserts leases without it.
+    backfill = models.BooleanField(default=False, db_default=False)
+    # The lease of the same job this one replaces when a round moved it (Result.moves): this lease is bound only
+    # once that one has released its GPUs (market.services.moves). Null on every other lease.
+    moved_from = models.ForeignKey(
+        "self",
+        on_delete=models.DO_NOTHING,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]
