@@ -166,6 +166,12 @@ class Lease(models.Model):
             models.Index(
                 fields=["preempt_reason"], name="lease_preempt_reason", condition=~models.Q(preempt_reason="")
             ),
+            # Partial, as preempt_reason's: lease_stopped looks up a moved lease's successor, and the scrape
+            # counts moves and backfilled GPU-seconds, reading only the few rows these hold.
+            models.Index(
+                fields=["moved_from"], name="lease_moved_from", condition=models.Q(moved_from__isnull=False)
+            ),
+            models.Index(fields=["backfill"], name="lease_backfill", condition=models.Q(backfill=True)),
         ]
         # A constraint, not unique=True, which on PostgreSQL adds a second (LIKE) index no query uses: each
         # index is written for every lease a round places (docs/rounds.md §Measured).
