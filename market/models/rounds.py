@@ -80,15 +80,10 @@ class Reservation(models.Model):
     the newest committed round's rows are the reservations now (docs/rounds.md §Reservations and backfill)."""
 
     round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="reservations")
-    node = models.ForeignKey(
-        "inventory.Node", on_delete=models.PROTECT, related_name="+", db_constraint=False
-    )
-    job = models.ForeignKey(
-        "market.Job", on_delete=models.DO_NOTHING, related_name="reservations", db_constraint=False
-    )
-    gpu_type = models.ForeignKey(
-        "inventory.GpuType", on_delete=models.PROTECT, related_name="+", db_constraint=False
-    )
+    # Real constraints: a round writes a few of these, not thousands (the bulk-written tables skip them).
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="+")
+    job = models.ForeignKey("market.Job", on_delete=models.CASCADE, related_name="reservations")
+    gpu_type = models.ForeignKey("inventory.GpuType", on_delete=models.PROTECT, related_name="+")
     expected_start = models.DateTimeField(null=True, blank=True)  # null: unknown (a drain time not predicted)
 
     class Meta:

@@ -14,7 +14,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Sum
+from django.db.models import Count, Subquery, Sum
 
 from inventory.models import Node
 from market.models import (
@@ -91,11 +91,23 @@ def job_placement(job: Job) -> Placement:
     return Placement("", "")
 
 
+def _latest_round_id() -> Subquery:
+    return Subquery(
+        Round.objects.filter(committed_at__isnull=False)
+        .exclude(state=RoundState.FAILED)
+        .order_by("-pk")
+        .values("pk")[:1]
+    )
+
+
 def _waiting(job: Job) -> Placement:
-    rnd = latest_committed_round()
-    if rnd is None:
-        return Placement("", "")
-    held = list(Reservation.objects.filter(round=rnd, job=job).select_related("node").order_by("node__name"))
+    """One query for the reservations (of the newest committed round); the newest outcome from job_detail's
+    prefetch when there (``latest_outcomes``), else one more."""
+    held = list(
+        Reservation.objects.filter(round_id=_latest_round_id(), job=job)
+        .select_related("node")
+        .order_by("node__name")
+    )
     if held:
         names = tuple(r.node.name for r in held)
         start = max((r.expected_start for r in held if r.expected_start), default=None)
@@ -108,7 +120,12 @@ def _waiting(job: Job) -> Placement:
             names,
             start,
         )
-    outcome = BidOutcome.objects.filter(round=rnd, job=job).first()
+    outcomes = getattr(job, "latest_outcomes", None)
+    outcome = (
+        (outcomes[0] if outcomes else None)
+        if outcomes is not None
+        else BidOutcome.objects.filter(job=job).order_by("-round_id").first()
+    )
     if outcome is None or outcome.reason != "no_node_fits":
         return Placement("", "")  # the round's own explanation says why it lost
     capacity = (

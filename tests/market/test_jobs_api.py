@@ -211,8 +211,9 @@ def test_detail_shows_bid_history_and_outcomes_in_bounded_queries(
     client = w.client(w.amy)
     # auth 3, tenant, job, bids, outcomes, leases, types; then the estimate (docs/predictions.md): at most 14
     # more whatever the history's size (two finished-job samples, cached after the first read; the job's
-    # leases; policy, guarantee, capacity, queue, running leases, recent prices).
-    with django_assert_max_num_queries(9 + 14):
+    # leases; policy, guarantee, capacity, queue, running leases, recent prices); then the placement: 1 (the
+    # newest committed round's reservations for it; its newest outcome comes with the job).
+    with django_assert_max_num_queries(9 + 14 + 1):
         resp = client.get(url(job))
     assert resp.status_code == 200
     data = resp.json()
