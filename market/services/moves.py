@@ -129,6 +129,8 @@ def bind_moved(*, successor: Lease, job: Job, now: datetime) -> None:
         successor.state, successor.ended_at, successor.end_reason = LeaseState.ENDED, now, EndReason.CANCELLED
         successor.charged = 0
         successor.save(update_fields=["state", "ended_at", "end_reason", "charged"])
+        job.state, job.ended_at = JobState.CANCELLED, now
+        job.save(update_fields=["state", "ended_at", "updated_at"])
         return
     by_node: dict[int, list[str]] = defaultdict(list)
     for node_id, uuid in (

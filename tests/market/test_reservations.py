@@ -29,6 +29,7 @@ from market.models import (
     RoundState,
 )
 from market.selectors.book import Snapshot, book_snapshot
+from market.selectors.explain import preemption_sentence
 from market.selectors.policy import market_policy
 from market.selectors.reservations import job_placement
 from market.services import rounds
@@ -127,6 +128,17 @@ def test_commit_keeps_reservations_backfill_and_fragmentation(market: World) -> 
     assert Reservation.objects.filter(round=r3, job=gang).exists()
     text = job_placement(Job.objects.get(pk=short.pk))
     assert text.kind == "backfilled" and "predicted end" in text.text
+    # Were the gang due with the job overrunning, its lease would say why it was taken back (for a member of
+    # its team, without naming the other team).
+    Lease.objects.filter(pk=lease.pk).update(
+        state=LeaseState.STOPPING,
+        end_reason="preempted",
+        preempt_reason=PreemptReason.BACKFILL_OVERRAN,
+        preempted_round=r3,
+        preempted_for=gang,
+    )
+    said = preemption_sentence(Lease.objects.select_related("gpu_type").get(pk=lease.pk))
+    assert "started on a node reserved for a gang of another team, ran past its predicted end" in said, said
 
     # The job page and the API say it.
     client = Client()
@@ -160,10 +172,13 @@ def _moved_result(rnd: Round, lease: Lease, to_node: int, slots: list[int]) -> A
     return snap, replace(result, preemptions=preempt, moves=moves, digest="")
 
 
-def test_a_moved_lease_is_placed_again_and_bound_once_the_old_one_stopped(market: World) -> None:
+def _commit_a_move(w: World) -> tuple[Lease, Any]:
+    """Round 1 packs beta's two jobs on one node; round 2's result (the real one plus a move) moves the first
+    job's lease to the other node. Returns the old lease and the commit's stats."""
+    from django.db import transaction
+
     from market.services.round_commit import commit_result
 
-    w = market
     r1, beta = _packed(w)
     old = beta[0].leases.get()
     slot = rounds.slot_of(r1.slot + timedelta(seconds=r1.period_s), r1.period_s)
@@ -174,13 +189,19 @@ def test_a_moved_lease_is_placed_again_and_bound_once_the_old_one_stopped(market
     other = 1 - snap.book.nodes.names.index(old.node.name)
     free = np.flatnonzero(snap.book.nodes.free[other]).tolist()[:4]
     snap, result = _moved_result(rnd, old, other, free)
-    from django.db import transaction
-
     with transaction.atomic():
         stats = commit_result(rnd=rnd, snapshot=snap, result=result, now=timezone.now())
+    return old, stats
+
+
+def test_a_moved_lease_is_placed_again_and_bound_once_the_old_one_stopped(market: World) -> None:
+    w = market
+    old, stats = _commit_a_move(w)
     assert stats.moves == 1
     old.refresh_from_db()
     assert old.state == LeaseState.STOPPING and old.preempt_reason == PreemptReason.MOVED
+    said = preemption_sentence(Lease.objects.select_related("gpu_type").get(pk=old.pk))
+    assert "moved for a gang of" in said and "starts again on its new GPUs" in said, said
     new = Lease.objects.get(moved_from=old)
     assert new.state == LeaseState.ALLOCATED and new.job_id == old.job_id and new.price == old.price
     assert LeaseGpu.objects.filter(lease=new, active=True).count() == 4
@@ -195,6 +216,21 @@ def test_a_moved_lease_is_placed_again_and_bound_once_the_old_one_stopped(market
     # Each lease holds its own money: the old one settled, the new one held.
     old.refresh_from_db()
     assert old.state == LeaseState.ENDED and old.charged is not None
+
+
+def test_a_moved_job_cancelled_meanwhile_never_starts_again(market: World) -> None:
+    from market.services.jobs import job_cancel
+
+    w = market
+    old, _stats = _commit_a_move(w)
+    new = Lease.objects.get(moved_from=old)
+    job_cancel(job=Job.objects.get(pk=old.job_id), actor=w.bob)
+    lease_stopped(lease_id=old.pk)
+    new.refresh_from_db()
+    assert new.state == LeaseState.ENDED and new.end_reason == "cancelled" and new.charged == 0
+    assert not Command.objects.filter(lease=new).exists()
+    assert not LeaseGpu.objects.filter(lease=new, active=True).exists()
+    assert Job.objects.get(pk=old.job_id).state == JobState.CANCELLED
 
 
 def test_metrics_and_console(market: World, settings: Any) -> None:
