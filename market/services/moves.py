@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from django.db.models import Q
 
-from allocator import Book, Result, hold_of
+from allocator import Result, hold_of
 from inventory.models import Gpu, Node
 from market import bulk
 from market.models import (
@@ -57,15 +57,12 @@ class Moving(NamedTuple):
     old_lease: int
 
 
-def moved_winners(
-    result: Result, book: Book, type_ids: list[int], victims: list[Lease], gangs: GangReader
-) -> list[Moving]:
+def moved_winners(result: Result, victims: list[Lease], gangs: GangReader) -> list[Moving]:
     """Each move whose old lease the commit preempted now (live and locked: `victims`), as a winner on its
     new GPUs with the old lease's type, tier and price; its hold covers the old lease's hold duration again."""
     moves = result.moves
     if not len(moves):
         return []
-    del book, type_ids  # the old lease carries everything the new one needs
     live = {lease.pk: lease for lease in victims}
     out = []
     for lease_id, gang in zip(

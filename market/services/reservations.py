@@ -19,7 +19,7 @@ from market import bulk
 from market.models import Reservation, Round, RoundPrice
 
 
-def record_reservations(rnd: Round, result: Result, type_ids: list[int]) -> None:
+def record_reservations(rnd: Round, result: Result) -> None:
     """One Reservation per node the result holds for a gang, with the gang's GPU type and expected start."""
     names = [result.node_names[n] for n in result.reserved_node.tolist()]
     if not names:
@@ -30,7 +30,6 @@ def record_reservations(rnd: Round, result: Result, type_ids: list[int]) -> None
             "name", "pk", "gpu_type_id"
         )
     }
-    del type_ids  # a reserved node's type is the gang's
     Reservation.objects.bulk_create(
         Reservation(
             round=rnd,

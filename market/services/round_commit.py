@@ -91,7 +91,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     admitted, skipped = _admit(winners, locked.jobs, snapshot)
     # Moved leases' jobs, placed again on their new GPUs (market.services.moves): held with the winners (one
     # ledger call, one lock order), their leases bound once the old lease has let go of its GPUs.
-    moving = moved_winners(result, snapshot.book, type_ids, locked.victims, _gangs(result, type_ids))
+    moving = moved_winners(result, locked.victims, _gangs(result))
     moving, move_skipped = admit_moves(moving, locked.jobs)
     # Losers (and winners skipped here) have waited this round too: that is derived, nothing to write; pending
     # jobs left out of the book must not count it. Job rows: after the winners' locks, before any account.
@@ -110,7 +110,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     _retier(result)
     _outcomes(rnd, snapshot, result, placed, winners, skipped, type_ids)
     _prices(rnd, snapshot.book, result, type_ids)
-    record_reservations(rnd, result, type_ids)
+    record_reservations(rnd, result)  # a reserved node's type is the gang's
     record_fragmentation(rnd, snapshot.book, result, type_ids)
     return CommitStats(
         winners=len(placed),
@@ -135,7 +135,7 @@ def _winners(result: Result, book: Book, type_ids: list[int]) -> list[Winner]:
         Tenant.objects.filter(slug__in=bulk.any_of(result.tenant_names, "text")).values_list("slug", "pk")
     )
     w = result.winners
-    gangs = _gangs(result, type_ids)(w.slot_ptr, w.slot_node, w.slot_idx)
+    gangs = _gangs(result)(w.slot_ptr, w.slot_node, w.slot_idx)
     tenant_ids = [tenants[name] for name in result.tenant_names]
     return [
         Winner(job, tenant_ids[tenant], type_ids[gpu_type], TIER_NAMES[tier], price, hold, hold_s, gang)
@@ -153,22 +153,19 @@ def _winners(result: Result, book: Book, type_ids: list[int]) -> list[Winner]:
     ]
 
 
-def _gangs(result: Result, type_ids: list[int]) -> GangReader:
+def _gangs(result: Result) -> GangReader:
     """A reader of gang tables (slot_ptr, slot_node, slot_idx: winners' or moves') as Slot tuples, names
     resolved to ids. Only the GPUs of nodes a gang landed on are read: in a busy fleet a few, not every GPU."""
-    del type_ids  # GPUs are found by node and index alone
-    nodes = dict(
-        Node.objects.filter(name__in=bulk.any_of(result.node_names, "text")).values_list("name", "pk")
-    )
-    node_ids = [nodes[name] for name in result.node_names]
 
     def read(ptr_a: Any, node_a: Any, idx_a: Any) -> list[tuple[Slot, ...]]:
         ptr, slot_node, slot_idx = ptr_a.tolist(), node_a.tolist(), idx_a.tolist()
-        landed = sorted({node_ids[n] for n in slot_node})
+        names = sorted({result.node_names[n] for n in slot_node})
+        nodes = dict(Node.objects.filter(name__in=bulk.any_of(names, "text")).values_list("name", "pk"))
+        node_ids = {n: nodes[result.node_names[n]] for n in set(slot_node)}
         gpus = {
             (node_id, index): Slot(pk, uuid, node_id)
             for pk, node_id, index, uuid in Gpu.objects.filter(
-                node_id__in=bulk.any_of(landed), absent=False
+                node_id__in=bulk.any_of(sorted(nodes.values())), absent=False
             ).values_list("pk", "node_id", "index", "uuid")
         }
         return [
