@@ -131,7 +131,7 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
     ]
     # One history of everybody's finished jobs predicts every lease's end and every bid's runtime, as the
     # estimated starts do (market.selectors.predictions): the book freezes the figures, so a re-clear agrees.
-    history = book_history()
+    history, empty = book_history()
     ends = expected_ends(
         leases=[BookLease(r[10], r[11], r[12], r[13], r[4], r[8], r[9]) for r in lease_rows],
         now=now,
@@ -169,7 +169,9 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
         owed=_owed(tenant_ix, type_ix),
     )
 
-    bids, versions = _bids(round_id, tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types), history)
+    bids, versions = _bids(
+        round_id, tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types), history, empty
+    )
     book = Book(
         now=int(now.timestamp()),
         round=round_id,
@@ -268,6 +270,7 @@ def _bids(
     type_names: dict[str, int],
     n_types: int,
     history: RuntimeHistory,
+    empty: bool,
 ) -> tuple[Bids, dict[int, int]]:
     """Pending jobs of active tenants; a job whose types all vanished is left out (it cannot win). Each with
     the rounds it has waited before this one (market.selectors.waiting)."""
@@ -298,7 +301,7 @@ def _bids(
         max_s=max_s,
         submit=cols["submit"],
         waited=waited,
-        expect_s=_expect_s(jobs, max_s, history),
+        expect_s=max_s if empty else _expect_s(jobs, max_s, history),
     )
     return bids, dict(zip(jobs, cols["version"].tolist(), strict=True))
 

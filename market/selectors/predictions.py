@@ -205,12 +205,14 @@ class BookLease:
     max_s: int
 
 
-def book_history() -> RuntimeHistory:
-    """Everybody's newest finished jobs (cached), as the frozen book and the estimated starts predict from."""
+def book_history() -> tuple[RuntimeHistory, bool]:
+    """Everybody's newest finished jobs (cached), as the frozen book and the estimated starts predict from,
+    and whether there are none (then nothing can be predicted: the freeze skips the work)."""
     history = RuntimeHistory()
-    for job in finished_sample(None):
+    sample = finished_sample(None)
+    for job in sample:
         history.add(job)
-    return history
+    return history, not sample
 
 
 def expected_ends(*, leases: list[BookLease], now: datetime, history: RuntimeHistory) -> list[int]:
@@ -230,17 +232,30 @@ def expected_ends(*, leases: list[BookLease], now: datetime, history: RuntimeHis
 
 
 def expected_runtimes(
-    *, jobs: list[tuple[str, str, str, int, float, int]], history: RuntimeHistory
+    *, jobs: list[tuple[str, str, str, int, float, int]], history: RuntimeHistory, empty: bool = False
 ) -> list[int]:
     """Per pending job (tenant slug, name, command, GPUs, seconds already done, max seconds): the runtime
     expected of its next lease, its predicted remaining median, at least 1 s and at most max seconds; max
-    seconds without a prediction. Jobs alike are predicted once (a tenant's sweep is one query)."""
-    seen: dict[tuple[Query, float], Prediction | None] = {}
+    seconds without a prediction (and for every job when the history is ``empty``: no finished job yet). The
+    freeze calls it for every pending job, so names, commands and predictions are each worked out once per
+    distinct value (a tenant's sweep shares its command and its name family)."""
+    if empty:
+        return [job[5] for job in jobs]
+    names: dict[str, str] = {}
+    commands: dict[str, str] = {}
+    seen: dict[tuple[str, str, str, int, float], Prediction | None] = {}
     out = []
     for slug, name, command, gpus, done, max_s in jobs:
-        key = (Query(slug, name_family(name), command_family(command), gpus), done)
-        if key not in seen:
-            seen[key] = history.predict(key[0], done)
-        got = seen[key]
+        nf = names.get(name)
+        if nf is None:
+            nf = names[name] = name_family(name)
+        cf = commands.get(command)
+        if cf is None:
+            cf = commands[command] = command_family(command)
+        key = (slug, nf, cf, gpus, done)
+        if key in seen:
+            got = seen[key]
+        else:
+            got = seen[key] = history.predict(Query(slug, nf, cf, gpus), done)
         out.append(max_s if got is None else max(min(math.ceil(got.remaining_median_s), max_s), 1))
     return out
