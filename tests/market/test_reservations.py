@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
@@ -35,6 +36,7 @@ from market.selectors.reservations import job_placement
 from market.services import rounds
 from market.services.leases import lease_running, lease_stopped
 from tests.conftest import PASSWORD, World
+from tests.market.predict_helpers import finished_job
 from tests.market.round_helpers import make_job
 from tests.ops.test_metrics import samples, scrape
 
@@ -101,6 +103,31 @@ def test_book_expects_lease_ends_and_bid_runtimes(market: World) -> None:
     assert clear(again.book).digest == clear(snap.book).digest
     assert again.book.leases.expect_end.tolist() == ls.expect_end.tolist()
     del beta
+
+
+def test_book_uses_predictions_bounded_by_max_hours(market: World) -> None:
+    w = market
+    running = make_job(w.alpha, w.alice, gpus=4, limits={w.h100: 6}, hours=10, name="train-8")
+    r1 = rounds.round_tick()
+    assert r1 is not None and r1.winners == 1
+    lease_running(lease_id=running.leases.get().pk)
+    node = w.h100.nodes.first()
+    assert node is not None
+    for _ in range(3):  # alpha's jobs like these ran half an hour
+        finished_job(w.alpha, w.alice, node, runtime_s=1800, gpus=4, command="python train.py")
+    cache.clear()  # the round's freeze cached the (then empty) finished-job sample for a minute
+    pending = make_job(w.alpha, w.alice, gpus=4, limits={w.h100: 6}, hours=10, name="train-9")
+    short = make_job(w.alpha, w.alice, gpus=4, limits={w.h100: 6}, hours=0.25, name="train-10")
+    now = timezone.now()
+    snap = book_snapshot(round_id=r1.pk + 1, now=now, policy=market_policy())
+    lease = running.leases.get()
+    (end,) = snap.book.leases.expect_end.tolist()
+    # Predicted: about half an hour after it started running, well before its start plus 10 hours.
+    assert abs(end - (lease.running_at.timestamp() + 1800)) <= 5, end - lease.running_at.timestamp()
+    expect = dict(zip(snap.book.bids.job.tolist(), snap.book.bids.expect_s.tolist(), strict=True))
+    assert expect[pending.pk] == 1800  # the prediction
+    assert expect[short.pk] == 900  # bounded by its max hours
+    assert clear(Snapshot.load(snap.dump()).book).digest == clear(snap.book).digest
 
 
 def test_commit_keeps_reservations_backfill_and_fragmentation(market: World) -> None:
