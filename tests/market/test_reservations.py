@@ -122,8 +122,10 @@ def test_book_uses_predictions_bounded_by_max_hours(market: World) -> None:
     snap = book_snapshot(round_id=r1.pk + 1, now=now, policy=market_policy())
     lease = running.leases.get()
     (end,) = snap.book.leases.expect_end.tolist()
+    assert lease.running_at is not None
+    ran_from = lease.running_at.timestamp()
     # Predicted: about half an hour after it started running, well before its start plus 10 hours.
-    assert abs(end - (lease.running_at.timestamp() + 1800)) <= 5, end - lease.running_at.timestamp()
+    assert abs(end - (ran_from + 1800)) <= 5, end - ran_from
     expect = dict(zip(snap.book.bids.job.tolist(), snap.book.bids.expect_s.tolist(), strict=True))
     assert expect[pending.pk] == 1800  # the prediction
     assert expect[short.pk] == 900  # bounded by its max hours
