@@ -162,5 +162,7 @@ def bind_moved(*, successor: Lease, job: Job, now: datetime) -> None:
         for node_id, uuids in sorted(by_node.items())
     )
     commands_written(node_ids=sorted(by_node))
+    successor.preemptible = successor.tier != "G"  # bound now: as any lease of its tier
+    successor.save(update_fields=["preemptible"])
     job.state = JobState.ALLOCATED
     job.save(update_fields=["state", "updated_at"])

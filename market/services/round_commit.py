@@ -277,7 +277,9 @@ def _insert_leases(
             "node_id": [p.winner.gang[0].node_id for p in placed],
             "gpu_type_id": [p.winner.gpu_type_id for p in placed],
             "tier": [p.winner.tier for p in placed],
-            "preemptible": [p.winner.tier != "G" for p in placed],
+            # A moved job's new lease is not preemptible until it is bound (market.services.moves.bind_moved):
+            # no round may stop a job its agent has not started.
+            "preemptible": [p.winner.tier != "G" and p.winner.job_id not in moved for p in placed],
             "price": [p.winner.price for p in placed],
             "gpus": [len(p.winner.gang) for p in placed],
             "max_seconds": [p.job.max_seconds for p in placed],

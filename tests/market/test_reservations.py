@@ -234,10 +234,12 @@ def test_a_moved_lease_is_placed_again_and_bound_once_the_old_one_stopped(market
     new = Lease.objects.get(moved_from=old)
     assert new.state == LeaseState.ALLOCATED and new.job_id == old.job_id and new.price == old.price
     assert LeaseGpu.objects.filter(lease=new, active=True).count() == 4
-    # Not bound while the old lease runs: the job never runs twice.
-    assert not Command.objects.filter(lease=new).exists()
+    # Not bound while the old lease runs: the job never runs twice; and no round may preempt it meanwhile.
+    assert not Command.objects.filter(lease=new).exists() and not new.preemptible
     lease_stopped(lease_id=old.pk)
     bind = Command.objects.get(lease=new)
+    new.refresh_from_db()
+    assert new.preemptible  # tier S, as the old lease
     assert bind.kind == CommandKind.BIND and bind.payload["job"] == old.job_id
     job = Job.objects.get(pk=old.job_id)
     assert job.state == JobState.ALLOCATED
