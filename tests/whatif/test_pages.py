@@ -175,6 +175,7 @@ def test_the_comparison_leads_with_fair_share_and_labels_jain_a_diagnostic(
     ):
         assert figure in page, figure
     # The simulator's placement figures, with a value from the replay (not a dash).
+    assert run.result is not None
     summary = run.result["summaries"]["proposal"]
     for key in ("moves", "moved_lost_gpu_hours", "reserved_idle_gpu_hours", "backfilled_gpu_hours"):
         assert key in summary, key
