@@ -388,7 +388,11 @@ def _preempt(*, rnd: Round, victims: list[Lease], why: Preemptions, now: datetim
     if not ids:
         return []
     rule = dict(zip(why.lease.tolist(), (PREEMPT_NAMES[r] for r in why.reason.tolist()), strict=True))
-    claimant = dict(zip(why.lease.tolist(), why.for_job.tolist(), strict=True))
+    # A rule with no claimant (-1) keeps none: a null reference, never one to a job that is not there.
+    claimant = {
+        lease: (job if job >= 0 else None)
+        for lease, job in zip(why.lease.tolist(), why.for_job.tolist(), strict=True)
+    }
     nodes: dict[int, set[int]] = defaultdict(set)
     for lease_id, node_id in LeaseGpu.objects.filter(lease_id__in=ids, active=True).values_list(
         "lease_id", "gpu__node_id"
