@@ -104,6 +104,28 @@ def _rounds() -> Iterator[Metric]:
             "When the newest committed round finished (Unix time).",
             value=totals.last_done_at.timestamp(),
         )
+    held = selectors.reservation_totals(timezone.now())
+    figures: tuple[tuple[str, str, float], ...] = (
+        (
+            "gpumarket_reserved_idle_gpu_seconds",
+            "GPU-seconds idle on nodes reserved for a blocked gang: each round's idle reserved GPUs times its "
+            "length.",
+            held.reserved_idle_gpu_s,
+        ),
+        (
+            "gpumarket_backfilled_gpu_seconds",
+            "GPU-seconds run by leases started by backfill on reserved nodes (live ones until now).",
+            held.backfilled_gpu_s,
+        ),
+        ("gpumarket_moves", "Running leases moved to other GPUs for a gang and placed again.", held.moves),
+        (
+            "gpumarket_moved_lost_gpu_seconds",
+            "GPU-seconds of work moves threw away (since each moved job's last checkpoint).",
+            held.moved_lost_gpu_s,
+        ),
+    )
+    for name, help_text, figure in figures:
+        yield CounterMetricFamily(name, help_text, value=figure)
     for step, hist in selectors.round_step_histograms().items():
         name = "gpumarket_round_duration_seconds" if step == "round" else f"gpumarket_round_{step}_seconds"
         what = "A round's work (freeze, clear and commit)" if step == "round" else f"A round's {step} step"

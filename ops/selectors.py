@@ -10,8 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Count, Exists, F, Func, OuterRef, Q, Sum
-from django.db.models.functions import Coalesce
+from django.db.models import BigIntegerField, Count, Exists, F, Func, OuterRef, Q, Sum, Value
+from django.db.models.fields.json import KeyTextTransform
+from django.db.models.functions import Cast, Coalesce
 
 from inventory.models import Gpu, Node
 from market.models import (
@@ -83,6 +84,42 @@ def preemptions_by_reason() -> dict[str, int]:
         .order_by()
     )
     return {reason: int(counted.get(reason, 0)) for reason in PreemptReason.values}
+
+
+@dataclass(frozen=True)
+class Reservations:
+    """Totals behind the reservation, backfill and move metrics (docs/rounds.md §Reservations and backfill)."""
+
+    reserved_idle_gpu_s: float  # per round: idle GPUs on reserved nodes x the round's length
+    backfilled_gpu_s: float  # GPU-seconds backfilled leases ran (ended: to their end; live: until now)
+    moves: int  # moved leases placed again (a new lease with moved_from)
+    moved_lost_gpu_s: float  # work the moves threw away (the moved leases' lost_gpu_s)
+
+
+def reservation_totals(now: datetime) -> Reservations:
+    """Four aggregate queries. Reserved-idle comes from each committed round's counters (the allocator's
+    ``reserved_idle_gpus``) times its period; backfilled GPU-seconds and moves from the leases themselves."""
+    idle = Round.objects.filter(committed_at__isnull=False).aggregate(
+        s=Coalesce(
+            Sum(Cast(KeyTextTransform("reserved_idle_gpus", "counters"), BigIntegerField()) * F("period_s")),
+            0,
+        )
+    )["s"]
+    ran = Coalesce(F("ended_at"), Value(now)) - F("running_at")
+    backfilled = (
+        Lease.objects.filter(backfill=True, running_at__isnull=False)
+        .annotate(ran=ran)
+        .values_list("gpus", "ran")
+    )
+    moved = Lease.objects.filter(preempt_reason=PreemptReason.MOVED).aggregate(
+        lost=Coalesce(Sum("lost_gpu_s"), 0.0)
+    )["lost"]
+    return Reservations(
+        reserved_idle_gpu_s=float(idle or 0),
+        backfilled_gpu_s=sum(gpus * max(r.total_seconds(), 0.0) for gpus, r in backfilled),
+        moves=Lease.objects.filter(moved_from__isnull=False).count(),
+        moved_lost_gpu_s=float(moved or 0.0),
+    )
 
 
 def round_step_histograms() -> dict[str, StepHistogram]:

@@ -27,6 +27,7 @@ from market.selectors.fair_share import fair_share_report, fairness_diagnostics
 from market.selectors.market_stats import price_series, revenue_by_day, round_figures
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import round_preempted
+from market.selectors.reservations import fragmentation, moves_per_round, reservations_now
 from market.selectors.rounds import round_get, rounds_list
 from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import policy_update
@@ -115,10 +116,33 @@ def fairness(request: HttpRequest) -> HttpResponse:
         )
         for s in share.series
     ]
+    frag_charts = [
+        line_chart(
+            [
+                Series(
+                    "GPUs free by count", [(t.timestamp(), v) for t, v in zip(f.at, f.free_gpus, strict=True)]
+                ),
+                Series(
+                    "whole free nodes",
+                    [(t.timestamp(), v) for t, v in zip(f.at, f.free_nodes, strict=True)],
+                    dash=2,
+                ),
+            ],
+            title=f"{f.gpu_type}: free GPUs beside whole free nodes (fragmentation)",
+            y_unit="",
+            step=True,
+            width=460,
+            height=180,
+        )
+        for f in fragmentation(since=since)
+    ]
     return page(
         request,
         "frontend/console/fairness.html",
         {
+            "frag_charts": frag_charts,
+            "reservations": reservations_now(),
+            "moves": moves_per_round(since=since),
             "share": share,
             "rows": rows,
             "types": types,

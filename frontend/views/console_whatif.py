@@ -46,6 +46,10 @@ FIGURES = (
     ("Preemptions", "preemptions", "int", "lower"),
     ("GPU-hours lost to preemption", "lost_gpu_hours", "hours", "lower"),
     ("Share of GPU-hours lost", "lost_share", "share", "lower"),
+    ("Leases moved to make room for gangs", "moves", "int", "lower"),
+    ("GPU-hours lost to moves", "moved_lost_gpu_hours", "hours", "lower"),
+    ("GPU-hours idle on reserved nodes", "reserved_idle_gpu_hours", "hours", "lower"),
+    ("GPU-hours backfilled on reserved nodes", "backfilled_gpu_hours", "hours", "higher"),
     ("Jain's index of excess per weight (diagnostic)", "jain_excess", "ratio", "higher"),
     ("Spend (credits)", "spend", "credits", None),
 )

@@ -36,6 +36,7 @@ from market.selectors.job_estimate import Estimate, draft_estimate, job_estimate
 from market.selectors.jobs import job_detail, job_list, tenant_jobs
 from market.selectors.lease_parts import lease_part_views
 from market.selectors.prices import price_board
+from market.selectors.reservations import job_placement
 from market.selectors.spend_alerts import Block, bid_block
 from market.selectors.usage import UsagePoint, job_log_tail, lease_usage_series, usage_combined
 from market.services import jobs as services
@@ -358,6 +359,7 @@ def _job_page(
             "max_hours": hours_text(found.max_seconds),
             "explained": explain_outcomes(found, found.latest_outcomes, found.history),
             "queue": queue_places(found),
+            "placement": job_placement(found),
             "estimate": estimated,
             "speed_table": speed_cells(estimated.speeds) if estimated and estimated.speeds else None,
             "hold_notice": hold_notice(found.lease_rows),

@@ -28,6 +28,7 @@ from market.selectors.jobs import gpu_types_by_name
 from market.selectors.lease_parts import lease_part_views
 from market.selectors.lost_work import gpu_time
 from market.selectors.preemptions import preemption_of
+from market.selectors.reservations import job_placement
 from market.selectors.speed import TypeSpeed
 from market.selectors.usage import job_log_tail, usage_combined
 from market.selectors.waiting import rounds_waited
@@ -795,6 +796,21 @@ class QueuePlaceSerializer(serializers.Serializer[object]):
     gpus_ahead = serializers.IntegerField(help_text="GPUs the pending bids before it ask for.")
 
 
+class PlacementSerializer(serializers.Serializer[Any]):
+    """What a waiting gang waits for, or how a running job was placed (market.selectors.reservations)."""
+
+    kind = serializers.CharField(
+        help_text="reserved (nodes held for this gang), waiting_nodes (no node fits it, none reserved yet), "
+        "backfilled (started on a node held for a gang; preempted first if it runs past its prediction), "
+        "moved (moved to other GPUs for a gang), or empty."
+    )
+    text = serializers.CharField()
+    reserved_nodes = serializers.ListField(child=serializers.CharField())
+    expected_start = serializers.DateTimeField(
+        allow_null=True, help_text="When the reserved nodes are expected to be free (predicted)."
+    )
+
+
 class JobDetailSerializer(JobSerializer):
     """A job with every version of its bid, its round outcomes (the latest 100, newest first, and how many
     there are), its leases and the ledger entries of their holds."""
@@ -820,6 +836,10 @@ class JobDetailSerializer(JobSerializer):
     reason = serializers.SerializerMethodField(
         help_text="Why its newest round did not run it (or what it won), in one sentence; empty before any."
     )
+    placement = serializers.SerializerMethodField(
+        help_text="What a waiting gang waits for (reserved nodes and expected start, or the rule that keeps "
+        "it waiting), or whether a running job was backfilled or moved (docs/portal.md)."
+    )
 
     class Meta(JobSerializer.Meta):
         fields = [
@@ -833,6 +853,7 @@ class JobDetailSerializer(JobSerializer):
             "estimate",
             "queue",
             "reason",
+            "placement",
         ]
         read_only_fields = fields
 
@@ -844,6 +865,10 @@ class JobDetailSerializer(JobSerializer):
         latest = job.latest_outcomes[:1]  # type: ignore[attr-defined]  # set by market.selectors.jobs.job_detail
         # The newest outcome's sentence, from those to_representation explained for the outcomes' `text`.
         return str(self.context["outcome_text"].get(latest[0].pk, "")) if latest else ""
+
+    @extend_schema_field(PlacementSerializer)
+    def get_placement(self, job: Job) -> dict[str, Any]:
+        return PlacementSerializer(job_placement(job)).data
 
     def get_log_tail(self, job: Job) -> str:
         return job_log_tail(job.lease_rows)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)

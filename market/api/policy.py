@@ -54,7 +54,8 @@ class MarketPolicyPatchSerializer(BodySerializer):
     default_grace_s = _knob("default_grace_s", "SIGTERM to SIGKILL for a job that sets none, seconds.")
     starve_rounds = _knob("starve_rounds", "Rounds a gang waits before nodes are reserved for it.")
     max_reservations = _knob(
-        "max_reservations", "Starving gangs served with reserved nodes per type, at most."
+        "max_reservations",
+        "Blocked gangs (of the most-owed tenant, or starving) given reserved nodes per type, at most.",
     )
     max_reserved_pct = _knob("max_reserved_pct", "Share of a type's nodes reserved at once, at most (%).")
     fair_reclaim = _knob("fair_reclaim", "1: a tenant below its entitlement may preempt for it; 0: off.")

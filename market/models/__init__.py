@@ -36,7 +36,7 @@ from market.models.policy_versions import (
     VersionKind,
     VersionStatus,
 )
-from market.models.rounds import DONE_STATES, BidOutcome, Round, RoundPrice, RoundState
+from market.models.rounds import DONE_STATES, BidOutcome, Reservation, Round, RoundPrice, RoundState
 from market.models.shadow import ShadowRound, ShadowRun
 from market.models.spend_alerts import (
     AlertAction,
@@ -92,6 +92,7 @@ __all__ = [
     "OnHoldEnd",
     "Posting",
     "PreemptReason",
+    "Reservation",
     "Round",
     "RoundPrice",
     "RoundState",

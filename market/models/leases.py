@@ -35,6 +35,10 @@ class PreemptReason(models.TextChoices):
 
     RECLAIM_GUARANTEE = "reclaim_guarantee", "Guarantee reclaim"  # restores another tenant's guarantee
     FAIR_SHARE = "fair_share", "Fair-share reclaim"  # brings another tenant up to its entitlement
+    # Started by backfill on a node reserved for a gang, it ran past its predicted end and the gang is due.
+    BACKFILL_OVERRAN = "backfill_overran", "Backfill overran"
+    # Moved to other GPUs to make room for a gang: its job got a new lease in the same round (Result.moves).
+    MOVED = "moved", "Moved"
 
 
 # The round commit writes leases, their GPUs and their commands by the thousand, and a foreign key constraint
@@ -142,6 +146,21 @@ class Lease(models.Model):
     # down"): set with the end reason by the gang rules (market.services.lease_parts). Empty on a lease that
     # ended as a whole (completed, preempted, cancelled) and on leases from before.
     end_detail = models.CharField(max_length=300, blank=True, default="", db_default="")
+    # Started by backfill on a node reserved for a gang (the round's Result.backfill_job), predicted to end
+    # before the gang is due: if it runs past that, it is the first lease the gang takes back (frozen into the
+    # book as Leases.backfill). db_default: the commit inserts leases without it.
+    backfill = models.BooleanField(default=False, db_default=False)
+    # The lease of the same job this one replaces when a round moved it (Result.moves): this lease is bound only
+    # once that one has released its GPUs (market.services.moves). Null on every other lease.
+    moved_from = models.ForeignKey(
+        "self",
+        on_delete=models.DO_NOTHING,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
 
     class Meta:
         ordering = ["-started_at", "-id"]
@@ -151,6 +170,12 @@ class Lease(models.Model):
             models.Index(
                 fields=["preempt_reason"], name="lease_preempt_reason", condition=~models.Q(preempt_reason="")
             ),
+            # Partial, as preempt_reason's: lease_stopped looks up a moved lease's successor, and the scrape
+            # counts moves and backfilled GPU-seconds, reading only the few rows these hold.
+            models.Index(
+                fields=["moved_from"], name="lease_moved_from", condition=models.Q(moved_from__isnull=False)
+            ),
+            models.Index(fields=["backfill"], name="lease_backfill", condition=models.Q(backfill=True)),
         ]
         # A constraint, not unique=True, which on PostgreSQL adds a second (LIKE) index no query uses: each
         # index is written for every lease a round places (docs/rounds.md §Measured).

@@ -60,11 +60,11 @@ class MarketPolicy(models.Model):
     )
     max_reservations = models.PositiveIntegerField(
         default=_BOOK.max_reservations,
-        help_text="Starving gangs served with reserved nodes, per type and round.",
+        help_text="Blocked gangs (of the most-owed tenant, or starving) given reserved nodes, per type and round.",
     )
     max_reserved_pct = models.PositiveIntegerField(
         default=_BOOK.max_reserved_pct,
-        help_text="At most this share of a type's nodes is reserved for starving gangs at once (%).",
+        help_text="At most this share of a type's nodes is reserved for blocked gangs at once (%).",
     )
     fair_reclaim = models.PositiveSmallIntegerField(
         default=int(_BOOK.fair_reclaim),

@@ -85,10 +85,34 @@ class RoundPrice(models.Model):
     posted = models.BigIntegerField()
     spot = models.BigIntegerField(null=True, blank=True)
     next_posted = models.BigIntegerField()
+    # Fragmentation at commit: GPUs of the type left free by count after the round's placements, and how many
+    # nodes of the type are wholly free (every GPU). Null on rounds from before they were recorded.
+    free_gpus = models.PositiveIntegerField(null=True, blank=True)
+    free_nodes = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-round_id", "gpu_type__name"]
         constraints = [models.UniqueConstraint(fields=["round", "gpu_type"], name="round_price_unique")]
+
+
+class Reservation(models.Model):
+    """A node one round held for a blocked gang (Result.reserved_node/_job/_start, step 5): nothing but backfill
+    predicted to end before `expected_start` may start on it. One row per node and round, written by the commit;
+    the newest committed round's rows are the reservations now (docs/rounds.md §Reservations and backfill)."""
+
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="reservations")
+    # Real constraints: a round writes a few of these, not thousands (the bulk-written tables skip them).
+    node = models.ForeignKey("inventory.Node", on_delete=models.PROTECT, related_name="+")
+    job = models.ForeignKey("market.Job", on_delete=models.CASCADE, related_name="reservations")
+    gpu_type = models.ForeignKey("inventory.GpuType", on_delete=models.PROTECT, related_name="+")
+    expected_start = models.DateTimeField(null=True, blank=True)  # null: unknown (a drain time not predicted)
+
+    class Meta:
+        ordering = ["-round_id", "node_id"]
+        constraints = [models.UniqueConstraint(fields=["round", "node"], name="reservation_round_node")]
+
+    def __str__(self) -> str:
+        return f"round {self.round_id}: node {self.node_id} for job {self.job_id}"
 
 
 class BidOutcome(models.Model):

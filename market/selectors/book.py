@@ -20,6 +20,7 @@ from django.db import connection
 from accounts.models import Tenant
 from allocator import NO_PRICE, TIER_NAMES, Bids, Book, GpuTypes, Leases, Nodes, Tenants
 from allocator.lost import lost_since
+from allocator.predict import RuntimeHistory
 from inventory.models import Gpu, GpuType, Node
 from market import bulk
 from market.models import (
@@ -35,6 +36,13 @@ from market.models import (
 )
 from market.selectors.holds import sized_hold_seconds
 from market.selectors.lost_work import book_seconds
+from market.selectors.predictions import (
+    BookLease,
+    book_history,
+    done_seconds,
+    expected_ends,
+    expected_runtimes,
+)
 from market.selectors.waiting import rounds_waited_before
 
 _TIER_INDEX = {name: i for i, name in enumerate(TIER_NAMES)}
@@ -111,13 +119,27 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
             "lease__started_at",
             "lease__preemptible",
             "lease__last_checkpoint_at",
+            "lease__backfill",
             "lease__running_at",
+            "lease__max_seconds",
+            "lease__tenant__slug",
+            "lease__job__name",
+            "lease__job__command",
+            "lease__job__gpus",
         )
         .distinct()
         .order_by("lease_id")
         if row[1] in tenant_ix
     ]
-    leases = _leases(lease_rows, lease_gpus, tenant_ix, type_ix, book_seconds(now))
+    # One history of everybody's finished jobs predicts every lease's end and every bid's runtime, as the
+    # estimated starts do (market.selectors.predictions): the book freezes the figures, so a re-clear agrees.
+    history, empty = book_history()
+    ends = expected_ends(
+        leases=[BookLease(r[10], r[11], r[12], r[13], r[4], r[8], r[9]) for r in lease_rows],
+        now=now,
+        history=history,
+    )
+    leases = _leases(lease_rows, lease_gpus, tenant_ix, type_ix, book_seconds(now), ends)
 
     # Only an up node takes new work: not a down, draining or retired one.
     up = np.array([row[4] == Node.State.UP for row in node_rows], dtype=np.bool_)
@@ -150,7 +172,9 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
         owed=_owed(tenant_ix, type_ix),
     )
 
-    bids, versions = _bids(round_id, tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types))
+    bids, versions = _bids(
+        round_id, tenant_ix, {t.name: i for i, t in enumerate(types)}, len(types), history, empty
+    )
     book = Book(
         now=book_seconds(now),
         round=round_id,
@@ -234,6 +258,7 @@ def _leases(
     tenant_ix: dict[int, int],
     type_ix: dict[int, int],
     now: int,
+    expect_end: list[int],
 ) -> Leases:
     if not rows:
         return Leases.empty()
@@ -251,16 +276,23 @@ def _leases(
         # From when a preemption throws its work away (allocator.lost.lost_since, the figure the commit records):
         # the later of its job's start running and the last checkpoint its agent reported; now while not running.
         checkpoint=np.array(
-            [lost_since(book_seconds(row[7]), book_seconds(row[6]), now) for row in rows], dtype=np.int64
+            [lost_since(book_seconds(row[8]), book_seconds(row[6]), now) for row in rows], dtype=np.int64
         ),
         slot_ptr=ptr,
         slot_node=np.array([s[0] for s in flat], dtype=np.int32),
         slot_idx=np.array([s[1] for s in flat], dtype=np.int32),
+        expect_end=np.array(expect_end, dtype=np.int64),
+        backfill=np.array([row[7] for row in rows], dtype=np.bool_),
     )
 
 
 def _bids(
-    round_id: int, tenant_ix: dict[int, int], type_names: dict[str, int], n_types: int
+    round_id: int,
+    tenant_ix: dict[int, int],
+    type_names: dict[str, int],
+    n_types: int,
+    history: RuntimeHistory,
+    empty: bool,
 ) -> tuple[Bids, dict[int, int]]:
     """Pending jobs of active tenants; a job whose types all vanished is left out (it cannot win). Each with
     the rounds it has waited before this one (market.selectors.waiting)."""
@@ -291,8 +323,31 @@ def _bids(
         max_s=max_s,
         submit=cols["submit"],
         waited=waited,
+        expect_s=max_s if empty else _expect_s(jobs, max_s, history),
     )
     return bids, dict(zip(jobs, cols["version"].tolist(), strict=True))
+
+
+def _expect_s(jobs: list[int], max_s: np.ndarray, history: RuntimeHistory) -> np.ndarray:
+    """Each pending job's predicted runtime (its remaining median given the work its earlier leases did), at
+    most its max_s in the book; max_s without a prediction. Backfill on reserved nodes reads it (step 5)."""
+    if not jobs:
+        return np.zeros(0, dtype=np.int64)
+    rows = dict(
+        (pk, rest)
+        for pk, *rest in Job.objects.filter(pk__in=bulk.any_of(jobs)).values_list(
+            "pk", "tenant__slug", "name", "command", "gpus"
+        )
+    )
+    done = done_seconds(job_ids=jobs)
+    got = expected_runtimes(
+        jobs=[
+            (*rows[job], done.get(job, 0.0), seconds)
+            for job, seconds in zip(jobs, max_s.tolist(), strict=True)
+        ],
+        history=history,
+    )
+    return np.array(got, dtype=np.int64)
 
 
 _COLUMNS = ("job", "tenant", "gpus", "max_s", "submit", "waited_before", "wait_round", "version")

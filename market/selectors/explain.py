@@ -301,6 +301,11 @@ def preemption_why(lease: Lease, *, admin: bool = False) -> str:
     t = lease.gpu_type.name
     if p.reason == PreemptReason.RECLAIM_GUARANTEE:
         return f"to restore {team}'s guaranteed {t} GPUs{job}"
+    if p.reason == PreemptReason.MOVED:
+        return f"to move it: moved for a gang of {team}{job}"
+    if p.reason == PreemptReason.BACKFILL_OVERRAN:
+        gang = f"job {p.for_job}" if p.for_job is not None else f"a gang of {team}"
+        return f"because it started on a node reserved for {gang}, ran past its predicted end, and the gang is due"
     return f"to bring {team} up to its fair share of {t} GPUs{job}"
 
 
@@ -322,6 +327,12 @@ def preemption_sentence(lease: Lease, *, admin: bool = False) -> str:
     if lease.end_reason != EndReason.PREEMPTED or not why:
         return ""
     when = f"in round {lease.preempted_round_id} " if lease.preempted_round_id else ""
+    if lease.ended_at is None and lease.preempt_reason == PreemptReason.MOVED:
+        return (
+            f"Being preempted {when}{why}{lost_work_clause(lease)}: the job is sent SIGTERM and has "
+            f"{lease.grace_seconds} seconds to save a checkpoint before SIGKILL, then starts again on its new "
+            "GPUs from its checkpoint directory."
+        )
     if lease.ended_at is None:
         return (
             f"Being preempted {when}{why}{lost_work_clause(lease)}: the job is sent SIGTERM and has {lease.grace_seconds} seconds to "

@@ -11,11 +11,9 @@ import math
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from django.db.models import Sum
-
 from accounts.models import Tenant
-from market.models import LIVE_LEASE_STATES, HoldPolicy, Job, JobState, Lease, LeaseState, OnHoldEnd
-from market.selectors.predictions import history_for, lease_seconds, query_for
+from market.models import LIVE_LEASE_STATES, HoldPolicy, Job, JobState, Lease, OnHoldEnd
+from market.selectors.predictions import done_seconds, history_for, query_for
 
 # A hold shorter than this would run out before the job is well started (and a round or two of ticks).
 MIN_HOLD_SECONDS = 600
@@ -61,7 +59,7 @@ def sized_hold_seconds(*, job_ids: Iterable[int]) -> dict[int, int]:
     wanted = set(job_ids)
     pending = Job.objects.filter(state=JobState.PENDING, tenant_id__in=tenants).select_related("tenant")
     jobs = [j for j in pending if j.pk in wanted]
-    done = _done_seconds([j.pk for j in jobs])
+    done = done_seconds(job_ids=[j.pk for j in jobs])
     histories = {t.pk: history_for(tenant=t) for t in {j.tenant for j in jobs}}
     out = {}
     for job in jobs:
@@ -73,16 +71,6 @@ def sized_hold_seconds(*, job_ids: Iterable[int]) -> dict[int, int]:
             want = max(math.ceil(got.remaining_p90_s), MIN_HOLD_SECONDS)
             out[job.pk] = min(want, job.max_seconds)
     return out
-
-
-def _done_seconds(job_ids: list[int]) -> dict[int, float]:
-    """Work already done by pending jobs (a preempted one ran before): their ended leases, as measured."""
-    rows = (
-        Lease.objects.filter(job_id__in=job_ids, state=LeaseState.ENDED)
-        .annotate(measured=Sum("usage__gpu_seconds"))
-        .values_list("job_id", "gpus", "measured", "running_at", "ended_at")
-    )
-    return lease_seconds(list(rows))
 
 
 def hold_notice(leases: list[Lease]) -> str:

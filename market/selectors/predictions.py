@@ -11,6 +11,7 @@ CACHE_SECONDS: a job finishing now shows in predictions within that long.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime
@@ -28,6 +29,7 @@ from allocator.predict import (
     command_family,
     name_family,
 )
+from market import bulk
 from market.models import Job, JobState, Lease, LeaseState
 
 # How many of the newest finished jobs each sample keeps (the predictor's window is smaller per key).
@@ -114,6 +116,17 @@ def query_for(*, tenant: Tenant, name: str, command: str, gpus: int) -> Query:
     return Query(tenant.slug, name_family(name), command_family(command), gpus)
 
 
+def done_seconds(*, job_ids: list[int]) -> dict[int, float]:
+    """Work already done by pending jobs (a preempted or moved one ran before): their ended leases, as
+    measured. One query over the ids given (any number: bulk.any_of)."""
+    rows = (
+        Lease.objects.filter(job_id__in=bulk.any_of(job_ids), state=LeaseState.ENDED)
+        .annotate(measured=Sum("usage__gpu_seconds"))
+        .values_list("job_id", "gpus", "measured", "running_at", "ended_at")
+    )
+    return lease_seconds(list(rows))
+
+
 def job_done_seconds(*, job: Job, now: datetime | None = None) -> float:
     """Seconds of work the job has done: its ended leases as measured, plus the live one so far."""
     now = now or timezone.now()
@@ -177,3 +190,72 @@ def runtime_sentence(got: Prediction | None, done_s: float = 0.0) -> str:
             f"({basis})."
         )
     return f"Jobs like this ran {hours(got.median_s)} ({basis}); 90% finished within {hours(got.p90_s)}."
+
+
+@dataclass(frozen=True)
+class BookLease:
+    """What the frozen book needs of a live lease to expect its end (market.selectors.book)."""
+
+    slug: str
+    name: str
+    command: str
+    gpus: int
+    started: datetime
+    running: datetime | None
+    max_s: int
+
+
+def book_history() -> tuple[RuntimeHistory, bool]:
+    """Everybody's newest finished jobs (cached), as the frozen book and the estimated starts predict from,
+    and whether there are none (then nothing can be predicted: the freeze skips the work)."""
+    history = RuntimeHistory()
+    sample = finished_sample(None)
+    for job in sample:
+        history.add(job)
+    return history, not sample
+
+
+def expected_ends(*, leases: list[BookLease], now: datetime, history: RuntimeHistory) -> list[int]:
+    """Per live lease, when it is expected to end (epoch seconds): now plus its job's predicted remaining
+    runtime (the median of similar jobs that ran longer than it has so far), bounded by its start plus max
+    hours; without a prediction, its start plus max hours (docs/rounds.md §Reservations)."""
+    t = now.timestamp()
+    out = []
+    for lease in leases:
+        hard = int(lease.started.timestamp()) + lease.max_s
+        done = max(t - (lease.running or lease.started).timestamp(), 0.0)
+        got = history.predict(
+            Query(lease.slug, name_family(lease.name), command_family(lease.command), lease.gpus), done
+        )
+        out.append(hard if got is None else min(int(t + got.remaining_median_s), hard))
+    return out
+
+
+def expected_runtimes(
+    *, jobs: list[tuple[str, str, str, int, float, int]], history: RuntimeHistory, empty: bool = False
+) -> list[int]:
+    """Per pending job (tenant slug, name, command, GPUs, seconds already done, max seconds): the runtime
+    expected of its next lease, its predicted remaining median, at least 1 s and at most max seconds; max
+    seconds without a prediction (and for every job when the history is ``empty``: no finished job yet). The
+    freeze calls it for every pending job, so names, commands and predictions are each worked out once per
+    distinct value (a tenant's sweep shares its command and its name family)."""
+    if empty:
+        return [job[5] for job in jobs]
+    names: dict[str, str] = {}
+    commands: dict[str, str] = {}
+    seen: dict[tuple[str, str, str, int, float], Prediction | None] = {}
+    out = []
+    for slug, name, command, gpus, done, max_s in jobs:
+        nf = names.get(name)
+        if nf is None:
+            nf = names[name] = name_family(name)
+        cf = commands.get(command)
+        if cf is None:
+            cf = commands[command] = command_family(command)
+        key = (slug, nf, cf, gpus, done)
+        if key in seen:
+            got = seen[key]
+        else:
+            got = seen[key] = history.predict(Query(slug, nf, cf, gpus), done)
+        out.append(max_s if got is None else max(min(math.ceil(got.remaining_median_s), max_s), 1))
+    return out

@@ -28,6 +28,7 @@ from market.models.jobs import wait_mark
 from market.selectors.usage import measured_charge
 from market.services.command_wake import commands_written
 from market.services.ledger import ledger_settle
+from market.services.moves import bind_moved, moved_successor
 
 # How long an agent has to pick up a stop command before it is considered lost (the agent work re-sends).
 STOP_COMMAND_TTL = timedelta(hours=1)
@@ -142,8 +143,10 @@ def lease_stopped(
     lease = Lease.objects.select_for_update(no_key=True).get(pk=lease_id)
     if lease.state == LeaseState.ENDED:
         return lease
-    # Lock order (docs/rounds.md §Lock order): the lease, its job, then the hold and the accounts.
-    Job.objects.select_for_update(no_key=True).filter(pk=lease.job_id).first()
+    # Lock order (docs/rounds.md §Lock order): the leases (this one, then the one a round moved its job to),
+    # its job, then the hold and the accounts.
+    successor = moved_successor(lease)
+    job = Job.objects.select_for_update(no_key=True).filter(pk=lease.job_id).first()
     final = EndReason(lease.end_reason) if lease.end_reason else (reason or EndReason.COMPLETED)
     charge = measured_charge(lease_id=lease.pk, price=lease.price) if bill else 0
     entry = ledger_settle(hold_key=lease.hold_key, charge=charge, key=settle_key(lease.pk))
@@ -151,7 +154,10 @@ def lease_stopped(
     lease.state, lease.ended_at, lease.end_reason = LeaseState.ENDED, now, final
     lease.charged = entry.hold.charged if entry.hold is not None else charge
     lease.save(update_fields=["state", "ended_at", "end_reason", "charged"])
-    _job_after_lease(lease.job_id, final, now)
+    if successor is not None and job is not None and final == EndReason.PREEMPTED:
+        bind_moved(successor=successor, job=job, now=now)  # moved: it starts again on its new GPUs
+    else:
+        _job_after_lease(lease.job_id, final, now)
     return lease
 
 

@@ -18,8 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 from django.conf import settings
@@ -58,8 +57,12 @@ from market.selectors.book import Snapshot
 from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
 from market.services.command_wake import commands_written
+from market.services.commit_rows import JOB_FIELDS, JobRow, Placed, Slot, Winner
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from market.services.ledger_bulk import HoldRequest, ledger_hold_many
+from market.services.moves import GangReader, admit_moves, moved_winners
+from market.services.reservations import record_fragmentation, record_reservations
+from market.services.sandbox_bind import sandbox_fields, sandbox_payload, unconfined_gpus
 
 # How long a bind command stays valid: an agent that has not picked it up by then is treated as lost.
 BIND_TTL = timedelta(minutes=30)
@@ -76,50 +79,8 @@ class CommitStats:
     preemptions: int = 0
     gpus_allocated: int = 0
     skipped_reasons: dict[str, int] = field(default_factory=dict)
-
-
-class Slot(NamedTuple):
-    """One GPU of a winner's gang."""
-
-    gpu_id: int
-    uuid: str
-    node_id: int
-
-
-class Winner(NamedTuple):
-    """One winning bid with the result's names resolved to ids."""
-
-    job_id: int
-    tenant_id: int
-    gpu_type_id: int
-    tier: str
-    price: int
-    hold: int
-    hold_seconds: int  # the bid's max_s in the frozen book: max hours, or a predicted p90 (selectors.holds)
-    gang: tuple[Slot, ...]
-
-
-class JobRow(NamedTuple):
-    """What the commit reads of a winner's job (locked)."""
-
-    id: int
-    state: str
-    bid_version: int
-    name: str
-    command: str
-    grace_seconds: int
-    max_seconds: int
-    gpus: int
-
-
-_JOB_FIELDS = ("pk", "state", "bid_version", "name", "command", "grace_seconds", "max_seconds", "gpus")
-
-
-class Placed(NamedTuple):
-    """A winner whose hold was placed: it gets a lease."""
-
-    winner: Winner
-    job: JobRow
+    moves: int = 0  # moved leases placed again (market.services.moves)
+    moves_skipped: dict[str, int] = field(default_factory=dict)  # moves not placed again, by why
 
 
 @dataclass(frozen=True)
@@ -135,23 +96,37 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     locked = _lock(result, winners)
     preempted = _preempt(rnd=rnd, victims=locked.victims, why=result.preemptions, now=now)
     admitted, skipped = _admit(winners, locked.jobs, snapshot)
+    # Moved leases' jobs, placed again on their new GPUs (market.services.moves): held with the winners (one
+    # ledger call, one lock order), their leases bound once the old lease has let go of its GPUs.
+    moving = moved_winners(result, locked.victims, _gangs(result))
+    moving, move_skipped = admit_moves(moving, locked.jobs)
     # Losers (and winners skipped here) have waited this round too: that is derived, nothing to write; pending
     # jobs left out of the book must not count it. Job rows: after the winners' locks, before any account.
     _skip_round_for_absent(rnd, snapshot)
-    placed = _hold(rnd, admitted, locked.jobs, skipped)
-    lease_ids = _insert_leases(rnd, placed, now)
-    _insert_lease_gpus(placed, lease_ids)
-    _insert_commands(rnd, placed, lease_ids, now)
+    placed_all = _hold(rnd, admitted + [m.winner for m in moving], locked.jobs, skipped)
+    moved_jobs = {m.winner.job_id: m.old_lease for m in moving}
+    for job_id in [j for j in skipped if j in moved_jobs]:
+        move_skipped[job_id] = skipped.pop(job_id)
+    placed = [p for p in placed_all if p.winner.job_id not in moved_jobs]
+    placed_moves = [p for p in placed_all if p.winner.job_id in moved_jobs]
+    backfilled = set(result.backfill_job.tolist())
+    lease_ids = _insert_leases(rnd, placed + placed_moves, now, backfilled, moved_jobs)
+    _insert_lease_gpus(placed + placed_moves, lease_ids)
+    _insert_commands(rnd, placed, lease_ids[: len(placed)], now)  # a moved lease binds later
     _mark_allocated(placed, now)
     _retier(result)
     _outcomes(rnd, snapshot, result, placed, winners, skipped, type_ids)
     _prices(rnd, snapshot.book, result, type_ids)
+    record_reservations(rnd, result)  # a reserved node's type is the gang's
+    record_fragmentation(rnd, snapshot.book, result, type_ids)
     return CommitStats(
         winners=len(placed),
         skipped=len(skipped),
         preemptions=len(preempted),
         gpus_allocated=sum(len(p.winner.gang) for p in placed),
         skipped_reasons=_count(skipped.values()),
+        moves=len(placed_moves),
+        moves_skipped=_count(move_skipped.values()),
     )
 
 
@@ -166,24 +141,8 @@ def _winners(result: Result, book: Book, type_ids: list[int]) -> list[Winner]:
     tenants = dict(
         Tenant.objects.filter(slug__in=bulk.any_of(result.tenant_names, "text")).values_list("slug", "pk")
     )
-    nodes = dict(
-        Node.objects.filter(name__in=bulk.any_of(result.node_names, "text")).values_list("name", "pk")
-    )
-    node_ids = [nodes[name] for name in result.node_names]
     w = result.winners
-    ptr, slot_node, slot_idx = w.slot_ptr.tolist(), w.slot_node.tolist(), w.slot_idx.tolist()
-    # Only the GPUs of nodes a winner landed on: in a busy fleet a few of them, not every GPU.
-    landed = sorted({node_ids[n] for n in slot_node})
-    gpus = {
-        (node_id, index): Slot(pk, uuid, node_id)
-        for pk, node_id, index, uuid in Gpu.objects.filter(
-            node_id__in=bulk.any_of(landed), absent=False
-        ).values_list("pk", "node_id", "index", "uuid")
-    }
-    gangs = [
-        tuple(gpus[node_ids[slot_node[j]], slot_idx[j]] for j in range(ptr[i], ptr[i + 1]))
-        for i in range(len(w))
-    ]
+    gangs = _gangs(result)(w.slot_ptr, w.slot_node, w.slot_idx)
     tenant_ids = [tenants[name] for name in result.tenant_names]
     return [
         Winner(job, tenant_ids[tenant], type_ids[gpu_type], TIER_NAMES[tier], price, hold, hold_s, gang)
@@ -199,6 +158,29 @@ def _winners(result: Result, book: Book, type_ids: list[int]) -> list[Winner]:
             strict=True,
         )
     ]
+
+
+def _gangs(result: Result) -> GangReader:
+    """A reader of gang tables (slot_ptr, slot_node, slot_idx: winners' or moves') as Slot tuples, names
+    resolved to ids. Only the GPUs of nodes a gang landed on are read: in a busy fleet a few, not every GPU."""
+
+    def read(ptr_a: Any, node_a: Any, idx_a: Any) -> list[tuple[Slot, ...]]:
+        ptr, slot_node, slot_idx = ptr_a.tolist(), node_a.tolist(), idx_a.tolist()
+        names = sorted({result.node_names[n] for n in slot_node})
+        nodes = dict(Node.objects.filter(name__in=bulk.any_of(names, "text")).values_list("name", "pk"))
+        node_ids = {n: nodes[result.node_names[n]] for n in set(slot_node)}
+        gpus = {
+            (node_id, index): Slot(pk, uuid, node_id)
+            for pk, node_id, index, uuid in Gpu.objects.filter(
+                node_id__in=bulk.any_of(sorted(nodes.values())), absent=False
+            ).values_list("pk", "node_id", "index", "uuid")
+        }
+        return [
+            tuple(gpus[node_ids[slot_node[j]], slot_idx[j]] for j in range(ptr[i], ptr[i + 1]))
+            for i in range(len(ptr) - 1)
+        ]
+
+    return read
 
 
 def _lock(result: Result, winners: list[Winner]) -> Locked:
@@ -220,7 +202,7 @@ def _lock(result: Result, winners: list[Winner]) -> Locked:
         Job.objects.select_for_update(no_key=True)
         .filter(pk__in=bulk.any_of(job_ids))
         .order_by("pk")
-        .values_list(*_JOB_FIELDS)
+        .values_list(*JOB_FIELDS)
     )
     return Locked(victims=victims, jobs={row[0]: JobRow(*row) for row in rows})
 
@@ -238,7 +220,7 @@ def _admit(
         .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
         .values_list("pk", flat=True)
     )
-    unconfined = _unconfined_gpus(gpu_ids)
+    unconfined = unconfined_gpus(gpu_ids)
     trusted = set(Tenant.objects.filter(trusted=True).values_list("pk", flat=True)) if unconfined else set()
     admitted: list[Winner] = []
     skipped: dict[int, str] = {}
@@ -290,8 +272,12 @@ def _hold(
     return placed
 
 
-def _insert_leases(rnd: Round, placed: list[Placed], now: datetime) -> list[int]:
-    """One ALLOCATED lease per placed winner; returns their ids in `placed` order."""
+def _insert_leases(
+    rnd: Round, placed: list[Placed], now: datetime, backfilled: set[int], moved: dict[int, int]
+) -> list[int]:
+    """One ALLOCATED lease per placed winner (and per moved job: `moved` maps its job to the lease it
+    replaces); returns their ids in `placed` order. A winner the round started by backfill on a node reserved
+    for a gang (`backfilled`, job ids) is marked so: the book tells the gang's claim which leases it may take."""
     n = len(placed)
     return bulk.insert(
         Lease,
@@ -302,7 +288,9 @@ def _insert_leases(rnd: Round, placed: list[Placed], now: datetime) -> list[int]
             "node_id": [p.winner.gang[0].node_id for p in placed],
             "gpu_type_id": [p.winner.gpu_type_id for p in placed],
             "tier": [p.winner.tier for p in placed],
-            "preemptible": [p.winner.tier != "G" for p in placed],
+            # A moved job's new lease is not preemptible until it is bound (market.services.moves.bind_moved):
+            # no round may stop a job its agent has not started.
+            "preemptible": [p.winner.tier != "G" and p.winner.job_id not in moved for p in placed],
             "price": [p.winner.price for p in placed],
             "gpus": [len(p.winner.gang) for p in placed],
             "max_seconds": [p.job.max_seconds for p in placed],
@@ -312,6 +300,8 @@ def _insert_leases(rnd: Round, placed: list[Placed], now: datetime) -> list[int]
             "state": [LeaseState.ALLOCATED] * n,
             "started_at": [now] * n,
             "end_reason": [""] * n,
+            "backfill": [p.winner.job_id in backfilled for p in placed],
+            "moved_from_id": [moved.get(p.winner.job_id) for p in placed],
         },
     )
 
@@ -333,7 +323,7 @@ def _insert_lease_gpus(placed: list[Placed], lease_ids: list[int]) -> None:
 def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now: datetime) -> None:
     """A bind command per lease and node of its gang (a gang across nodes binds on each), fenced by the round."""
     rows: list[tuple[int, int, dict[str, object]]] = []  # (node id, lease id, payload)
-    confine = _sandbox_fields([p.job.id for p in placed])
+    confine = sandbox_fields([p.job.id for p in placed])
     addresses = _node_addresses(placed)
     for lease_id, (w, job) in zip(lease_ids, placed, strict=True):
         by_node: dict[int, list[str]] = defaultdict(list)
@@ -356,7 +346,7 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
                 "max_seconds": job.max_seconds,
                 "grace_seconds": job.grace_seconds,
                 "price": w.price,
-                **_sandbox_payload(confine[job.id], len(uuids)),
+                **sandbox_payload(confine[job.id], len(uuids)),
                 "gang": gangs[node_id],
             }
             rows.append((node_id, lease_id, payload))
@@ -376,38 +366,6 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
         ids=False,
     )
     commands_written(node_ids=[r[0] for r in rows])
-
-
-# ---- issue 35 part 2: a node whose kernel refused the sandbox takes only trusted tenants' jobs.
-def _unconfined_gpus(gpu_ids: Any) -> set[int]:
-    """Of these GPUs, those on nodes whose agent said the sandbox is unavailable there (market.selectors.book
-    offers such nodes only while a trusted tenant bids; this keeps an untrusted winner off them)."""
-    return set(Gpu.objects.filter(pk__in=gpu_ids, node__unconfined=True).values_list("pk", flat=True))
-
-
-# ---- issue 35 part 2: what the agent's sandbox needs to confine the job (docs/agent.md §The sandbox).
-def _sandbox_fields(job_ids: list[int]) -> dict[int, tuple[str, Decimal | None, Decimal | None]]:
-    """Per job: its tenant's slug (whose Unix user it runs as) and its CPUs and memory per GPU. Read apart
-    from the locked job rows, so that the lock takes no tenant row."""
-    rows = Job.objects.filter(pk__in=bulk.any_of(job_ids)).values_list(
-        "pk", "tenant__slug", "cpus_per_gpu", "memory_gb_per_gpu"
-    )
-    return {pk: (slug, cpus, memory) for pk, slug, cpus, memory in rows}
-
-
-def _sandbox_payload(fields: tuple[str, Decimal | None, Decimal | None], gpus: int) -> dict[str, object]:
-    """The bind's part for the sandbox: this node's share of the job's CPUs and memory (its GPUs here times
-    the job's request per GPU, else the policy's default), its process and log limits, the tenant."""
-    slug, cpus, memory = fields
-    cpus_per_gpu = float(cpus) if cpus is not None else float(settings.JOB_CPUS_PER_GPU_DEFAULT)
-    memory_gb = float(memory) if memory is not None else float(settings.JOB_MEMORY_GB_PER_GPU_DEFAULT)
-    return {
-        "tenant": slug,
-        "cpus": round(cpus_per_gpu * gpus, 2),
-        "memory_mb": int(memory_gb * 1024 * gpus),
-        "pids": settings.JOB_PIDS_MAX,
-        "log_max_bytes": settings.JOB_LOG_MAX_MB * 1024 * 1024,
-    }
 
 
 def _node_addresses(placed: list[Placed]) -> dict[int, tuple[str, str]]:
@@ -458,7 +416,11 @@ def _preempt(*, rnd: Round, victims: list[Lease], why: Preemptions, now: datetim
     if not ids:
         return []
     rule = dict(zip(why.lease.tolist(), (PREEMPT_NAMES[r] for r in why.reason.tolist()), strict=True))
-    claimant = dict(zip(why.lease.tolist(), why.for_job.tolist(), strict=True))
+    # A rule with no claimant (-1) keeps none: a null reference, never one to a job that is not there.
+    claimant = {
+        lease: (job if job >= 0 else None)
+        for lease, job in zip(why.lease.tolist(), why.for_job.tolist(), strict=True)
+    }
     nodes: dict[int, set[int]] = defaultdict(set)
     for lease_id, node_id in LeaseGpu.objects.filter(lease_id__in=ids, active=True).values_list(
         "lease_id", "gpu__node_id"

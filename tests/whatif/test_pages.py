@@ -167,7 +167,16 @@ def test_the_comparison_leads_with_fair_share_and_labels_jain_a_diagnostic(
         "Fair-share compliance, per round",
         "Fair-share shortfall",
         "GPU-hours lost to preemption",
+        "Leases moved to make room for gangs",
+        "GPU-hours lost to moves",
+        "GPU-hours idle on reserved nodes",
+        "GPU-hours backfilled on reserved nodes",
         "Jain&#x27;s index of excess per weight (diagnostic)",
     ):
         assert figure in page, figure
+    # The simulator's placement figures, with a value from the replay (not a dash).
+    assert run.result is not None
+    summary = run.result["summaries"]["proposal"]
+    for key in ("moves", "moved_lost_gpu_hours", "reserved_idle_gpu_hours", "backfilled_gpu_hours"):
+        assert key in summary, key
     assert page.index("Fair-share compliance, 24 h") < page.index("Jain&#x27;s index")

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('market', '0026_lease_parts'),
+        ('market', '0027_reservations_backfill_moves'),
     ]
 
     operations = [
