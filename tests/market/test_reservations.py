@@ -269,8 +269,8 @@ def test_metrics_and_console(market: World, settings: Any) -> None:
     r1, _beta = _fragmented(w)
     make_job(w.alpha, w.alice, gpus=8, limits={w.h100: 6}, hours=5, name="gang")
     _next_round(r1)
-    del settings
-    got = {name for name, _labels in samples(scrape())}
+    settings.METRICS_TOKEN = "reservations-metrics-token"
+    got = {name for name, _labels in samples(scrape(HTTP_AUTHORIZATION="Bearer reservations-metrics-token"))}
     for name in (
         "gpumarket_reserved_idle_gpu_seconds_total",
         "gpumarket_backfilled_gpu_seconds_total",
