@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
@@ -241,7 +242,13 @@ def test_a_moved_lease_is_placed_again_and_bound_once_the_old_one_stopped(market
     new.refresh_from_db()
     assert new.preemptible  # tier S, as the old lease
     assert bind.kind == CommandKind.BIND and bind.payload["job"] == old.job_id
+    # Confined as any bind (issue 35): the tenant's user and the limits for its 4 GPUs, and its gang's wiring.
     job = Job.objects.get(pk=old.job_id)
+    assert bind.payload["tenant"] == job.tenant.slug
+    assert bind.payload["cpus"] == 4 * float(settings.JOB_CPUS_PER_GPU_DEFAULT)
+    assert bind.payload["memory_mb"] == int(4 * 1024 * float(settings.JOB_MEMORY_GB_PER_GPU_DEFAULT))
+    assert bind.payload["pids"] == settings.JOB_PIDS_MAX and bind.payload["log_max_bytes"] > 0
+    assert bind.payload["gang"]["nnodes"] == 1 and bind.payload["gang"]["gpus_per_node"] == 4
     assert job.state == JobState.ALLOCATED
     assert job_placement(job).kind == "moved"
     # Each lease holds its own money: the old one settled, the new one held.
