@@ -16,6 +16,7 @@ from django.test import Client
 from django.utils import timezone
 
 from allocator import MOVED, Moves, Preemptions, clear
+from inventory.models import Node
 from market.models import (
     Command,
     CommandKind,
@@ -30,6 +31,7 @@ from market.models import (
     RoundPrice,
     RoundState,
 )
+from market.models.rounds import SKIP_UNCONFINED
 from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.explain import preemption_sentence
 from market.selectors.policy import market_policy
@@ -202,9 +204,10 @@ def _moved_result(rnd: Round, lease: Lease, to_node: int, slots: list[int]) -> A
     return snap, replace(result, preemptions=preempt, moves=moves, digest="")
 
 
-def _commit_a_move(w: World) -> tuple[Lease, Any]:
+def _commit_a_move(w: World, *, unconfined: bool = False) -> tuple[Lease, Any]:
     """Round 1 packs beta's two jobs on one node; round 2's result (the real one plus a move) moves the first
-    job's lease to the other node. Returns the old lease and the commit's stats."""
+    job's lease to the other node. Returns the old lease and the commit's stats. unconfined: the other node's
+    agent said, after the freeze, that its kernel refused the sandbox."""
     from django.db import transaction
 
     from market.services.round_commit import commit_result
@@ -219,6 +222,8 @@ def _commit_a_move(w: World) -> tuple[Lease, Any]:
     other = 1 - snap.book.nodes.names.index(old.node.name)
     free = np.flatnonzero(snap.book.nodes.free[other]).tolist()[:4]
     snap, result = _moved_result(rnd, old, other, free)
+    if unconfined:
+        Node.objects.filter(name=snap.book.nodes.names[other]).update(unconfined=True)
     with transaction.atomic():
         stats = commit_result(rnd=rnd, snapshot=snap, result=result, now=timezone.now())
     return old, stats
@@ -254,6 +259,14 @@ def test_a_moved_lease_is_placed_again_and_bound_once_the_old_one_stopped(market
     # Each lease holds its own money: the old one settled, the new one held.
     old.refresh_from_db()
     assert old.state == LeaseState.ENDED and old.charged is not None
+
+
+def test_an_untrusted_job_is_not_moved_onto_a_node_without_the_sandbox(market: World) -> None:
+    old, stats = _commit_a_move(market, unconfined=True)
+    old.refresh_from_db()
+    # The old lease is still preempted (its GPUs were wanted), the job queued again, no lease on the new node.
+    assert old.state == LeaseState.STOPPING and not Lease.objects.filter(moved_from=old).exists()
+    assert stats.moves_skipped == {SKIP_UNCONFINED: 1}, stats
 
 
 def test_a_moved_job_cancelled_meanwhile_never_starts_again(market: World) -> None:
