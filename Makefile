@@ -78,6 +78,7 @@ bench: install
 	$(PY) bench/usage.py
 	$(PY) bench/retention.py
 	$(PY) bench/agent.py
+	$(PY) bench/sandbox.py
 	$(PY) bench/speed_estimates.py
 	$(PY) bench/cli.py
 

@@ -20,7 +20,8 @@ class MembershipInline(admin.TabularInline):  # type: ignore[type-arg]  # generi
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic only in django-stubs; the class takes no subscript at runtime
-    list_display = ["slug", "name", "weight", "active", "created_at"]
+    list_display = ["slug", "name", "weight", "active", "trusted", "created_at"]
+    list_filter = ["active", "trusted"]  # trusted: may run on nodes without the job sandbox (docs/agent.md)
     search_fields = ["slug", "name"]
     prepopulated_fields = {"slug": ["name"]}
     inlines = [MembershipInline]

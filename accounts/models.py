@@ -18,6 +18,10 @@ class Tenant(models.Model):
         default=1, help_text="Share of the excess relative to other tenants."
     )
     active = models.BooleanField(default=True)
+    # An admin's mark: its jobs may run on nodes whose agent cannot sandbox them (docs/agent.md §The sandbox).
+    trusted = models.BooleanField(
+        default=False, help_text="May run on nodes without the job sandbox (an admin's decision)."
+    )
     guardrail = models.BigIntegerField(
         null=True,
         blank=True,

@@ -257,6 +257,14 @@ SPECTACULAR_SETTINGS = {
 JOB_COMMAND_MAX_CHARS = env_int("JOB_COMMAND_MAX_CHARS", 8192, minimum=1)
 JOB_MAX_HOURS = env_int("JOB_MAX_HOURS", 168, minimum=1)
 JOB_MAX_PENDING_PER_TENANT = env_int("JOB_MAX_PENDING_PER_TENANT", 10_000, minimum=1)
+# What a job's sandbox gives it per GPU when it asks for nothing, and the most it may ask (cgroup limits,
+# docs/jobs.md §What a job can see); its log cap and process limit on the node.
+JOB_CPUS_PER_GPU_DEFAULT = env_int("JOB_CPUS_PER_GPU_DEFAULT", 8, minimum=1)
+JOB_CPUS_PER_GPU_MAX = env_int("JOB_CPUS_PER_GPU_MAX", 64, minimum=1)
+JOB_MEMORY_GB_PER_GPU_DEFAULT = env_int("JOB_MEMORY_GB_PER_GPU_DEFAULT", 64, minimum=1)
+JOB_MEMORY_GB_PER_GPU_MAX = env_int("JOB_MEMORY_GB_PER_GPU_MAX", 1024, minimum=1)
+JOB_LOG_MAX_MB = env_int("JOB_LOG_MAX_MB", 256, minimum=1)
+JOB_PIDS_MAX = env_int("JOB_PIDS_MAX", 4096, minimum=16)
 # Live API tokens one user may have in one tenant (docs/reliability.md).
 API_TOKENS_PER_USER = env_int("API_TOKENS_PER_USER", 20, minimum=1)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,6 +45,27 @@ def wait_for_server(timeout_s: float = 120) -> None:
     raise SystemExit(f"demo-agents: no server at {SERVER} after {timeout_s:.0f} s")
 
 
+def others_can_run(path: str) -> bool:
+    """Whether a user other than root can run this program: every directory on its real path enterable by
+    others and the file executable by them (a Python under /root is not)."""
+    real = Path(os.path.realpath(path))
+    return all(os.stat(p).st_mode & 0o001 for p in [*real.parents, real])
+
+
+def sandbox_flags() -> list[str]:
+    """As root (as on a real node) every job runs in the sandbox where the kernel allows it (docs/agent.md
+    §The sandbox), and each tenant's as its own user when the demo's `python` is one they can run. Not as
+    root: no sandbox, said at registration as off (a node without it takes only trusted tenants' jobs only
+    when its kernel refused it, not when it was never asked for)."""
+    if os.geteuid() != 0:
+        return ["--sandbox", "off"]
+    flags = ["--sandbox", "auto"]
+    python = shutil.which("python")
+    if python and others_can_run(python):
+        flags += ["--tenant-uids", "61000-61999"]
+    return flags
+
+
 def agent_command(state: Path) -> list[str]:
     demo = json.loads((state / "demo.json").read_text())
     command = [
@@ -67,6 +89,7 @@ def agent_command(state: Path) -> list[str]:
         "--interval",
         "5",  # a sample every 5 s, so the demo's usage moves while you watch
     ]
+    command += sandbox_flags()
     if demo.get("address"):  # each node its own loopback address: a gang's parts meet across "nodes"
         command += ["--address", demo["address"]]
     token = state / "bootstrap_token"

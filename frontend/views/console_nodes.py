@@ -67,9 +67,29 @@ def _rows(nodes: list[Node]) -> list[dict[str, Any]]:
                 "unhealthy": sum(1 for g in gpu_rows if not g.healthy and not g.absent),
                 "leases": leases.get(node.pk, []),
                 "actions": _actions(node),
+                "confinement": confinement(node),
             }
         )
     return rows
+
+
+def confinement(node: Node) -> list[tuple[str, bool]]:
+    """What the node's agent said it enforces on a job, as (line, ok): the sandbox, and each cgroup limit it
+    cannot set with why (docs/agent.md §The sandbox). Nothing fails silently: a gap is a line on the page."""
+    caps = node.capabilities or {}
+    # Only a node whose kernel refused the sandbox is kept to trusted tenants (market.selectors.book).
+    only = ": trusted tenants' jobs only" if node.unconfined else ""
+    if not caps:
+        return [("no job sandbox (its agent predates it)", False)]
+    if not node.sandboxed:
+        return [(f"no job sandbox ({caps.get('sandbox', 'not said')}){only}", False)]
+    lines = [("jobs sandboxed", True)]
+    limits = caps.get("limits") or {}
+    for name in ("memory", "cpu", "pids"):
+        said = limits.get(name, "not said")
+        if said != "enforced":
+            lines.append((f"no {name} limit: {said}", False))
+    return lines
 
 
 def _actions(node: Node) -> list[str]:

@@ -317,6 +317,7 @@ def _lease_panels(leases: list[Lease], *, admin: bool) -> list[dict[str, Any]]:
     for lease in reversed(leases):
         usage = usage_combined(lease.usage_rows) if lease.usage_rows else None  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
         exit_code = next((u.exit_code for u in lease.usage_rows if u.exit_code is not None), None)  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
+        exit_reason = next((u.exit_reason for u in lease.usage_rows if u.exit_reason), "")  # type: ignore[attr-defined]  # set by a Prefetch(to_attr=...)
         charts: list[SafeString] = []
         if usage is not None and charted < LEASE_CHARTS:
             charts, charted = _usage_charts(lease), charted + 1
@@ -327,7 +328,11 @@ def _lease_panels(leases: list[Lease], *, admin: bool) -> list[dict[str, Any]]:
                 "charts": charts,
                 "parts": lease_part_views(lease),
                 "ended": lease_end_sentence(
-                    lease, gpu_seconds=usage.gpu_seconds if usage else 0.0, exit_code=exit_code, admin=admin
+                    lease,
+                    gpu_seconds=usage.gpu_seconds if usage else 0.0,
+                    exit_code=exit_code,
+                    admin=admin,
+                    exit_reason=exit_reason,
                 ),
             }
         )

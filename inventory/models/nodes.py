@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from django.db import models
 
+# A node's capabilities["sandbox"] when its agent tried and the kernel refused (nodeagent.agent.__main__).
+UNCONFINED_PREFIX = "unavailable"
+
 
 class Node(models.Model):
     """A GPU machine. `state` is what rounds read: only an UP node takes new work. DOWN is set by the
@@ -29,6 +32,12 @@ class Node(models.Model):
     down_since = models.DateTimeField(null=True, blank=True)
     drained_at = models.DateTimeField(null=True, blank=True)
     retired_at = models.DateTimeField(null=True, blank=True)
+    # What the agent enforces on a job, as it said at its last registration (docs/agent.md §The sandbox):
+    # {"sandbox": "enforced" | why not, "limits": {"memory": "enforced" | why not, ...}, ...}. {} before.
+    capabilities = models.JSONField(default=dict, blank=True)
+    # Its agent tried the sandbox and the kernel refused it: only trusted tenants' jobs go there (kept apart
+    # from capabilities as a column the round's book reads cheaply).
+    unconfined = models.BooleanField(default=False)
     # Where the other nodes of a gang reach this one (inventory.addresses checks it): the agent's registration
     # sets it, unless an admin set it (`address_pinned`), which then stands until the admin clears it.
     # db_default: nodes made before it have none.
@@ -42,6 +51,11 @@ class Node(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether its agent runs each job in the sandbox; a node that does not takes only trusted tenants'."""
+        return bool(self.capabilities.get("sandbox") == "enforced")
 
 
 class Gpu(models.Model):

@@ -82,6 +82,8 @@ def submit_args(data: Any, *, form: bool = False) -> dict[str, Any]:
         "bids": v["bids"],
         "max_seconds": v["max_hours"],  # HoursField gives whole seconds
         "grace_seconds": v.get("grace_seconds"),
+        "cpus_per_gpu": v.get("cpus_per_gpu"),
+        "memory_gb_per_gpu": v.get("memory_gb_per_gpu"),
     }
 
 

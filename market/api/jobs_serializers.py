@@ -60,6 +60,20 @@ T = TypeVar("T")
 # Requests
 
 
+class PerGpuField(DecimalStringField[Decimal]):
+    """A job's CPUs or memory (GB) per GPU: at most 2 decimals, from `low` to the setting named `maximum`
+    (read when used: tests change it), as config/fields.DecimalStringField takes it."""
+
+    example = "8"
+
+    def __init__(self, maximum: str, low: Decimal, **kwargs: Any) -> None:
+        self.maximum = maximum
+        super().__init__(places=2, low=low, high=Decimal(getattr(settings, maximum)), **kwargs)
+
+    def bounds(self) -> tuple[Decimal, Decimal]:
+        return self.low, Decimal(getattr(settings, self.maximum))
+
+
 class HoursField(DecimalStringField[int]):
     """Hours as a decimal string ("1.5") or a JSON number (1.5), at most 4 decimals, from HOURS_MIN (a minute)
     to JOB_MAX_HOURS (config/fields.DecimalStringField); becomes whole seconds, rounded half up."""
@@ -188,6 +202,23 @@ class JobSubmitSerializer(BodySerializer):
         help_text="SIGTERM to SIGKILL on preemption or cancel; the market's default when left out.",
     )
 
+    cpus_per_gpu = PerGpuField(
+        "JOB_CPUS_PER_GPU_MAX",
+        Decimal("0.1"),
+        required=False,
+        allow_null=True,
+        help_text="CPU cores per GPU for the job's cgroup, 0.1 to JOB_CPUS_PER_GPU_MAX (docs/jobs.md §What a job "
+        "can see); the policy's default when left out.",
+    )
+    memory_gb_per_gpu = PerGpuField(
+        "JOB_MEMORY_GB_PER_GPU_MAX",
+        Decimal("0.25"),
+        required=False,
+        allow_null=True,
+        help_text="Memory (GB) per GPU for the job's cgroup, 0.25 to JOB_MEMORY_GB_PER_GPU_MAX: over it the kernel "
+        "kills the job, said as out of memory; the policy's default when left out.",
+    )
+
     def validate_command(self, value: str) -> str:
         return _service_check(check_command, value)
 
@@ -264,6 +295,8 @@ class JobSerializer(serializers.ModelSerializer[Job]):
             "max_hours",
             "max_seconds",
             "grace_seconds",
+            "cpus_per_gpu",
+            "memory_gb_per_gpu",
             "state",
             "bid_version",
             "bids",

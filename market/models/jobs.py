@@ -67,6 +67,10 @@ class Job(models.Model):
     max_seconds = models.PositiveIntegerField()
     grace_seconds = models.PositiveIntegerField()
     limits = models.JSONField()
+    # What the job asks per GPU for its cgroup limits (docs/jobs.md §What a job can see); None: the policy's
+    # default (settings.JOB_CPUS_PER_GPU_DEFAULT, JOB_MEMORY_GB_PER_GPU_DEFAULT) when it is bound.
+    cpus_per_gpu = models.DecimalField(max_digits=6, decimal_places=2, null=True, blank=True)
+    memory_gb_per_gpu = models.DecimalField(max_digits=7, decimal_places=2, null=True, blank=True)
     bid_version = models.PositiveIntegerField(default=1)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.PENDING)
     submitted_at = models.DateTimeField(default=timezone.now)

@@ -61,6 +61,7 @@ SKIP_GPUS_TAKEN = "gpus_taken_during_round"
 SKIP_BUDGET = "over_budget_at_commit"
 SKIP_HOLD_CONFLICT = "hold_key_conflict"
 SKIP_UNAVAILABLE = "gpus_unavailable_during_round"
+SKIP_UNCONFINED = "node_without_sandbox"  # issue 35: an untrusted tenant's job on a node that cannot sandbox
 # The allocator's reason for a bid that found no GPU left for spot (allocator.result.BUSY) and the evidence the
 # commit keeps for it in Round.counters, per GPU type where some bid lost so: the type's GPUs after the round held
 # by guaranteed ("G"), borrowed ("B") and spot ("S") leases, and those left free ("free"). The job page's

@@ -46,6 +46,8 @@ class LeaseUsage(models.Model):
     # Since when the lease's GPUs have stayed under the idle threshold (the idle policy); None when busy.
     idle_since = models.DateTimeField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)
+    # Why the agent says the job ended, beyond its code: "out of memory" (its cgroup's OOM kill). "" otherwise.
+    exit_reason = models.CharField(max_length=40, blank=True, default="", db_default="")
     exited_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(auto_now=True)
 

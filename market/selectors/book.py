@@ -143,6 +143,7 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
 
     # Only an up node takes new work: not a down, draining or retired one.
     up = np.array([row[4] == Node.State.UP for row in node_rows], dtype=np.bool_)
+    up &= ~_unconfined_unless_trusted_bid([row[0] for row in node_rows])
     nodes = Nodes(
         names=tuple(row[1] for row in node_rows),
         gpu_type=np.array([type_ix[row[2]] for row in node_rows], dtype=np.int32),
@@ -185,6 +186,21 @@ def book_snapshot(*, round_id: int, now: datetime, policy: MarketPolicy) -> Snap
         policy=policy.book_policy(),
     )
     return Snapshot(book=book, bid_versions=versions)
+
+
+# ---- issue 35 part 2: a node whose kernel refused the job sandbox takes only trusted tenants' jobs.
+def _unconfined_unless_trusted_bid(node_ids: list[int]) -> np.ndarray:
+    """Per node row: True for a node whose agent said the sandbox is unavailable, while no trusted tenant
+    has a pending job; such a node is then offered to no one. While one does, it is offered, and the commit
+    skips an untrusted winner placed on it (market.services.round_commit, SKIP_UNCONFINED). The book has
+    no per-tenant node mask; this keeps the rule without one."""
+    unconfined = set(Node.objects.filter(unconfined=True).values_list("pk", flat=True))
+    if not unconfined:
+        return np.zeros(len(node_ids), dtype=np.bool_)
+    trusted_bids = Job.objects.filter(
+        state=JobState.PENDING, tenant__trusted=True, tenant__active=True
+    ).exists()
+    return np.array([pk in unconfined and not trusted_bids for pk in node_ids], dtype=np.bool_)
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from market.models.rounds import (
     SKIP_GPUS_TAKEN,
     SKIP_HOLD_CONFLICT,
     SKIP_UNAVAILABLE,
+    SKIP_UNCONFINED,
     USE_PARTS,
     use_key,
 )
@@ -178,6 +179,11 @@ def _sentence(
         return (
             "It won, but a node it was placed on went down, began draining or reported a GPU unhealthy before the "
             "round committed; it stays queued for the next round."
+        )
+    if o.reason == SKIP_UNCONFINED:
+        return (
+            "It won, but the node it was placed on cannot sandbox jobs (its kernel refused the sandbox), and only "
+            "trusted teams' jobs run there; it stays queued for the next round."
         )
     if o.reason == SKIP_BUDGET:
         at = f" at {_c(o.price)} credits per GPU-hour" if o.price is not None else ""
@@ -336,7 +342,7 @@ def preemption_sentence(lease: Lease, *, admin: bool = False) -> str:
 
 
 def lease_end_sentence(
-    lease: Lease, *, gpu_seconds: float, exit_code: int | None, admin: bool = False
+    lease: Lease, *, gpu_seconds: float, exit_code: int | None, admin: bool = False, exit_reason: str = ""
 ) -> str:
     """Why a lease ended, in one plain sentence for the job's owner, with what it was charged.
 
@@ -356,6 +362,11 @@ def lease_end_sentence(
     reason = lease.end_reason
     if reason == EndReason.COMPLETED:
         return f"Completed: the job exited normally after {ran}; {charged}."
+    if reason == EndReason.FAILED and exit_reason == "out of memory":
+        return (
+            f"Failed: out of memory: the kernel killed the job at its memory limit after {ran} (ask for more "
+            f"with memory_gb_per_gpu); {charged}."
+        )
     gang = (lease.end_detail or "").startswith("part ") and " on node " in lease.end_detail
     if reason == EndReason.FAILED and gang:
         return f"Failed: {lease.end_detail} after {ran}, and the gang's other parts were stopped; {charged}."

@@ -191,6 +191,24 @@ def _check_grace(grace_seconds: object) -> int:
     return grace_seconds
 
 
+def _check_per_gpu(value: object, field: str, maximum: int, least: str) -> Decimal | None:
+    """cpus_per_gpu and memory_gb_per_gpu: None (the policy's default at bind) or a positive number of at
+    most two decimals, at most the policy's maximum (settings read when used: tests change them)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float | Decimal | str):
+        raise PolicyError(field, "must be a number")
+    try:
+        number = Decimal(str(value))
+    except ArithmeticError:
+        raise PolicyError(field, "must be a number") from None
+    if not number.is_finite() or number != number.quantize(Decimal("0.01")):
+        raise PolicyError(field, "must be a number with at most 2 decimals")
+    if number < Decimal(least) or number > maximum:
+        raise PolicyError(field, f"must be between {least} and {maximum}")
+    return number.quantize(Decimal("0.01"))
+
+
 def check_idempotency_key(key: object) -> str:
     """The one key rule (config/idempotency.check_key): "" means none."""
     return idempotency.check_key(key)
@@ -215,6 +233,8 @@ class _JobFields(TypedDict):
     gpus: int
     max_seconds: int
     grace_seconds: int
+    cpus_per_gpu: Decimal | None
+    memory_gb_per_gpu: Decimal | None
 
 
 def _check_spend_alerts(
@@ -268,6 +288,8 @@ def job_submit(
     bids: Sequence[tuple[GpuType, int]],
     max_seconds: int,
     grace_seconds: int | None,
+    cpus_per_gpu: object = None,
+    memory_gb_per_gpu: object = None,
     idempotency_key: str = "",
     request_digest: str = "",
     first_response: Callable[[Job], dict[str, Any]] | None = None,
@@ -300,6 +322,10 @@ def job_submit(
         "gpus": _check_gpus(gpus, [t for t, _ in bids]),
         "max_seconds": _check_max_seconds(max_seconds),
         "grace_seconds": _check_grace(grace_seconds),
+        "cpus_per_gpu": _check_per_gpu(cpus_per_gpu, "cpus_per_gpu", settings.JOB_CPUS_PER_GPU_MAX, "0.1"),
+        "memory_gb_per_gpu": _check_per_gpu(
+            memory_gb_per_gpu, "memory_gb_per_gpu", settings.JOB_MEMORY_GB_PER_GPU_MAX, "0.25"
+        ),
     }
     _check_spend_alerts(tenant, fields["gpus"], fields["limits"], fields["max_seconds"])
     # _job_create is its own transaction (a savepoint inside a caller's), so a repeated key fails it without

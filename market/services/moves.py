@@ -19,11 +19,14 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
+from django.conf import settings
 from django.db.models import Q
 
+from accounts.models import Tenant
 from allocator import Result, hold_of
 from inventory.models import Gpu, Node
 from market import bulk
+from market.gang import gang_payloads
 from market.models import (
     Command,
     CommandKind,
@@ -35,10 +38,12 @@ from market.models import (
     LeaseGpu,
     LeaseState,
 )
+from market.models.rounds import SKIP_UNCONFINED
 from market.selectors.policy import current_fence
 from market.services.command_wake import commands_written
 from market.services.commit_rows import JobRow, Slot, Winner
 from market.services.ledger import ledger_release
+from market.services.sandbox_bind import sandbox_fields, sandbox_payload, unconfined_gpus
 
 # A gang table (slot_ptr, slot_node, slot_idx) as Slot tuples, names resolved (round_commit._gangs).
 GangReader = Callable[[Any, Any, Any], list[tuple[Slot, ...]]]
@@ -89,6 +94,9 @@ def admit_moves(moving: list[Moving], jobs: dict[int, JobRow]) -> tuple[list[Mov
         .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
         .values_list("pk", flat=True)
     )
+    # A node whose kernel refused the sandbox takes only trusted tenants' jobs (issue 35), moved ones too.
+    unconfined = unconfined_gpus(gpu_ids)
+    trusted = set(Tenant.objects.filter(trusted=True).values_list("pk", flat=True)) if unconfined else set()
     ok: list[Moving] = []
     skipped: dict[int, str] = {}
     for m in moving:
@@ -99,6 +107,8 @@ def admit_moves(moving: list[Moving], jobs: dict[int, JobRow]) -> tuple[list[Mov
             skipped[m.winner.job_id] = SKIP_MOVE_GPUS_TAKEN
         elif any(slot.gpu_id in unavailable for slot in m.winner.gang):
             skipped[m.winner.job_id] = SKIP_MOVE_UNAVAILABLE
+        elif m.winner.tenant_id not in trusted and any(slot.gpu_id in unconfined for slot in m.winner.gang):
+            skipped[m.winner.job_id] = SKIP_UNCONFINED
         else:
             ok.append(m)
     return ok, skipped
@@ -138,6 +148,17 @@ def bind_moved(*, successor: Lease, job: Job, now: datetime) -> None:
         by_node[node_id].append(uuid)
     fence = current_fence()
     gang = sum(len(uuids) for uuids in by_node.values())
+    # As the round's binds: the sandbox's fields (tenant, limits) and the gang's wiring on its new nodes.
+    confine = sandbox_fields([job.pk])[job.pk]
+    addresses = {
+        pk: (address, name)
+        for pk, address, name in Node.objects.filter(pk__in=sorted(by_node)).values_list(
+            "pk", "address", "name"
+        )
+    }
+    wiring = gang_payloads(
+        lease_id=successor.pk, gpus_by_node=by_node, addresses=addresses, port_range=settings.GANG_PORT_RANGE
+    )
     Command.objects.bulk_create(
         Command(
             node_id=node_id,
@@ -153,6 +174,8 @@ def bind_moved(*, successor: Lease, job: Job, now: datetime) -> None:
                 "max_seconds": job.max_seconds,
                 "grace_seconds": job.grace_seconds,
                 "price": successor.price,
+                **sandbox_payload(confine, len(uuids)),
+                "gang": wiring[node_id],
             },
             fence=fence,
             state=CommandState.PENDING,

@@ -50,6 +50,7 @@ from market.models.rounds import (
     SKIP_GPUS_TAKEN,
     SKIP_HOLD_CONFLICT,
     SKIP_UNAVAILABLE,
+    SKIP_UNCONFINED,
     use_key,
 )
 from market.selectors.book import Snapshot
@@ -61,6 +62,7 @@ from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from market.services.ledger_bulk import HoldRequest, ledger_hold_many
 from market.services.moves import GangReader, admit_moves, moved_winners
 from market.services.reservations import record_fragmentation, record_reservations
+from market.services.sandbox_bind import sandbox_fields, sandbox_payload, unconfined_gpus
 
 # How long a bind command stays valid: an agent that has not picked it up by then is treated as lost.
 BIND_TTL = timedelta(minutes=30)
@@ -218,6 +220,8 @@ def _admit(
         .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
         .values_list("pk", flat=True)
     )
+    unconfined = unconfined_gpus(gpu_ids)
+    trusted = set(Tenant.objects.filter(trusted=True).values_list("pk", flat=True)) if unconfined else set()
     admitted: list[Winner] = []
     skipped: dict[int, str] = {}
     for w in winners:
@@ -232,6 +236,8 @@ def _admit(
             skipped[w.job_id] = SKIP_GPUS_TAKEN
         elif any(slot.gpu_id in unavailable for slot in w.gang):
             skipped[w.job_id] = SKIP_UNAVAILABLE
+        elif w.tenant_id not in trusted and any(slot.gpu_id in unconfined for slot in w.gang):
+            skipped[w.job_id] = SKIP_UNCONFINED
         else:
             admitted.append(w)
     return admitted, skipped
@@ -317,6 +323,7 @@ def _insert_lease_gpus(placed: list[Placed], lease_ids: list[int]) -> None:
 def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now: datetime) -> None:
     """A bind command per lease and node of its gang (a gang across nodes binds on each), fenced by the round."""
     rows: list[tuple[int, int, dict[str, object]]] = []  # (node id, lease id, payload)
+    confine = sandbox_fields([p.job.id for p in placed])
     addresses = _node_addresses(placed)
     for lease_id, (w, job) in zip(lease_ids, placed, strict=True):
         by_node: dict[int, list[str]] = defaultdict(list)
@@ -339,6 +346,7 @@ def _insert_commands(rnd: Round, placed: list[Placed], lease_ids: list[int], now
                 "max_seconds": job.max_seconds,
                 "grace_seconds": job.grace_seconds,
                 "price": w.price,
+                **sandbox_payload(confine[job.id], len(uuids)),
                 "gang": gangs[node_id],
             }
             rows.append((node_id, lease_id, payload))

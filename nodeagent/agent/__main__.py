@@ -16,6 +16,8 @@ from nodeagent.agent import VERSION, gang
 from nodeagent.agent.backend import GpuBackend
 from nodeagent.agent.client import Client
 from nodeagent.agent.daemon import Agent, Settings, StartupError
+from nodeagent.agent.sandbox import MODES, Sandbox, SandboxUnavailable
+from nodeagent.agent.sandbox_cgroups import Cgroups
 from nodeagent.agent.sim import DEFAULT_MODEL, SimBackend
 from nodeagent.agent.state import StateDir, StateLocked
 
@@ -48,6 +50,21 @@ def _url(text: str) -> str:
     if not text.startswith(("http://", "https://")):
         raise argparse.ArgumentTypeError(f"{text!r} must start with http:// or https://")
     return text
+
+
+def _uid_range(text: str) -> range:
+    first, _, last = text.partition("-")
+    if not (first.isdigit() and last.isdigit() and 1000 <= int(first) <= int(last) < 2**31):
+        raise argparse.ArgumentTypeError(f"{text!r} must be FIRST-LAST, two uids from 1000 up, FIRST <= LAST")
+    return range(int(first), int(last) + 1)
+
+
+def _bytes(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number of bytes (0: no cap)")
+    if 0 < int(text) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or at least 65536")
+    return int(text)
 
 
 def _address(text: str) -> str:
@@ -136,6 +153,41 @@ def parser() -> argparse.ArgumentParser:
         help="run jobs as this Unix user, not the agent's (needs the agent to run as root; GPUMARKET_JOB_USER)",
     )
     p.add_argument(
+        "--sandbox",
+        choices=MODES,
+        default=env("GPUMARKET_SANDBOX", "off"),
+        help="run each job in its own sandbox with cgroup limits (docs/agent.md §The sandbox): on (refuse to "
+        "start without it), auto (where the node allows it; said at registration) or off (GPUMARKET_SANDBOX; "
+        "default %(default)s)",
+    )
+    p.add_argument(
+        "--device-root",
+        type=Path,
+        default=env("GPUMARKET_DEVICE_ROOT", "/dev"),
+        help="where the GPUs' device nodes (nvidiaN, nvidiactl...) are (GPUMARKET_DEVICE_ROOT; default %(default)s)",
+    )
+    p.add_argument(
+        "--tenant-uids",
+        type=_uid_range,
+        default=env("GPUMARKET_TENANT_UIDS"),
+        help="run each tenant's jobs as its own user gm-<slug>, made on first use with a uid from FIRST-LAST "
+        "(needs root; GPUMARKET_TENANT_UIDS)",
+    )
+    p.add_argument(
+        "--log-max-bytes",
+        type=_bytes,
+        default=env("GPUMARKET_LOG_MAX_BYTES", str(256 * 1024 * 1024)),
+        help="cap on a job's log: past it the oldest part is dropped, said in the log "
+        "(GPUMARKET_LOG_MAX_BYTES; 0: no cap; default %(default)s)",
+    )
+    p.add_argument(
+        "--kill-foreign-after",
+        type=float,
+        default=env("GPUMARKET_KILL_FOREIGN_AFTER", "0"),
+        help="kill a process on a GPU that no lease holds once seen this many seconds, and tell the server "
+        "(GPUMARKET_KILL_FOREIGN_AFTER; default 0: report it only)",
+    )
+    p.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
         default=env("GPUMARKET_LOG_LEVEL", "info"),
@@ -169,6 +221,20 @@ def _job_user(name: str | None) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+def _sandbox(args: argparse.Namespace, checkpoint_root: Path) -> tuple[Sandbox | None, str]:
+    """The sandbox, or None and why not. `on` without one is a start-up error: the operator asked for it."""
+    if args.sandbox == "off":
+        return None, "off (--sandbox off)"
+    hidden = [str(Path(args.state_dir).resolve()), str(checkpoint_root.resolve())]
+    try:
+        return Sandbox.probe(device_root=args.device_root, hidden=hidden), ""
+    except SandboxUnavailable as exc:
+        if args.sandbox == "on":
+            raise StartupError(f"--sandbox on: {exc}") from None
+        logging.getLogger("gpumarket.agent").warning("jobs run without the sandbox: %s", exc)
+        return None, f"unavailable: {exc}"
+
+
 def _backend(args: argparse.Namespace) -> GpuBackend:
     if args.backend == "sim":
         return SimBackend(name=args.name, count=args.sim_gpus, model=args.sim_model, state_dir=args.state_dir)
@@ -197,13 +263,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = None
     try:
         backend = _backend(args)
+        checkpoint_root = args.checkpoint_root or args.state_dir / "checkpoints"
+        if (
+            args.sandbox != "off"
+        ):  # hidden under an empty tmpfs in each sandbox: it must exist to be mounted over
+            checkpoint_root.mkdir(parents=True, exist_ok=True)
+        sandbox, sandbox_off = _sandbox(args, checkpoint_root)
+        if args.tenant_uids is not None and os.geteuid() != 0:
+            raise StartupError("--tenant-uids needs the agent to run as root (it makes and switches users)")
         settings = Settings(
             server=args.server,
             name=args.name,
             bootstrap_token=_bootstrap_token(args),
             interval=args.interval,
-            checkpoint_root=args.checkpoint_root or args.state_dir / "checkpoints",
+            checkpoint_root=checkpoint_root,
             job_user=_job_user(args.job_user),
+            sandbox=sandbox,
+            sandbox_off=sandbox_off,
+            cgroups=Cgroups.detect() if sandbox is not None else None,
+            tenant_uids=args.tenant_uids,
+            log_max_bytes=args.log_max_bytes,
+            kill_foreign_after=max(0.0, args.kill_foreign_after),
             address=args.address or gang.default_address(args.server),
         )
         agent = Agent(settings=settings, backend=backend, state=state, client=Client(args.server))

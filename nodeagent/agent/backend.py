@@ -48,4 +48,10 @@ class GpuBackend(Protocol):
         simulated backend measures them; the real one sees the processes on each GPU through NVML itself."""
         ...
 
+    def check(self, uuid: str) -> list[str]:
+        """What keeps the GPU from going to another tenant, one phrase each; [] when it is clean: no process
+        left, memory back to idle, no retired pages or remapped rows pending, no XID error since last asked
+        (nodeagent.agent.sandbox_gpus)."""
+        ...
+
     def close(self) -> None: ...

@@ -9,6 +9,7 @@ local steps go on.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import select
@@ -21,16 +22,22 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nodeagent.agent import VERSION, checkpoints, jobs, usage
+from nodeagent.agent import VERSION, checkpoints, jobs, sandbox_cgroups, sandbox_logs, usage
 from nodeagent.agent.backend import GpuBackend, GpuSample
 from nodeagent.agent.client import Backoff, Client, Rejected, Unavailable
 from nodeagent.agent.fsutil import read_json
 from nodeagent.agent.gang import bind_gang
 from nodeagent.agent.records import Job
+from nodeagent.agent.sandbox import Sandbox
+from nodeagent.agent.sandbox_cgroups import Cgroups, Limits
+from nodeagent.agent.sandbox_gpus import GpuDrained, GpuGuard
+from nodeagent.agent.sandbox_users import NoTenantUser, tenant_user
 from nodeagent.agent.state import StateDir
 
 log = logging.getLogger("gpumarket.agent")
 LONG_POLL_MAX_S = 25
+MIB = 1024 * 1024
+DEFAULT_PIDS = 4096  # per job, when the bind names none: a fork bomb stops there, a data loader does not
 
 
 class StartupError(Exception):
@@ -49,6 +56,12 @@ class Settings:
     interval: float
     checkpoint_root: Path
     job_user: tuple[int, int] | None = None  # (uid, gid) jobs run as; None: the agent's own user
+    sandbox: Sandbox | None = None  # None: jobs run unconfined (sandbox_off says why)
+    sandbox_off: str = "off (--sandbox off)"
+    cgroups: Cgroups | None = None
+    tenant_uids: range | None = None  # each tenant's jobs as its own user from this range (sandbox_users.py)
+    log_max_bytes: int = 0  # a job's log is capped at this size (0: not capped)
+    kill_foreign_after: float = 0.0  # seconds before a process on a GPU no lease holds is killed (0: never)
     address: str = ""  # where the other nodes of a gang reach this one (sent at registration)
 
 
@@ -59,6 +72,9 @@ class Agent:
         self.jobs: dict[int, Job] = {}
         self.children: dict[int, subprocess.Popen[bytes]] = {}
         self.tails = usage.LogTails()
+        self.guard = GpuGuard(
+            state_root=state.root, backend=backend, kill_foreign_after=settings.kill_foreign_after
+        )
         self.backoff = Backoff()
         self.health: list[GpuSample] = []
         self.boot_epoch = 0
@@ -166,16 +182,19 @@ class Agent:
             if not job.running:
                 continue
             outcome = jobs.outcome(job, self.children.get(job.lease), now)
+            self._cap_log(job)  # at its end too: a job that wrote fast and exited between two steps
             if outcome is not None:
                 job.outcome = outcome
                 usage.finish(job)
                 self.children.pop(job.lease, None)
+                sandbox_cgroups.remove(job.cgroups)
                 ended = True
                 log.info(
-                    "lease %d: job ended: exit code %s, signal %s",
+                    "lease %d: job ended: exit code %s, signal %s%s",
                     job.lease,
                     outcome.exit_code,
                     outcome.signal,
+                    f" ({outcome.reason})" if outcome.reason else "",
                 )
                 continue
             if job.stopped_by is None and now >= job.started_at + job.max_seconds:
@@ -188,6 +207,14 @@ class Agent:
         if ended or time.monotonic() >= self.next_sample:
             self.sample(now)
 
+    def _cap_log(self, job: Job) -> None:
+        cap = job.log_max_bytes or self.settings.log_max_bytes
+        if cap:
+            dropped = sandbox_logs.cap(job.log_path, cap)
+            if dropped:
+                job.log_offset = max(0, job.log_offset - dropped)
+                log.info("lease %d: log over its cap: the oldest %d bytes dropped", job.lease, dropped)
+
     def sample(self, now: float) -> None:
         """Sample every GPU, add to the counters and spool one report (on disk before it is ever sent)."""
         self.next_sample = time.monotonic() + self.settings.interval
@@ -197,6 +224,12 @@ class Agent:
             for uuid in job.gpus:
                 bound.setdefault(uuid, []).append(job.pid)
         self.health = self.backend.sample(bound)
+        for pid in self.guard.foreign(self.health, set(usage.owners(self.health, running)), now):
+            log.warning(
+                "killed process %d: on a GPU no lease holds for %g s", pid, self.settings.kill_foreign_after
+            )
+        if self.guard.drained:
+            self.guard.recheck({u for job in running for u in job.gpus})
         usage.measure(running, self.health, now)
         final = [j for j in self.jobs.values() if not j.running and j.final_report is None]
         for job in running + final:
@@ -260,6 +293,7 @@ class Agent:
             "name": self.settings.name,
             "agent_version": VERSION,
             "gpus": [asdict(g) for g in self.inventory.values()],
+            "capabilities": self.capabilities(),
         }
         if self.settings.address:
             body["address"] = self.settings.address
@@ -272,6 +306,19 @@ class Agent:
         self.heartbeat_s = float(node["heartbeat_seconds"] or 15)
         self.registered = True
         log.info("registered as node %s (%s) with %d GPU(s)", node["node"], node["name"], len(self.inventory))
+
+    def capabilities(self) -> dict[str, Any]:
+        """What this node enforces on a job, said at registration and shown on the console's node page: the
+        sandbox ("enforced" or why not), each cgroup limit, tenant users and the log cap."""
+        s = self.settings
+        cgroups = s.cgroups.capabilities() if s.cgroups else {"version": None, "limits": {}}
+        return {
+            "sandbox": "enforced" if s.sandbox else s.sandbox_off,
+            "cgroup": cgroups["version"],
+            "limits": cgroups["limits"],
+            "tenant_users": "enforced" if s.tenant_uids else "off (one user for every tenant)",
+            "log_max_bytes": s.log_max_bytes or None,
+        }
 
     def send_acks(self) -> None:
         while self.state.meta.acks:
@@ -316,10 +363,12 @@ class Agent:
                 continue
             if (self.state.root / "spool" / job.final_report).exists():
                 continue  # its last counters are not acknowledged yet
+            sandbox_cgroups.remove(job.cgroups)  # again: a process may have lingered at the job's end
             body = {
                 "at": usage.iso(job.outcome.ended_at),
                 "exit_code": job.outcome.exit_code,
                 "signal": job.outcome.signal,
+                "reason": job.outcome.reason,
                 "stopped_by": job.stopped_by,
                 "usage": {**usage.lease_summary(job), "log_tail": self.tails.tail(job.log_path)},
             }
@@ -333,11 +382,12 @@ class Agent:
             del self.jobs[job.lease]
 
     def heartbeat(self) -> None:
-        gpus = [{"uuid": s.uuid, "healthy": s.healthy, "error": s.error} for s in self.health]
+        gpus = self.guard.health(self.health)
         leases = sorted(job.lease for job in self.jobs.values() if job.running)
-        answer = self.client.call(
-            "POST", "heartbeat", {"boot_epoch": self.boot_epoch, "gpus": gpus, "leases": leases}
-        )
+        events = list(self.guard.events)
+        body = {"boot_epoch": self.boot_epoch, "gpus": gpus, "leases": leases}
+        answer = self.client.call("POST", "heartbeat", {**body, "events": events} if events else body)
+        self.guard.sent(len(events))
         state = answer.get("state", "up")
         if state != self.server_state:
             log.info("the server says this node is %s", state)
@@ -414,6 +464,22 @@ class Agent:
         if busy:
             log.warning("lease %d: GPUs %s are still held by a running job", lease, sorted(busy))
         run, exit_path, log_path = self.state.job_paths(lease)
+        tenant = str(payload.get("tenant") or "")
+        held = {u for j in self.jobs.values() if j.running for u in j.gpus} & set(gpus)
+        if held and tenant:
+            log.warning(
+                "lease %d: GPUs %s still in a job's grace period: not checked now", lease, sorted(held)
+            )
+        try:
+            self.guard.before_bind(gpus, tenant, held)
+        except GpuDrained as exc:
+            raise Refuse(str(exc)) from None
+        run_as = list(self.settings.job_user) if self.settings.job_user else None
+        if self.settings.tenant_uids is not None and tenant:
+            try:
+                run_as = list(tenant_user(tenant, self.settings.tenant_uids))
+            except NoTenantUser as exc:
+                raise Refuse(str(exc)) from None
         job = Job(
             lease=lease,
             job=int(payload["job"]),
@@ -426,18 +492,42 @@ class Agent:
             work_dir=str(run / "work"),
             log_path=str(log_path),
             exit_path=str(exit_path),
-            run_as=list(self.settings.job_user) if self.settings.job_user else None,
+            run_as=run_as,
+            sandboxed=self.settings.sandbox is not None,
+            tenant=tenant,
+            log_max_bytes=max(65536, int(payload.get("log_max_bytes") or 0))
+            if payload.get("log_max_bytes")
+            else 0,
             gang=bind_gang(payload.get("gang")),
         )
+        minors = [self.inventory[u].index for u in gpus]
         self.state.save_job(job)  # before the spawn: a crash in between leaves a record without a pid
         try:
-            self.children[lease] = jobs.spawn(job)
+            job.cgroups = self._cgroups(lease, payload)
+            self.children[lease] = jobs.spawn(job, self.settings.sandbox, minors)
         except OSError as exc:
+            sandbox_cgroups.remove(job.cgroups)
             self.state.drop_job(lease)
             raise Refuse(f"cannot start the job: {exc}") from None
         self.jobs[lease] = job
         self.state.save_job(job)
         return f"started as pid {job.pid}"
+
+    def _cgroups(self, lease: int, payload: dict[str, Any]) -> list[str]:
+        """The job's cgroups with its limits: cpus and memory_mb are the part's totals from the bind (the
+        server sizes them from the job's request per GPU and the policy); pids the bind's, else DEFAULT_PIDS."""
+        if self.settings.cgroups is None or not self.settings.cgroups.roots:
+            return []
+        cpus = payload.get("cpus")
+        memory_mb = payload.get("memory_mb")
+        limits = Limits(
+            cpus=float(cpus) if cpus else None,
+            memory_bytes=int(memory_mb) * MIB if memory_mb else None,
+            pids=int(payload.get("pids") or DEFAULT_PIDS),
+        )
+        # Named by the state directory too: two agents on one machine (the demo, the tests) share the hierarchy.
+        agent = hashlib.sha256(str(self.state.root.resolve()).encode()).hexdigest()[:8]
+        return self.settings.cgroups.create(f"{agent}-lease-{lease}", limits)
 
     def stop_lease(self, lease: int, kind: str, payload: dict[str, Any]) -> str:
         job = self.jobs.get(lease)

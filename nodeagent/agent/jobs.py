@@ -16,10 +16,11 @@ import sys
 import time
 from pathlib import Path
 
-from nodeagent.agent import procfs
+from nodeagent.agent import procfs, sandbox_cgroups
 from nodeagent.agent.fsutil import read_json
 from nodeagent.agent.gang import gang_environment
 from nodeagent.agent.records import Job, Outcome
+from nodeagent.agent.sandbox import Sandbox
 
 SHIM = str(Path(__file__).with_name("shim.py"))
 PASSED_ON = ("PATH", "HOME", "LANG")  # what a job inherits from the agent's environment, nothing else
@@ -31,7 +32,9 @@ def job_environment(job: Job) -> dict[str, str]:
     env.setdefault("PATH", DEFAULT_PATH)
     # A UTF-8 locale, so the shim's Python does not coerce a C locale by adding LC_CTYPE to the job's env.
     env.setdefault("LANG", "C.UTF-8")
-    if job.run_as:
+    if job.sandboxed:
+        env["HOME"] = job.work_dir  # a tenant's user has no home; the system is read-only in the sandbox
+    elif job.run_as:
         env["HOME"] = pwd.getpwuid(job.run_as[0]).pw_dir
     env.update(gang_environment(job.gang))
     env.update(
@@ -43,20 +46,36 @@ def job_environment(job: Job) -> dict[str, str]:
     return env
 
 
-def spawn(job: Job) -> subprocess.Popen[bytes]:
+def spawn(
+    job: Job, sandbox: Sandbox | None = None, minors: list[int] | None = None
+) -> subprocess.Popen[bytes]:
     """Start the job's shim; fill in its pid, start time and the job's start. With run_as, the job (not the
-    shim) runs as that user, owning its checkpoint and working directories."""
+    shim) runs as that user, owning its checkpoint and working directories. With a sandbox (job.sandboxed),
+    the shim runs the job in it on the device nodes of these GPU minor numbers; in job.cgroups either way."""
     shim = [sys.executable, "-I", SHIM, job.exit_path]
     for directory in (job.checkpoint_dir, job.work_dir):
         Path(directory).mkdir(parents=True, exist_ok=True, mode=0o700)
         if job.run_as:
             os.chown(directory, *job.run_as)
-    if job.run_as:
+    for group in job.cgroups:
+        shim += ["--cgroup", group]
+    argv = job.argv
+    if job.sandboxed:
+        assert sandbox is not None
+        shim.append("--sandboxed")
+        argv = sandbox.command(
+            job.argv,
+            minors=minors or [],
+            writable=[job.work_dir, job.checkpoint_dir],
+            cwd=job.work_dir,
+            run_as=job.run_as,
+        )
+    elif job.run_as:
         shim += ["--as", f"{job.run_as[0]}:{job.run_as[1]}"]
     Path(job.exit_path).unlink(missing_ok=True)
     with open(job.log_path, "ab") as log:
         process = subprocess.Popen(
-            [*shim, "--", *job.argv],
+            [*shim, "--", *argv],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -112,7 +131,8 @@ def kill_due(job: Job, now: float) -> bool:
 def outcome(job: Job, child: subprocess.Popen[bytes] | None, now: float) -> Outcome | None:
     """How the job ended, or None while it runs. The shim's exit.json when it wrote one; else the job was
     killed with its shim: by our SIGKILL (signal 9), else by something unknown (exit code and signal null:
-    the server counts it as failed), ended when it was last seen alive."""
+    the server counts it as failed), ended when it was last seen alive. The reason is "out of memory" when the
+    kernel's OOM killer killed a process of the job's memory cgroup."""
     if child is not None:
         if child.poll() is None:
             return None
@@ -121,10 +141,11 @@ def outcome(job: Job, child: subprocess.Popen[bytes] | None, now: float) -> Outc
         return None
     else:
         child_signal = None
+    reason = "out of memory" if sandbox_cgroups.oom_killed(job.cgroups) else None
     written = read_json(Path(job.exit_path))
     if written is not None:
-        return Outcome(written["exit_code"], written["signal"], float(written["ended_at"]))
+        return Outcome(written["exit_code"], written["signal"], float(written["ended_at"]), reason)
     if job.killed or child_signal is not None:
         ended = now if child is not None else (job.kill_at or job.seen_at)
-        return Outcome(None, child_signal or signal.SIGKILL, ended)
-    return Outcome(None, None, job.seen_at)
+        return Outcome(None, child_signal or signal.SIGKILL, ended, reason)
+    return Outcome(None, None, job.seen_at, reason)

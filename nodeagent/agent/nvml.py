@@ -18,6 +18,7 @@ from nodeagent.agent.backend import GpuInfo, GpuProcess, GpuSample, unhealthy
 
 log = logging.getLogger(__name__)
 MB = 1024 * 1024
+IDLE_MB = 512  # memory in use on a GPU with no process (v2 reading, driver reservation apart): more is a leak
 
 
 class NvmlUnavailable(Exception):
@@ -57,12 +58,69 @@ class NvmlBackend:
                 continue
             self._gpus.append((info, handle))
         self._integrated: dict[str, tuple[float, float]] = {}  # uuid -> (energy J, monotonic time)
+        self._xids: dict[str, int] = {}  # uuid -> the last critical XID seen since its last check
+        self._events: Any = None
+        try:  # XIDs come only as events: registered once, drained at every sample and check
+            self._events = pynvml.nvmlEventSetCreate()
+            for _info, handle in self._gpus:
+                pynvml.nvmlDeviceRegisterEvents(handle, pynvml.nvmlEventTypeXidCriticalError, self._events)
+        except pynvml.NVMLError as exc:  # not supported on some boards; the other checks still run
+            log.warning("XID events not available: %s", _error(exc))
 
     def inventory(self) -> list[GpuInfo]:
         return [info for info, _ in self._gpus]
 
     def sample(self, bound: Mapping[str, Sequence[int]]) -> list[GpuSample]:
+        self._drain_xids()
         return [self._sample(info.uuid, handle) for info, handle in self._gpus]
+
+    def _drain_xids(self) -> None:
+        if self._events is None:
+            return
+        for _ in range(1000):
+            try:
+                event = pynvml.nvmlEventSetWait(self._events, 0)
+            except pynvml.NVMLError:  # Timeout: none waiting (or the set failed: nothing more to read)
+                return
+            try:
+                uuid = _text(pynvml.nvmlDeviceGetUUID(event.device))
+            except pynvml.NVMLError:
+                continue
+            self._xids[uuid] = int(event.eventData)
+
+    def check(self, uuid: str) -> list[str]:
+        """The checks between tenants (sandbox_gpus.py); a reading that fails is itself a reason."""
+        handle = next((h for info, h in self._gpus if info.uuid == uuid), None)
+        if handle is None:
+            return ["not found by NVML"]
+        self._drain_xids()
+        problems = []
+        try:
+            running = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+            if running:
+                pids = ", ".join(str(int(p.pid)) for p in running)
+                problems.append(f"{len(running)} process(es) left on it ({pids})")
+            used = _memory_used(handle) / MB
+            if used > IDLE_MB:
+                problems.append(f"memory not back to idle: {used:.0f} MB used")
+        except pynvml.NVMLError as exc:
+            problems.append(f"cannot be read: {_error(exc)}")
+        try:
+            if pynvml.nvmlDeviceGetRetiredPagesPendingStatus(handle):
+                problems.append("retired pages pending (the GPU needs a reset)")
+        except pynvml.NVMLError:
+            pass  # not supported (boards with row remapping instead): checked below
+        try:
+            remapped = pynvml.nvmlDeviceGetRemappedRows(
+                handle
+            )  # (correctable, uncorrectable, pending, failed)
+            if remapped[2] or remapped[3]:
+                problems.append("row remapping pending or failed (the GPU needs a reset)")
+        except pynvml.NVMLError:
+            pass  # not supported before Ampere
+        if uuid in self._xids:
+            problems.append(f"XID {self._xids.pop(uuid)} error")
+        return problems
 
     def _sample(self, uuid: str, handle: Any) -> GpuSample:
         try:

@@ -38,6 +38,7 @@ class Outcome:
     exit_code: int | None
     signal: int | None
     ended_at: float  # wall time (epoch seconds)
+    reason: str | None = None  # said on the job page instead of a bare signal: "out of memory"
 
 
 @dataclass
@@ -54,6 +55,14 @@ class Job:
     log_path: str
     exit_path: str
     run_as: list[int] | None = None  # [uid, gid] the job runs as (--job-user); None: the agent's user
+    sandboxed: bool = (
+        False  # run in the sandbox (sandbox.py); records from before it read False and keep running
+    )
+    cgroups: list[str] = field(
+        default_factory=list
+    )  # the job's cgroups (sandbox_cgroups.py), removed at its end
+    tenant: str = ""
+    log_max_bytes: int = 0  # its log's cap from the bind (the policy's); 0: the agent's --log-max-bytes  # the tenant's slug, from the bind: whose user it runs as, whose GPUs it had
     pid: int = 0  # the shim: session and process group leader of the job
     pid_start: int = 0  # its start time in clock ticks after boot (/proc/<pid>/stat field 22)
     started_at: float = 0.0  # wall time of the spawn

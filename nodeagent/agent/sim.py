@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from nodeagent.agent import procfs
 from nodeagent.agent.backend import GpuInfo, GpuProcess, GpuSample
@@ -43,6 +44,9 @@ class SimBackend:
         saved = read_json(self._energy_path) or {}
         self._energy = {g.uuid: float(saved.get(g.uuid, 0.0)) for g in self._gpus}
         self._cpu: dict[int, int] = {}  # session -> CPU ticks at the last sample
+        # Faults a test or a demo injects per GPU: {"processes": [pid...], "memory_mb": N,
+        # "retired_pages_pending": true, "xid": 79}. Read at every sample and check.
+        self._faults_path = state_dir / "sim-faults.json"
         self._at = time.monotonic()
 
     def inventory(self) -> list[GpuInfo]:
@@ -74,7 +78,7 @@ class SimBackend:
                 for s in sids
                 for p in procs[s]
                 if p.pid != s  # the shim is the agent's, not the job's
-            )
+            ) + tuple(GpuProcess(pid, 100.0) for pid in self._injected(gpu.uuid))
             mem = min(float(gpu.memory_mb), float(sum(p.used_mb for p in processes)))
             power = IDLE_W + (BUSY_W - IDLE_W) * util / 100.0
             self._energy[gpu.uuid] += power * elapsed
@@ -83,6 +87,27 @@ class SimBackend:
             )
         write_json(self._energy_path, self._energy, durable=False)
         return samples
+
+    def _faults(self, uuid: str) -> dict[str, Any]:
+        faults = read_json(self._faults_path) or {}
+        return dict(faults.get(uuid) or {})
+
+    def _injected(self, uuid: str) -> list[int]:
+        """Injected processes still alive: they show on the GPU like a process NVML sees."""
+        return [pid for pid in self._faults(uuid).get("processes", []) if procfs.stat(int(pid)) is not None]
+
+    def check(self, uuid: str) -> list[str]:
+        faults = self._faults(uuid)
+        problems = []
+        if pids := self._injected(uuid):
+            problems.append(f"{len(pids)} process(es) left on it ({', '.join(map(str, pids))})")
+        if faults.get("memory_mb"):
+            problems.append(f"memory not back to idle: {faults['memory_mb']} MB used")
+        if faults.get("retired_pages_pending"):
+            problems.append("retired pages pending (the GPU needs a reset)")
+        if faults.get("xid"):
+            problems.append(f"XID {faults['xid']} error")
+        return problems
 
     def close(self) -> None:
         write_json(self._energy_path, self._energy)

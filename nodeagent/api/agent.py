@@ -35,9 +35,9 @@ from nodeagent.api.auth import IsNode, NodeAuthentication, agent_of
 from nodeagent.api.errors import refused
 from nodeagent.errors import NodeError
 from nodeagent.selectors.nodes import node_command, node_lease, pending_commands
-from nodeagent.services.heartbeat import GpuHealth, node_heartbeat
+from nodeagent.services.heartbeat import GpuHealth, node_guard_events, node_heartbeat
 from nodeagent.services.lease_events import command_ack, lease_exited, lease_started
-from nodeagent.services.registration import node_register, node_reregister
+from nodeagent.services.registration import node_capabilities_save, node_register, node_reregister
 from nodeagent.services.usage import usage_ingest
 from nodeagent.services.usage_parse import parse_counters, parse_report
 
@@ -88,6 +88,7 @@ class RegisterView(AgentView):
                 done = registered
         except NodeError as exc:
             raise refused(exc) from exc
+        node_capabilities_save(node=done.node, capabilities=body.validated_data["capabilities"])
         data = {
             "node": done.node.pk,
             "name": done.node.name,
@@ -112,6 +113,7 @@ class HeartbeatView(AgentView):
             gpus=[GpuHealth(uuid=g["uuid"], healthy=g["healthy"], error=g["error"]) for g in v["gpus"]],
             leases=v["leases"],
         )
+        node_guard_events(node=node, events=v["events"])
         reply = {"state": node.state, "fence": current_fence(), "server_time": timezone.now()}
         return Response(s.HeartbeatReplySerializer(reply).data)
 
@@ -302,5 +304,6 @@ class LeaseExitedView(AgentView):
             signal=v["signal"],
             stopped_by=v["stopped_by"],
             usage=usage,
+            reason=v["reason"],
         )
         return Response(s.LeaseReplySerializer(lease).data)

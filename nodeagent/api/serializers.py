@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -52,6 +55,19 @@ class RegisterSerializer(serializers.Serializer[object]):
         "Left out: the node keeps the one it has; an admin's pinned address always stands.",
     )
     gpus = GpuInfoSerializer(many=True, help_text="Every GPU NVML reports on the machine.")
+    capabilities = serializers.JSONField(
+        required=False,
+        default=None,
+        help_text="What the agent enforces on a job: sandbox, cgroup limits, tenant users, log cap "
+        "(docs/agent.md §The sandbox). Absent from agents before it: nothing enforced.",
+    )
+
+    def validate_capabilities(self, value: Any) -> dict[str, Any]:
+        if value is None:
+            return {}
+        if not isinstance(value, dict) or len(json.dumps(value)) > 4096:
+            raise serializers.ValidationError("must be an object of at most 4096 characters as JSON")
+        return value
 
     def gpu_infos(self) -> list[GpuInfo]:
         return [GpuInfo(**g) for g in self.validated_data["gpus"]]
@@ -63,8 +79,29 @@ class GpuHealthSerializer(serializers.Serializer[object]):
     error = serializers.CharField(max_length=500, allow_blank=True, default="")
 
 
+class GuardEventSerializer(serializers.Serializer[object]):
+    kind = serializers.ChoiceField(choices=["gpu_drained", "gpu_resumed", "foreign_killed"])
+    gpu = serializers.CharField(max_length=96)
+    pid = serializers.IntegerField(min_value=0, allow_null=True, required=False, default=None)
+    detail = serializers.CharField(max_length=500, allow_blank=True, default="")
+    at = serializers.FloatField(min_value=0, required=False, help_text="The agent's clock, epoch seconds.")
+
+
 class HeartbeatSerializer(serializers.Serializer[object]):
     boot_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+
+    def validate_events(self, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if len(value) > 100:  # what the agent keeps at most (sandbox_gpus.MAX_EVENTS)
+            raise serializers.ValidationError("at most 100 events")
+        return value
+
+    events = GuardEventSerializer(
+        many=True,
+        required=False,
+        default=list,
+        help_text="What the agent did between tenants since the last heartbeat: a GPU drained or resumed, a "
+        "process on a GPU no lease holds killed (audited).",
+    )
     gpus = GpuHealthSerializer(many=True, required=False, default=list)
     leases = serializers.ListField(
         child=serializers.IntegerField(min_value=1),
@@ -133,6 +170,13 @@ class ExitedSerializer(serializers.Serializer[object]):
         choices=["preempt", "release", "expiry"], allow_null=True, required=False, default=None
     )
     usage = CountersJSONField(required=False, allow_null=True, default=None, help_text="The final counters.")
+    reason = serializers.ChoiceField(
+        choices=["out of memory"],
+        allow_null=True,
+        required=False,
+        default=None,
+        help_text="Why it ended beyond its code: the kernel killed it over its memory limit.",
+    )
 
 
 class ProcessSerializer(serializers.Serializer[object]):

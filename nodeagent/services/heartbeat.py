@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
@@ -138,3 +139,22 @@ def node_lost(*, node: Node, now: datetime | None = None) -> list[int]:
     if ids:
         log.warning("node %s lost: leases %s settled, their jobs requeued", node.name, ids)
     return ids
+
+
+def node_guard_events(*, node: Node, events: list[dict[str, Any]]) -> None:
+    """Audit what the agent did between tenants (nodeagent.agent.sandbox_gpus): a GPU drained after failing
+    its check (its reason is also the GPU's error, on the console), resumed, or a foreign process killed.
+    A heartbeat retried after a lost answer audits its events twice; each carries the agent's time to tell."""
+    for event in events:
+        audit(
+            actor=None,
+            tenant=None,
+            action=f"node.{event['kind']}",
+            detail={
+                "node": node.name,
+                "gpu": event["gpu"],
+                "pid": event.get("pid"),
+                "detail": event.get("detail", ""),
+                "at": event.get("at"),
+            },
+        )

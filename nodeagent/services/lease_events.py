@@ -94,6 +94,7 @@ def lease_exited(
     stopped_by: str | None,
     usage: LeaseCounters | None,
     now: datetime | None = None,
+    reason: str | None = None,
 ) -> Lease:
     """The job's processes on this node are gone. Its final counters are stored (keeping the maximum), then
     its part ends; the lease is settled once its last part has (market.services.lease_parts), and a
@@ -110,7 +111,7 @@ def lease_exited(
         lease_counters_save(node_id=node.pk, counters=[usage], now=now)
     LeaseUsage.objects.get_or_create(lease=lease, node=node)
     LeaseUsage.objects.filter(lease=lease, node=node, exited_at__isnull=True).update(
-        exit_code=exit_code, exited_at=now
+        exit_code=exit_code, exit_reason=reason or "", exited_at=now
     )
     return part_ended(
         lease_id=lease.pk,

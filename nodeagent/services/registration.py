@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
@@ -17,6 +18,7 @@ from accounts.audit import audit
 from accounts.models import User
 from inventory.addresses import check_node_address
 from inventory.models import Gpu, GpuType, Node
+from inventory.models.nodes import UNCONFINED_PREFIX
 from nodeagent import credentials
 from nodeagent.errors import NodeError
 from nodeagent.models import BootstrapToken
@@ -261,3 +263,19 @@ def node_reregister(
             detail={"node": node.pk, "added": added, "absent": gone},
         )
     return Registered(node=node, credential=None, created=False)
+
+
+def node_capabilities_save(*, node: Node, capabilities: dict[str, Any]) -> None:
+    """What the agent said it enforces on a job, at every registration (an upgrade or a kernel change shows
+    at once). Audited when it changes: a node that stops sandboxing is a node that takes only trusted tenants."""
+    if node.capabilities == capabilities:
+        return
+    unconfined = str(capabilities.get("sandbox", "")).startswith(UNCONFINED_PREFIX)
+    Node.objects.filter(pk=node.pk).update(capabilities=capabilities, unconfined=unconfined)
+    audit(
+        actor=None,
+        tenant=None,
+        action="node.capabilities",
+        detail={"node": node.pk, "name": node.name, "was": node.capabilities, "now": capabilities},
+    )
+    node.capabilities, node.unconfined = capabilities, unconfined

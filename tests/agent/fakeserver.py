@@ -91,6 +91,7 @@ class FakeServer:
         max_seconds: float = 600,
         grace: float = 5,
         gang: Any = None,
+        **extra: Any,
     ) -> int:
         payload: dict[str, Any] = {
             "lease": lease,
@@ -102,6 +103,7 @@ class FakeServer:
             "max_seconds": max_seconds,
             "grace_seconds": grace,
             "price": 4_500_000,
+            **extra,  # tenant, cpus, memory_mb, pids: what the server adds for the sandbox
         }
         if gang is not None:
             payload["gang"] = gang

@@ -160,12 +160,31 @@ def test_admin_drains_a_node_and_creates_a_bootstrap_token(
     Node.objects.update(last_heartbeat=timezone.now(), agent_version="0.1.0")
     node = Node.objects.filter(gpu_type=world.h100).exclude(pk=lease.node_id).get()
     Gpu.objects.filter(node=node, index=3).update(healthy=False, error="Xid 79: GPU has fallen off the bus")
+    # What each agent said it enforces (docs/agent.md §The sandbox): every gap is a line on the page.
+    limits = {
+        "memory": "enforced",
+        "cpu": "enforced",
+        "pids": "cannot enable the pids controller: Device or resource busy",
+    }
+    Node.objects.filter(pk=lease.node_id).update(capabilities={"sandbox": "enforced", "limits": limits})
+    unconfined = Node.objects.get(gpu_type=world.a100)
+    refused = "unavailable: the kernel refused the sandbox: bwrap: No permissions to create new namespace"
+    Node.objects.filter(pk=unconfined.pk).update(
+        capabilities={"sandbox": refused, "limits": {}}, unconfined=True
+    )
     login(page, live_server.url, "root")
     page.goto(f"{live_server.url}/console/nodes/")
     busy = page.locator(f"tr[data-node='{lease.node.name}']")
     assert f"alpha job {job.pk} ×4 (running)" in busy.inner_text()
     assert busy.locator("li", has_text="% · 30000 / 81920 MB").count() == 4
     assert "unhealthy: Xid 79" in page.locator(f"tr[data-node='{node.name}']").inner_text()
+    assert "jobs sandboxed\nno pids limit: cannot enable the pids controller" in busy.inner_text()
+    assert (
+        f"no job sandbox ({refused}): trusted tenants' jobs only"
+        in page.locator(f"tr[data-node='{unconfined.name}']").inner_text()
+    )
+    older = page.locator(f"tr[data-node='{node.name}']").inner_text()  # an agent from before: not restricted
+    assert "no job sandbox (its agent predates it)" in older and "trusted tenants" not in older
     page.click(f"button[aria-label='Drain {node.name}']")
     page.wait_for_selector(f"text=Node {node.name} drained")
     assert page.locator(f"tr[data-node='{node.name}'] [data-field=state]").inner_text() == "Draining"

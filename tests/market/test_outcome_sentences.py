@@ -20,6 +20,7 @@ from market.models.rounds import (
     SKIP_GPUS_TAKEN,
     SKIP_HOLD_CONFLICT,
     SKIP_UNAVAILABLE,
+    SKIP_UNCONFINED,
     use_key,
 )
 from market.selectors.explain import TypeUse, _sentence, explain_outcomes
@@ -38,6 +39,7 @@ EVERY_REASON = [
     SKIP_BUDGET,
     SKIP_HOLD_CONFLICT,
     SKIP_UNAVAILABLE,
+    SKIP_UNCONFINED,
     "",
     "some_future_reason",
 ]

@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 from django.test import Client
 from django.utils import timezone
 
 from allocator import MOVED, Moves, Preemptions, clear
+from inventory.models import Node
 from market.models import (
     Command,
     CommandKind,
@@ -29,6 +31,7 @@ from market.models import (
     RoundPrice,
     RoundState,
 )
+from market.models.rounds import SKIP_UNCONFINED
 from market.selectors.book import Snapshot, book_snapshot
 from market.selectors.explain import preemption_sentence
 from market.selectors.policy import market_policy
@@ -201,9 +204,10 @@ def _moved_result(rnd: Round, lease: Lease, to_node: int, slots: list[int]) -> A
     return snap, replace(result, preemptions=preempt, moves=moves, digest="")
 
 
-def _commit_a_move(w: World) -> tuple[Lease, Any]:
+def _commit_a_move(w: World, *, unconfined: bool = False) -> tuple[Lease, Any]:
     """Round 1 packs beta's two jobs on one node; round 2's result (the real one plus a move) moves the first
-    job's lease to the other node. Returns the old lease and the commit's stats."""
+    job's lease to the other node. Returns the old lease and the commit's stats. unconfined: the other node's
+    agent said, after the freeze, that its kernel refused the sandbox."""
     from django.db import transaction
 
     from market.services.round_commit import commit_result
@@ -218,6 +222,8 @@ def _commit_a_move(w: World) -> tuple[Lease, Any]:
     other = 1 - snap.book.nodes.names.index(old.node.name)
     free = np.flatnonzero(snap.book.nodes.free[other]).tolist()[:4]
     snap, result = _moved_result(rnd, old, other, free)
+    if unconfined:
+        Node.objects.filter(name=snap.book.nodes.names[other]).update(unconfined=True)
     with transaction.atomic():
         stats = commit_result(rnd=rnd, snapshot=snap, result=result, now=timezone.now())
     return old, stats
@@ -241,12 +247,26 @@ def test_a_moved_lease_is_placed_again_and_bound_once_the_old_one_stopped(market
     new.refresh_from_db()
     assert new.preemptible  # tier S, as the old lease
     assert bind.kind == CommandKind.BIND and bind.payload["job"] == old.job_id
+    # Confined as any bind (issue 35): the tenant's user and the limits for its 4 GPUs, and its gang's wiring.
     job = Job.objects.get(pk=old.job_id)
+    assert bind.payload["tenant"] == job.tenant.slug
+    assert bind.payload["cpus"] == 4 * float(settings.JOB_CPUS_PER_GPU_DEFAULT)
+    assert bind.payload["memory_mb"] == int(4 * 1024 * float(settings.JOB_MEMORY_GB_PER_GPU_DEFAULT))
+    assert bind.payload["pids"] == settings.JOB_PIDS_MAX and bind.payload["log_max_bytes"] > 0
+    assert bind.payload["gang"]["nnodes"] == 1 and bind.payload["gang"]["gpus_per_node"] == 4
     assert job.state == JobState.ALLOCATED
     assert job_placement(job).kind == "moved"
     # Each lease holds its own money: the old one settled, the new one held.
     old.refresh_from_db()
     assert old.state == LeaseState.ENDED and old.charged is not None
+
+
+def test_an_untrusted_job_is_not_moved_onto_a_node_without_the_sandbox(market: World) -> None:
+    old, stats = _commit_a_move(market, unconfined=True)
+    old.refresh_from_db()
+    # The old lease is still preempted (its GPUs were wanted), the job queued again, no lease on the new node.
+    assert old.state == LeaseState.STOPPING and not Lease.objects.filter(moved_from=old).exists()
+    assert stats.moves_skipped == {SKIP_UNCONFINED: 1}, stats
 
 
 def test_a_moved_job_cancelled_meanwhile_never_starts_again(market: World) -> None:
