@@ -235,6 +235,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "config.api.schema_error_responses",
+        "config.api.schema_closed_request_bodies",
     ],
     # Several models have a `state` field; name each choice set after its model instead of a hash.
     "ENUM_NAME_OVERRIDES": {

@@ -32,6 +32,8 @@ def job_body(
     max_hours: Number,
     bids: dict[str, Number] | list[tuple[str, Number]],
     grace_seconds: int | None = None,
+    cpus_per_gpu: Number | None = None,
+    memory_gb_per_gpu: Number | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     """A submit body. `bids` in preference order: {"H100": "4.5", "A100": "2"} (credits per GPU-hour).
@@ -46,6 +48,11 @@ def job_body(
     }
     if grace_seconds is not None:
         body["grace_seconds"] = grace_seconds
+    for key, value in (("cpus_per_gpu", cpus_per_gpu), ("memory_gb_per_gpu", memory_gb_per_gpu)):
+        if (
+            value is not None
+        ):  # the job's cgroup share per GPU (docs/jobs.md); the policy's default if left out
+            body[key] = str(value)
     return body | extra
 
 

@@ -187,6 +187,8 @@ class Job(ApiObject):
     cancel_requested_at: str | None
     ended_at: str | None
     updated_at: str
+    cpus_per_gpu: str | None
+    memory_gb_per_gpu: str | None
     # The list's (JobListItem) and the detail's (JobDetail) own fields.
     tier: str | None = None
     node: str | None = None

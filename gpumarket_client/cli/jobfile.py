@@ -5,12 +5,14 @@
     gpus = 2
     max_hours = 3
     grace_seconds = 60     # time to write a checkpoint when preempted (SIGTERM, then SIGKILL)
+    cpus_per_gpu = "4"     # the job's cgroup: CPU cores and memory (GB) per GPU; the policy's defaults if left out
+    memory_gb_per_gpu = "32"
     [bids]                 # credits per GPU-hour, in order of preference
     H100 = "4.5"
     A100 = "2"
 
 A key the API does not take is refused here, naming it, rather than dropped: a job file with `max_hour` or
-`cpus` must hear about it (the API gives every job its node's CPU and memory share; there is nothing to set).
+`cpus` must hear about it (CPU and memory are asked per GPU: `cpus_per_gpu`, `memory_gb_per_gpu`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,10 @@ from typing import Any
 
 from gpumarket_client.errors import ClientError
 
-KEYS = ("name", "command", "gpus", "max_hours", "bids", "grace_seconds")
+KEYS = ("name", "command", "gpus", "max_hours", "bids", "grace_seconds", "cpus_per_gpu", "memory_gb_per_gpu")
 NOT_IN_API = {
-    "cpus": "the API has no CPU request: a job gets its node's CPU share",
-    "memory": "the API has no memory request: a job gets its node's memory share",
+    "cpus": "CPU cores are asked per GPU: cpus_per_gpu",
+    "memory": "memory is asked per GPU, in GB: memory_gb_per_gpu",
     "checkpoint_dir": "the job always finds its checkpoint directory in $GPUMARKET_CHECKPOINT_DIR; "
     "set grace_seconds for the time it has to write one when preempted",
 }

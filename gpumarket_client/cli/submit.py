@@ -33,6 +33,8 @@ def job_options(func: Any) -> Any:
             click.option(
                 "--grace-seconds", type=int, default=None, help="Time to checkpoint when preempted."
             ),
+            click.option("--cpus-per-gpu", default=None, help='CPU cores per GPU for the job, e.g. "4".'),
+            click.option("--memory-gb-per-gpu", default=None, help='Memory per GPU in GB, e.g. "32".'),
         ]
     ):
         func = option(func)

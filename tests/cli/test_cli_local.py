@@ -63,10 +63,12 @@ def test_job_files_in_toml_and_yaml_and_keys_the_api_does_not_take(tmp_path: Pat
     yaml.write_text("name: r\ncommand: python t.py\nbids:\n  - {gpu_type: H100, limit: '4.5'}\n")
     merged = jobfile.merge(yaml, {"gpus": 4, "bids": []})
     assert (merged["gpus"], merged["max_hours"], merged["bids"]) == (4, "1", [("H100", "4.5")])
-    for key, text in (("cpus", "API has no CPU request"), ("max_hour", "not a job field")):
+    for key, text in (("cpus", "asked per GPU: cpus_per_gpu"), ("max_hour", "not a job field")):
         toml.write_text(f'name = "r"\n{key} = 8\n')
         with pytest.raises(jobfile.JobFileError, match=f"{key}: .*{text}"):
             jobfile.read(toml)
+    toml.write_text('name = "r"\ncpus_per_gpu = "4"\nmemory_gb_per_gpu = 32\n')
+    assert jobfile.read(toml) == {"name": "r", "cpus_per_gpu": "4", "memory_gb_per_gpu": 32}
     toml.write_text("name = \n")
     with pytest.raises(jobfile.JobFileError, match="not valid TOML"):
         jobfile.read(toml)
@@ -131,3 +133,11 @@ def test_following_a_log_prints_only_what_is_new() -> None:
     assert new_output("a\nb\n", "a\nb\nc\n") == "c\n"
     assert new_output("a\nb\nc\n", "b\nc\nd\n") == "d\n"  # the tail moved on: 64 KiB kept
     assert new_output("a\nb\n", "a\nb\n") == ""
+
+
+def test_the_per_gpu_cpu_and_memory_reach_the_submit_body() -> None:
+    """The job's cgroup share per GPU (docs/jobs.md) is sent as the API's decimal strings; left out, not sent."""
+    from gpumarket_client.client import job_body
+
+    body = job_body(name="r", command="c", gpus=2, max_hours=1, bids={"H100": 3}, cpus_per_gpu=4)
+    assert body["cpus_per_gpu"] == "4" and "memory_gb_per_gpu" not in body
