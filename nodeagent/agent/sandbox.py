@@ -9,8 +9,9 @@ namespace is needed and no daemon runs:
 - a PID namespace and a fresh /proc: the job sees only its own processes, so it cannot name (signal, ptrace)
   another job's or the agent's. When the job's first process ends, the namespace ends and the kernel kills
   what it left behind.
-- the system read-only (/ bound read-only); a private /tmp and /dev/shm (tmpfs, gone with the sandbox); the
-  agent's state directory (credential, other jobs' logs and work directories) and the checkpoint root are
+- the system read-only (/ bound read-only); a private /tmp and /dev/shm (tmpfs, gone with the sandbox), in
+  which only the software the job is started with stays visible read-only where it lives there (a checkout or
+  virtual environment under /tmp, as a CI clone is: `software_roots`); the agent's state directory (credential, other jobs' logs and work directories) and the checkpoint root are
   replaced by empty ones, in which only the job's own work and checkpoint directories are bound writable.
 - inside, `setpriv` drops to the job's user with no groups, no capabilities (bounding set emptied) and
   no_new_privs, so a set-uid binary cannot give root back; without a job user it stays root with every
@@ -27,6 +28,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +129,8 @@ class Sandbox:
                     made.add(parent)
             return out
 
+        for soft in software_roots(roots[:2]):  # before the hidden ones: they stay hidden inside it
+            cmd += [*traversable(soft), "--ro-bind", str(soft), str(soft)]
         for hidden in sorted(map(Path, self.hidden), key=lambda p: len(p.parts)):
             cmd += [*traversable(hidden), "--perms", "0755", "--tmpfs", str(hidden)]
             roots.append(hidden)
@@ -142,3 +146,21 @@ class Sandbox:
         else:
             cmd += ["--cap-drop", "ALL"]
         return [*cmd, "--", self.tools["env"], f"--default-signal={STOP_SIGNALS}", *argv]
+
+
+def software_roots(tmpfs: Sequence[Path]) -> list[Path]:
+    """The agent's Python (its prefix and base prefix), its own code and its PATH's directories, where they lie
+    under one of the sandbox's private tmpfs mounts: a job starts with the same interpreter and PATH, and under
+    a tmpfs they would vanish (bound back read-only; elsewhere / already shows them read-only). Outermost only."""
+    here = Path(__file__).resolve().parents[2]  # the checkout or site-packages holding nodeagent
+    found = [Path(sys.prefix), Path(sys.base_prefix), here]
+    found += [Path(d) for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    under = sorted(
+        {p.resolve() for p in found if p.is_absolute() and any(p.resolve().is_relative_to(t) for t in tmpfs)},
+        key=lambda p: len(p.parts),
+    )
+    out: list[Path] = []
+    for p in under:
+        if p.exists() and p not in tmpfs and not any(p.is_relative_to(o) for o in out):
+            out.append(p)
+    return out
