@@ -37,6 +37,9 @@ KEY_MAX_CHARS = 200
 # What a schema says of a key: printable ASCII, not only spaces, at most KEY_MAX_CHARS.
 KEY_TEXT = r"[ -~]*[!-~][ -~]*"
 KEY_PATTERN = f"^{KEY_TEXT}$"
+# As a header: HTTP trims spaces around a field value (RFC 9110 §5.5), so a header key neither starts nor ends
+# with one (else the body's copy of it would differ from what arrives).
+HEADER_PATTERN = r"^[!-~]([ -~]*[!-~])?$"
 KEY_RULE = f"must be 1 to {KEY_MAX_CHARS} printable ASCII characters"
 BLANK = "must not be empty or blank when given"
 
@@ -153,8 +156,8 @@ def key_header(description: str) -> OpenApiParameter:
     """The `Idempotency-Key` header as every write's schema documents it (the one rule above)."""
     return OpenApiParameter(
         HEADER,
-        {"type": "string", "pattern": KEY_PATTERN, "maxLength": KEY_MAX_CHARS},
+        {"type": "string", "pattern": HEADER_PATTERN, "maxLength": KEY_MAX_CHARS},
         OpenApiParameter.HEADER,
         required=False,
-        description=f"1 to {KEY_MAX_CHARS} printable ASCII characters. {description}",
+        description=f"1 to {KEY_MAX_CHARS} printable ASCII characters, no space first or last. {description}",
     )
