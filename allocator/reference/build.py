@@ -8,6 +8,7 @@ from numpy.typing import NDArray
 from allocator.book import TIER_B, TIER_G, TIER_S, hold_of
 from allocator.reference.placement import free_slots
 from allocator.reference.prices import next_posted
+from allocator.reference.reserve import NEVER
 from allocator.reference.state import RoundState
 from allocator.reference.tiers import spot_price
 from allocator.result import OVER_BUDGET, Losers, Moves, Preemptions, Result, Winners
@@ -140,7 +141,10 @@ def build_result(state: RoundState) -> Result:
         spot_price=spot,
         reserved_node=np.array([n for n, _ in reserved], dtype=np.int32),
         reserved_job=np.array([j for _, j in reserved], dtype=np.int64),
-        reserved_start=np.array([floor.reserved_start.get(n, -1) for n, _ in reserved], dtype=np.int64),
+        # -1: unknown (a node whose running jobs have no expected end never drains in the forecast)
+        reserved_start=np.array(
+            [s if (s := floor.reserved_start.get(n, -1)) < NEVER else -1 for n, _ in reserved], dtype=np.int64
+        ),
         backfill_job=np.sort(book.bids.job[np.array(floor.backfilled, dtype=np.int64)]),
         moves=moves(state),
         counters=dict(state.counters),

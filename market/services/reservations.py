@@ -36,7 +36,7 @@ def record_reservations(rnd: Round, result: Result) -> None:
             node_id=nodes[name][0],
             job_id=job,
             gpu_type_id=nodes[name][1],
-            expected_start=None if start < 0 else datetime.fromtimestamp(start, tz=UTC),
+            expected_start=None if start < 0 else datetime.fromtimestamp(start, tz=UTC),  # -1: unknown
         )
         for name, job, start in zip(
             names, result.reserved_job.tolist(), result.reserved_start.tolist(), strict=True

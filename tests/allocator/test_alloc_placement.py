@@ -179,3 +179,15 @@ def test_same_book_same_result() -> None:
     """The placement rules read only the frozen book: clearing it twice gives the same digest."""
     doc = book(SPREAD, [bid(10, "big", 8), bid(11, "small", 2, expect_s=1800)], max_moves=0)
     assert run(doc)[1].digest == run(doc)[1].digest
+
+
+def test_a_reservation_on_nodes_that_never_drain_says_its_start_is_unknown() -> None:
+    """want: leases with no expected end (-1) still let the gang reserve, and the result says -1 (unknown), not
+    a number no clock reaches (the commit writes it as a date)."""
+    doc = book(
+        [{k: v for k, v in row.items() if k != "expect_end"} for row in SPREAD],
+        [bid(10, "big", 8)],
+        max_moves=0,
+    )
+    _, r = run(doc)
+    assert r.reserved_job.tolist() == [10] and r.reserved_start.tolist() == [-1]
