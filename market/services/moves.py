@@ -20,12 +20,9 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db.models import Q
 
-from accounts.models import Tenant
 from allocator import Result, hold_of
-from inventory.models import Gpu, Node
-from market import bulk
+from inventory.models import Node
 from market.gang import gang_payloads
 from market.models import (
     Command,
@@ -42,8 +39,9 @@ from market.models.rounds import SKIP_UNCONFINED
 from market.selectors.policy import current_fence
 from market.services.command_wake import commands_written
 from market.services.commit_rows import JobRow, Slot, Winner
+from market.services.gpu_standing import TAKEN, UNAVAILABLE, UNCONFINED, gpu_standing
 from market.services.ledger import ledger_release
-from market.services.sandbox_bind import sandbox_fields, sandbox_payload, unconfined_gpus
+from market.services.sandbox_bind import sandbox_fields, sandbox_payload
 
 # A gang table (slot_ptr, slot_node, slot_idx) as Slot tuples, names resolved (round_commit._gangs).
 GangReader = Callable[[Any, Any, Any], list[tuple[Slot, ...]]]
@@ -87,28 +85,17 @@ def admit_moves(moving: list[Moving], jobs: dict[int, JobRow]) -> tuple[list[Mov
     """The moves that can be placed again, and why the others cannot ({job id: reason})."""
     if not moving:
         return [], {}
-    gpu_ids = bulk.any_of([slot.gpu_id for m in moving for slot in m.winner.gang])
-    taken = set(LeaseGpu.objects.filter(active=True, gpu_id__in=gpu_ids).values_list("gpu_id", flat=True))
-    unavailable = set(
-        Gpu.objects.filter(pk__in=gpu_ids)
-        .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
-        .values_list("pk", flat=True)
-    )
-    # A node whose kernel refused the sandbox takes only trusted tenants' jobs (issue 35), moved ones too.
-    unconfined = unconfined_gpus(gpu_ids)
-    trusted = set(Tenant.objects.filter(trusted=True).values_list("pk", flat=True)) if unconfined else set()
+    standing = gpu_standing(m.winner for m in moving)
+    reasons = {TAKEN: SKIP_MOVE_GPUS_TAKEN, UNAVAILABLE: SKIP_MOVE_UNAVAILABLE, UNCONFINED: SKIP_UNCONFINED}
     ok: list[Moving] = []
     skipped: dict[int, str] = {}
     for m in moving:
         job = jobs.get(m.winner.job_id)
+        problem = standing.problem(m.winner)
         if job is None or job.state == JobState.CANCELLED:
             skipped[m.winner.job_id] = SKIP_MOVE_CANCELLED
-        elif any(slot.gpu_id in taken for slot in m.winner.gang):
-            skipped[m.winner.job_id] = SKIP_MOVE_GPUS_TAKEN
-        elif any(slot.gpu_id in unavailable for slot in m.winner.gang):
-            skipped[m.winner.job_id] = SKIP_MOVE_UNAVAILABLE
-        elif m.winner.tenant_id not in trusted and any(slot.gpu_id in unconfined for slot in m.winner.gang):
-            skipped[m.winner.job_id] = SKIP_UNCONFINED
+        elif problem is not None:
+            skipped[m.winner.job_id] = reasons[problem]
         else:
             ok.append(m)
     return ok, skipped

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
-from django.db.models import F, OuterRef, Q
+from django.db.models import F, OuterRef
 
 from accounts.models import Tenant
 from allocator import BUSY, PREEMPT_NAMES, REASON_NAMES, TIER_NAMES, Book, Preemptions, Result
@@ -58,11 +58,12 @@ from market.selectors.lost_work import lost_gpu_seconds
 from market.selectors.waiting import COUNTS, SubqueryCount
 from market.services.command_wake import commands_written
 from market.services.commit_rows import JOB_FIELDS, JobRow, Placed, Slot, Winner
+from market.services.gpu_standing import TAKEN, UNAVAILABLE, UNCONFINED, gpu_standing
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
 from market.services.ledger_bulk import HoldRequest, ledger_hold_many
 from market.services.moves import GangReader, admit_moves, moved_winners
 from market.services.reservations import record_fragmentation, record_reservations
-from market.services.sandbox_bind import sandbox_fields, sandbox_payload, unconfined_gpus
+from market.services.sandbox_bind import sandbox_fields, sandbox_payload
 
 # How long a bind command stays valid: an agent that has not picked it up by then is treated as lost.
 BIND_TTL = timedelta(minutes=30)
@@ -213,31 +214,21 @@ def _admit(
     """Winners that can still be written, and why the others cannot ({job id: reason}, in winner order): the
     job changed since the freeze, a GPU was bound meanwhile, or a node went down, draining or retired (or a
     GPU was reported unhealthy): those take no work."""
-    gpu_ids = bulk.any_of([slot.gpu_id for w in winners for slot in w.gang])
-    taken = set(LeaseGpu.objects.filter(active=True, gpu_id__in=gpu_ids).values_list("gpu_id", flat=True))
-    unavailable = set(
-        Gpu.objects.filter(pk__in=gpu_ids)
-        .filter(Q(healthy=False) | ~Q(node__state=Node.State.UP))
-        .values_list("pk", flat=True)
-    )
-    unconfined = unconfined_gpus(gpu_ids)
-    trusted = set(Tenant.objects.filter(trusted=True).values_list("pk", flat=True)) if unconfined else set()
+    standing = gpu_standing(winners)
+    reasons = {TAKEN: SKIP_GPUS_TAKEN, UNAVAILABLE: SKIP_UNAVAILABLE, UNCONFINED: SKIP_UNCONFINED}
     admitted: list[Winner] = []
     skipped: dict[int, str] = {}
     for w in winners:
         job = jobs.get(w.job_id)
+        problem = standing.problem(w)
         if (
             job is None
             or job.state != JobState.PENDING
             or job.bid_version != snapshot.bid_versions.get(w.job_id)
         ):
             skipped[w.job_id] = SKIP_CHANGED
-        elif any(slot.gpu_id in taken for slot in w.gang):
-            skipped[w.job_id] = SKIP_GPUS_TAKEN
-        elif any(slot.gpu_id in unavailable for slot in w.gang):
-            skipped[w.job_id] = SKIP_UNAVAILABLE
-        elif w.tenant_id not in trusted and any(slot.gpu_id in unconfined for slot in w.gang):
-            skipped[w.job_id] = SKIP_UNCONFINED
+        elif problem is not None:
+            skipped[w.job_id] = reasons[problem]
         else:
             admitted.append(w)
     return admitted, skipped
