@@ -77,6 +77,7 @@ def node_ticks(*, node_id: int, uuids: set[str], start: datetime, end: datetime 
     minute_rows = list(minutes.order_by("at").values_list("at", "columns_id", "data"))
     raw_rows = list(raw.order_by("at").values_list("at", "columns_id", "data"))
     names = _columns({c for _, c, _ in minute_rows + raw_rows if c is not None})
+    minute_starts: set[datetime] = set()  # a minute's energy is what it used within itself
     for at, cols, data in minute_rows:
         mine = [k for k, u in enumerate(names.get(cols, [])) if u in uuids]
         if not mine:
@@ -85,6 +86,7 @@ def node_ticks(*, node_id: int, uuids: set[str], start: datetime, end: datetime 
         for i, minute in enumerate(m.minute):
             when = at + timedelta(minutes=int(minute))
             if when >= start and (end is None or when <= end):
+                minute_starts.add(when)
                 parts.append(
                     (when, list(m.util_avg[i, mine]), list(m.mem_avg_mb[i, mine]), list(m.energy_j[i, mine]))
                 )
@@ -103,7 +105,7 @@ def node_ticks(*, node_id: int, uuids: set[str], start: datetime, end: datetime 
     if not parts:
         empty = np.zeros((0, 0))
         return GpuTicks([], empty, empty, empty)
-    if parts:  # the first tick read has no tick before it in the window: nothing used yet
+    if parts[0][0] not in minute_starts:  # a first 10-s tick: what it used came before the window
         parts[0] = (parts[0][0], parts[0][1], parts[0][2], [0.0] * len(parts[0][3]))
     return GpuTicks(
         at=[p[0] for p in parts],

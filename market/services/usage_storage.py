@@ -95,16 +95,12 @@ def usage_storage_maintain(*, now: datetime | None = None) -> StorageStats:
                     partition_ensure(table, day)
         days = sorted(d for d in _partitions(sample_t) if d < closed_before)
     else:
-        first = (
-            UsageSample.objects.filter(at__lt=closed_before)
-            .order_by("at")
-            .values_list("at", flat=True)
-            .first()
-        )
         days = []
-        while first is not None and day_start(first) < closed_before:
+        closed = UsageSample.objects.filter(at__lt=closed_before).order_by("at").values_list("at", flat=True)
+        first = closed.first()
+        while first is not None:  # the days that hold rows, one read each
             days.append(day_start(first))
-            first += timedelta(days=1)
+            first = closed.filter(at__gte=days[-1] + timedelta(days=1)).first()
     rows = sum(_downsample_day(day, pg) for day in days)
     dropped = _drop_minutes(minute_cutoff, pg)
     if days or dropped:

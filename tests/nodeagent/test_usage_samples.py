@@ -121,12 +121,8 @@ def test_a_report_is_stored_once_and_its_counters_max_win(running):
     other["t"] = [t + 1 for t in other["t"]]  # the same seq again with other ticks: still the same report
     assert not _ingest(agent, 1, other, _counters(lease, 60.0, 6))
     assert _ingest(agent, 3, None, _counters(lease, 90.0, 9))  # no samples: a row without ticks
-    assert (
-        not _ingest(
-            agent, 2, copy.deepcopy(usage) | {"t": [T0 + 30, T0 + 40, T0 + 50]}, _counters(lease, 30.0, 3)
-        )
-        is False
-    )
+    later = copy.deepcopy(usage) | {"t": [T0 + 30, T0 + 40, T0 + 50]}
+    assert _ingest(agent, 2, later, _counters(lease, 30.0, 3))  # late, and new
     rows = list(UsageSample.objects.order_by("seq").values_list("seq", "ticks"))
     assert rows == [(1, 3), (2, 3), (3, 0)]
     stored = unpack(UsageSample.objects.get(seq=1).data)
