@@ -27,7 +27,7 @@ import numpy as np
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from market.models import Lease, LeaseGpu, LeaseState, LeaseUsage, UsageColumns, UsageSample
+from market.models import Lease, LeaseGpu, LeaseState, LeaseUsage, MarketPolicy, UsageColumns, UsageSample
 from market.models.usage_blob import pack
 from market.selectors.policy import idle_util_pct
 from market.selectors.usage_samples import samples_window
@@ -133,8 +133,8 @@ def report_ingest(
     """Store one report's samples and counters (docs/agent.md §Protocol `POST report`); repeating it changes
     nothing. True when the report was new (not stored before)."""
     now = now or timezone.now()
-    fresh = _store(node_id, boot_epoch, seq, samples, now)
-    _save_counters(_entries(node_id, samples, leases, idle_util_pct()), now)
+    fresh, idle_pct = _store(node_id, boot_epoch, seq, samples, now)
+    _save_counters(_entries(node_id, samples, leases, idle_pct), now)
     return fresh
 
 
@@ -150,7 +150,7 @@ def usage_ingest(*, reports: Sequence[tuple[int, Report]], now: datetime | None 
     fresh, entries = 0, []
     for node_id, r in reports:
         samples = samples_from_report(r)
-        fresh += _store(node_id, r.boot_epoch, r.seq, samples, now)
+        fresh += _store(node_id, r.boot_epoch, r.seq, samples, now)[0]
         entries += _entries(node_id, samples, r.leases, idle_pct)
     _save_counters(entries, now)
     return fresh
@@ -189,8 +189,11 @@ def _when(epoch: float) -> datetime:
 _KEEP = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _store(node_id: int, boot_epoch: int, seq: int, samples: Samples | None, now: datetime) -> bool:
-    """The report's row and the high-water mark; True when the report was new. Samples are stored when their
+def _store(
+    node_id: int, boot_epoch: int, seq: int, samples: Samples | None, now: datetime
+) -> tuple[bool, int]:
+    """The report's row and the high-water mark: (whether the report was new, the idle policy's threshold,
+    read in the same statement on PostgreSQL). Samples are stored when their
     first tick falls in a day whose partition is still open (market.selectors.usage_samples.samples_window):
     older ones were downsampled already, and a clock far ahead would make days nobody reads; the counters
     count either way. A report stored without samples keeps a row with no ticks (at the server's time), so a
@@ -218,24 +221,26 @@ def _store(node_id: int, boot_epoch: int, seq: int, samples: Samples | None, now
         f"ON CONFLICT (node_id, boot_epoch) DO UPDATE SET seq = MAX({UsageMark._meta.db_table}.seq, excluded.seq)",
     )
     if UsageSample.objects.filter(node_id=node_id, boot_epoch=boot_epoch, seq=seq).exists():
-        return False
+        return False, idle_util_pct()
     columns_id = (
         None if columns is None else UsageColumns.objects.get_or_create(node_id=node_id, uuids=columns)[0].pk
     )
     UsageSample.objects.create(
         node_id=node_id, boot_epoch=boot_epoch, seq=seq, at=at, ticks=ticks, columns_id=columns_id, data=data
     )
-    return True
+    return True, idle_util_pct()
 
 
 def _pg_store(
     node_id: int, boot_epoch: int, seq: int, at: datetime, ticks: int, columns: str | None, data: bytes
-) -> bool:
+) -> tuple[bool, int]:
     """One statement: the mark, the node's column order (found, or added the first time), the row unless a
     row of this (node, boot epoch, seq) exists in any day (the key holds `at` too, the partition key). Two
     reports racing to add the same new column order: one's INSERT finds the other's row and adds nothing, and
     its samples are kept without columns (`columns_id` NULL: unreadable, never wrong)."""
     mark, cols, sample = UsageMark._meta.db_table, UsageColumns._meta.db_table, UsageSample._meta.db_table
+    policy = MarketPolicy._meta.db_table
+    default_idle = int(MarketPolicy._meta.get_field("idle_util_pct").default)
     params = {"n": node_id, "e": boot_epoch, "s": seq, "at": at, "k": ticks, "u": columns, "d": data}
     with connection.cursor() as cur:
         cur.execute(
@@ -243,14 +248,16 @@ def _pg_store(
             f"ON CONFLICT (node_id, boot_epoch) DO UPDATE SET seq = GREATEST({mark}.seq, excluded.seq)), "
             f"old AS (SELECT id FROM {cols} WHERE node_id = %(n)s AND uuids = %(u)s), "
             f"new AS (INSERT INTO {cols} (node_id, uuids) SELECT %(n)s, %(u)s "
-            "WHERE %(u)s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old) ON CONFLICT DO NOTHING RETURNING id) "
-            f"INSERT INTO {sample} (node_id, boot_epoch, seq, at, ticks, columns_id, data) "
+            "WHERE %(u)s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old) ON CONFLICT DO NOTHING RETURNING id), "
+            f"ins AS (INSERT INTO {sample} (node_id, boot_epoch, seq, at, ticks, columns_id, data) "
             "SELECT %(n)s, %(e)s, %(s)s, %(at)s, %(k)s, COALESCE((SELECT id FROM old), (SELECT id FROM new)), %(d)s "
             f"WHERE NOT EXISTS (SELECT 1 FROM {sample} WHERE node_id = %(n)s AND boot_epoch = %(e)s AND seq = %(s)s) "
-            "ON CONFLICT DO NOTHING",
+            "ON CONFLICT DO NOTHING RETURNING 1) "
+            f"SELECT (SELECT count(*) FROM ins), (SELECT idle_util_pct FROM {policy} WHERE singleton = 1)",
             params,
         )
-        return bool(cur.rowcount)
+        fresh, idle_pct = cur.fetchone()
+    return bool(fresh), default_idle if idle_pct is None else int(idle_pct)
 
 
 def lease_counters_save(*, node_id: int, counters: list[LeaseCounters], now: datetime) -> None:
@@ -293,6 +300,65 @@ _COUNTERS = (
 )
 
 
+def _upsert_counters(
+    merged: dict[tuple[int, int], tuple[LeaseCounters, datetime | None, bool]], now: datetime
+) -> None:
+    keys, values = list(merged), list(merged.values())
+    _upsert(
+        LeaseUsage,
+        {
+            "lease_id": [lease for lease, _ in keys],
+            "node_id": [node for _, node in keys],
+            **{name: [getattr(c, name) for c, _, _ in values] for name in _COUNTERS},
+            "idle_since": [idle for _, idle, _ in values],
+            "updated_at": [now] * len(keys),
+        },
+        _conflict(),
+        [connection.ops.adapt_datetimefield_value(_KEEP)],
+    )
+
+
+# The columns of the one-statement upsert, with their types (a VALUES list's NULLs need one).
+_PG_COLUMNS = (
+    ("lease_id", "bigint"),
+    ("node_id", "bigint"),
+    ("gpu_seconds", "float8"),
+    ("energy_j", "float8"),
+    ("util_avg", "float8"),
+    ("util_max", "float8"),
+    ("mem_avg_mb", "float8"),
+    ("mem_max_mb", "float8"),
+    ("samples", "bigint"),
+    ("log_tail", "text"),
+    ("idle_since", "timestamptz"),
+    ("updated_at", "timestamptz"),
+)
+
+
+def _pg_counters(
+    merged: dict[tuple[int, int], tuple[LeaseCounters, datetime | None, bool]], now: datetime
+) -> set[tuple[int, int]]:
+    """The upsert of a report's few counters, keeping only the node's own, unsettled leases (the same rule as
+    _own_leases, in SQL: the lease's own node, or a GPU of it on the node); the pairs kept."""
+    t, lease_t = LeaseUsage._meta.db_table, Lease._meta.db_table
+    gpu_t, inv_t = LeaseGpu._meta.db_table, LeaseGpu._meta.get_field("gpu").related_model._meta.db_table
+    one = "(" + ", ".join(f"%s::{kind}" for _, kind in _PG_COLUMNS) + ")"
+    names = ", ".join(name for name, _ in _PG_COLUMNS)
+    params: list[Any] = []
+    for (lease, node), (c, idle, _) in merged.items():
+        params += [lease, node, *(getattr(c, name) for name in _COUNTERS), idle, now]
+    with connection.cursor() as cur:
+        cur.execute(
+            f"INSERT INTO {t} ({names}) SELECT v.* FROM (VALUES {', '.join([one] * len(merged))}) AS v({names}) "
+            f"JOIN {lease_t} l ON l.id = v.lease_id AND l.state <> %s "
+            f"WHERE l.node_id = v.node_id OR EXISTS (SELECT 1 FROM {gpu_t} lg JOIN {inv_t} g ON g.id = lg.gpu_id "
+            "WHERE lg.lease_id = v.lease_id AND g.node_id = v.node_id) "
+            f"{_conflict()} RETURNING lease_id, node_id",
+            [*params, LeaseState.ENDED, _KEEP],
+        )
+        return {(int(a), int(b)) for a, b in cur.fetchall()}
+
+
 def _own_leases(pairs: set[tuple[int, int]]) -> set[tuple[int, int]]:
     """The (lease, node) pairs whose lease is unsettled and has a GPU on the node. A lease's own `node` is
     the node of its first GPU, which answers most pairs from the lease rows alone; only the other nodes of a
@@ -317,31 +383,13 @@ def _own_leases(pairs: set[tuple[int, int]]) -> set[tuple[int, int]]:
     return ours
 
 
-def _save_counters(entries: list[Entry], now: datetime) -> None:
-    if not entries:
-        return
-    # Only the node's own, unsettled leases (one query for the batch).
-    ours = _own_leases({(c.lease, n) for n, c, _, _ in entries})
-    merged: dict[tuple[int, int], tuple[LeaseCounters, datetime | None, bool]] = {}
-    for node_id, c, idle, reset in entries:
-        key = (c.lease, node_id)
-        if key in ours:
-            merged[key] = _merge(merged[key], (c, idle, reset)) if key in merged else (c, idle, reset)
-    if not merged:
-        return
-    checkpoints_save([(lease, c.checkpoint_at) for (lease, _), (c, _, _) in merged.items()], now=now)
-    keys, values = list(merged), list(merged.values())
+def _conflict() -> str:
+    """What an upsert of counters does to a stored row: every cumulative counter keeps the larger value, the
+    averages, the log tail and the idle spell come from the report with more samples. Its one parameter is
+    the _KEEP sentinel."""
     t, g = LeaseUsage._meta.db_table, _greatest()
     newer = f"excluded.samples >= {t}.samples"
-    _upsert(
-        LeaseUsage,
-        {
-            "lease_id": [lease for lease, _ in keys],
-            "node_id": [node for _, node in keys],
-            **{name: [getattr(c, name) for c, _, _ in values] for name in _COUNTERS},
-            "idle_since": [idle for _, idle, _ in values],
-            "updated_at": [now] * len(keys),
-        },
+    return (
         "ON CONFLICT (lease_id, node_id) DO UPDATE SET "
         f"gpu_seconds = {g}({t}.gpu_seconds, excluded.gpu_seconds), "
         f"energy_j = {g}({t}.energy_j, excluded.energy_j), "
@@ -355,9 +403,29 @@ def _save_counters(entries: list[Entry], now: datetime) -> None:
         f"idle_since = CASE WHEN NOT ({newer}) OR excluded.idle_since = %s THEN {t}.idle_since "
         f"WHEN excluded.idle_since IS NULL THEN NULL ELSE COALESCE({t}.idle_since, excluded.idle_since) END, "
         f"samples = {g}({t}.samples, excluded.samples), "
-        "updated_at = excluded.updated_at",
-        [connection.ops.adapt_datetimefield_value(_KEEP)],
+        "updated_at = excluded.updated_at"
     )
+
+
+def _save_counters(entries: list[Entry], now: datetime) -> None:
+    if not entries:
+        return
+    merged: dict[tuple[int, int], tuple[LeaseCounters, datetime | None, bool]] = {}
+    for node_id, c, idle, reset in entries:
+        key = (c.lease, node_id)
+        merged[key] = _merge(merged[key], (c, idle, reset)) if key in merged else (c, idle, reset)
+    if connection.vendor == "postgresql" and len(merged) <= COPY_FROM_ROWS:
+        # A report's few leases: the node's own, unsettled leases picked and upserted in one statement.
+        ours = _pg_counters(merged, now)
+    else:
+        # A batch, or SQLite: the node's own, unsettled leases first (one query for the batch), then the upsert.
+        ours = _own_leases(set(merged))
+        if ours:
+            _upsert_counters({k: v for k, v in merged.items() if k in ours}, now)
+    merged = {k: v for k, v in merged.items() if k in ours}
+    if not merged:
+        return
+    checkpoints_save([(lease, c.checkpoint_at) for (lease, _), (c, _, _) in merged.items()], now=now)
     # A spell that began inside the newest report (busy at an earlier tick) starts there, whatever came before.
     for (lease, node), (c, idle, reset) in merged.items():
         if reset:
