@@ -12,14 +12,17 @@ from datetime import UTC, datetime, timedelta
 import django.db.models.deletion
 from django.db import migrations, models
 
-# Physical column order: 8-byte columns first, then the narrower ones, then the packed samples (no padding).
+# Every byte of a row counts (docs/agent.md §Usage storage): physical column order 8-byte columns first, then
+# the narrower ones, then the packed samples (no padding); node and column-order ids as 4-byte integers (a
+# fleet has far fewer than 2**31 of either; the columns carry no foreign key), so that the key's node and
+# boot epoch share 8 bytes.
 SAMPLE = """CREATE TABLE market_usagesample (
-    node_id bigint NOT NULL, seq bigint NOT NULL, at timestamp with time zone NOT NULL, columns_id bigint NULL,
-    boot_epoch integer NOT NULL, ticks smallint NOT NULL, data bytea NOT NULL,
+    seq bigint NOT NULL, at timestamp with time zone NOT NULL, node_id integer NOT NULL,
+    boot_epoch integer NOT NULL, columns_id integer NULL, ticks smallint NOT NULL, data bytea NOT NULL,
     PRIMARY KEY (node_id, boot_epoch, seq, at)
 ) PARTITION BY RANGE (at)"""
 MINUTE = """CREATE TABLE market_usageminute (
-    node_id bigint NOT NULL, at timestamp with time zone NOT NULL, columns_id bigint NOT NULL,
+    at timestamp with time zone NOT NULL, node_id integer NOT NULL, columns_id integer NOT NULL,
     data bytea NOT NULL,
     PRIMARY KEY (node_id, at, columns_id)
 ) PARTITION BY RANGE (at)"""

@@ -8,9 +8,10 @@ Layout (before deflate), version 1, for T ticks, G GPUs (columns) and L distinct
     t_ms    <u4[T]      each tick's offset from the row's `at` (its first tick), milliseconds
     leases  <i8[L]      the lease ids the `lease` plane points into (1-based; 0: no lease)
     util    u1[G,T]     SM utilisation %, whole
-    mem     <u4[G,T]    memory used, whole MB
+    mem     <u4[G]      memory used at the first tick, whole MB, then
+            <i4[G,T-1]  its change from tick to tick (mostly 0: a job's memory stays put)
     power   <u2[G,T]    power, tenths of a watt (0 to 6,553.5 W)
-    energy  <f8[G]      each GPU's energy counter at the first tick (J), then
+    energy  <i8[G]      each GPU's energy counter at the first tick, whole joules, then
             <i4[G,T-1]  its rise from tick to tick, whole joules (negative where the counter was reset)
     lease   u1[G,T]     index into `leases`
     foreign u1[G,T]     processes on the GPU that no lease of the node covers
@@ -18,7 +19,7 @@ Layout (before deflate), version 1, for T ticks, G GPUs (columns) and L distinct
 GPU-major planes put one GPU's consecutive ticks side by side, which is what deflate finds repeated (a job's
 memory and lease stay put from tick to tick); the planes of wider numbers are stored byte by byte (every
 value's lowest byte, then every value's next: a "shuffle"), so the high bytes, nearly constant, become runs.
-Whole-joule rises cost at most half a joule a tick on a chart; billing reads the agent's own counters
+Whole joules cost at most half a joule a tick on a chart; billing reads the agent's own counters
 (LeaseUsage). The 1-minute rows (`pack_minutes`) use the same idea.
 """
 
@@ -56,6 +57,11 @@ def _shuffle(values: npt.NDArray[Any], dtype: str) -> bytes:
     return arr.view(np.uint8).reshape(-1, arr.itemsize).T.tobytes()
 
 
+def _first_and_steps(values: F64, dtype: str) -> tuple[bytes, bytes]:
+    """GPUs x ticks as each GPU's first value and its steps from tick to tick (whole numbers)."""
+    return _shuffle(values[:, 0], dtype), _shuffle(np.diff(values, axis=1), "<i4")
+
+
 class _Reader:
     def __init__(self, raw: bytes, at: int) -> None:
         self.raw, self.at = raw, at
@@ -70,6 +76,12 @@ class _Reader:
         planes = np.frombuffer(self.raw, dtype=np.uint8, count=count * size, offset=self.at)
         self.at += count * size
         return planes.reshape(size, count).T.copy().view(dtype).ravel()
+
+    def first_and_steps(self, dtype: str, gpus: int, ticks: int) -> F64:
+        """The inverse of _first_and_steps, as ticks x GPUs."""
+        first = self.shuffled(dtype, gpus).astype(np.float64)
+        steps = self.shuffled("<i4", gpus * (ticks - 1)).reshape(gpus, ticks - 1).astype(np.float64)
+        return np.concatenate((first[:, None], first[:, None] + np.cumsum(steps, axis=1)), axis=1).T
 
 
 @dataclass(frozen=True)
@@ -106,10 +118,9 @@ def pack(
         t_ms.astype("<u4").tobytes(),
         ids[1:].astype("<i8").tobytes(),
         np.rint(util.T).astype(np.uint8).tobytes(),
-        _shuffle(np.rint(mem_mb.T), "<u4"),
+        *_first_and_steps(np.rint(mem_mb.T), "<u4"),
         _shuffle(np.rint(power_w.T * 10), "<u2"),
-        _shuffle(energy[:, 0], "<f8"),
-        _shuffle(np.rint(np.diff(energy, axis=1)), "<i4"),
+        *_first_and_steps(np.rint(energy), "<i8"),
         index.T.astype(np.uint8).tobytes(),
         foreign.T.astype(np.uint8).tobytes(),
     ]
@@ -130,11 +141,9 @@ def unpack(data: bytes) -> Ticks:
     t_ms = r.take("<u4", ticks).astype(np.uint32)
     ids = np.concatenate(([0], r.take("<i8", leases))).astype(np.int64)
     util = plane(r.take("u1", n)).astype(np.float64)
-    mem = plane(r.shuffled("<u4", n)).astype(np.float64)
+    mem = r.first_and_steps("<u4", gpus, ticks)
     power = plane(r.shuffled("<u2", n)).astype(np.float64) / 10
-    first = r.shuffled("<f8", gpus).astype(np.float64)
-    rises = r.shuffled("<i4", gpus * (ticks - 1)).reshape(gpus, ticks - 1).astype(np.float64)
-    energy = np.concatenate((first[:, None], first[:, None] + np.cumsum(rises, axis=1)), axis=1).T
+    energy = r.first_and_steps("<i8", gpus, ticks)
     lease = ids[plane(r.take("u1", n))]
     foreign = plane(r.take("u1", n)).astype(np.int64)
     return Ticks(t_ms, util, mem, power, energy, lease, foreign)

@@ -19,13 +19,16 @@ to the lease itself (nodeagent.services.checkpoints).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
+import psycopg
 from django.db import connection, models, transaction
 from django.utils import timezone
+from psycopg.types.numeric import Int2, Int8
 
 from market.models import Lease, LeaseGpu, LeaseState, LeaseUsage, MarketPolicy, UsageColumns, UsageSample
 from market.models.usage_blob import pack
@@ -231,6 +234,19 @@ def _store(
     return True, idle_util_pct()
 
 
+@contextmanager
+def _prepared() -> Iterator[Any]:
+    """A cursor of the connection's own psycopg connection (in Django's transaction): its parameters travel
+    apart from the SQL (server-side binding; the packed samples as bytes, not escaped into the text) and
+    `prepare=True` parses and plans a statement once per connection: the ingest runs the same two statements
+    for every report, and building them was most of its cost (bench/usage.py)."""
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    with psycopg.Cursor(raw) as cur:
+        yield cur
+
+
 def _pg_store(
     node_id: int, boot_epoch: int, seq: int, at: datetime, ticks: int, columns: str | None, data: bytes
 ) -> tuple[bool, int]:
@@ -241,8 +257,7 @@ def _pg_store(
     mark, cols, sample = UsageMark._meta.db_table, UsageColumns._meta.db_table, UsageSample._meta.db_table
     policy = MarketPolicy._meta.db_table
     default_idle = int(MarketPolicy._meta.get_field("idle_util_pct").default)
-    params = {"n": node_id, "e": boot_epoch, "s": seq, "at": at, "k": ticks, "u": columns, "d": data}
-    with connection.cursor() as cur:
+    with _prepared() as cur:
         cur.execute(
             f"WITH mark AS (INSERT INTO {mark} (node_id, boot_epoch, seq) VALUES (%(n)s, %(e)s, %(s)s) "
             f"ON CONFLICT (node_id, boot_epoch) DO UPDATE SET seq = GREATEST({mark}.seq, excluded.seq)), "
@@ -254,9 +269,20 @@ def _pg_store(
             f"WHERE NOT EXISTS (SELECT 1 FROM {sample} WHERE node_id = %(n)s AND boot_epoch = %(e)s AND seq = %(s)s) "
             "ON CONFLICT DO NOTHING RETURNING 1) "
             f"SELECT (SELECT count(*) FROM ins), (SELECT idle_util_pct FROM {policy} WHERE singleton = 1)",
-            params,
+            {
+                "n": Int8(node_id),
+                "e": Int8(boot_epoch),
+                "s": Int8(seq),
+                "at": at,
+                "k": Int2(ticks),
+                "u": columns,
+                "d": data,
+            },
+            prepare=True,
         )
-        fresh, idle_pct = cur.fetchone()
+        row = cur.fetchone()
+        assert row is not None  # a SELECT of two subqueries: always one row
+        fresh, idle_pct = row
     return bool(fresh), default_idle if idle_pct is None else int(idle_pct)
 
 
@@ -347,14 +373,15 @@ def _pg_counters(
     params: list[Any] = []
     for (lease, node), (c, idle, _) in merged.items():
         params += [lease, node, *(getattr(c, name) for name in _COUNTERS), idle, now]
-    with connection.cursor() as cur:
+    with _prepared() as cur:
         cur.execute(
             f"INSERT INTO {t} ({names}) SELECT v.* FROM (VALUES {', '.join([one] * len(merged))}) AS v({names}) "
             f"JOIN {lease_t} l ON l.id = v.lease_id AND l.state <> %s "
             f"WHERE l.node_id = v.node_id OR EXISTS (SELECT 1 FROM {gpu_t} lg JOIN {inv_t} g ON g.id = lg.gpu_id "
             "WHERE lg.lease_id = v.lease_id AND g.node_id = v.node_id) "
             f"{_conflict()} RETURNING lease_id, node_id",
-            [*params, LeaseState.ENDED, _KEEP],
+            [*params, str(LeaseState.ENDED), _KEEP],
+            prepare=True,
         )
         return {(int(a), int(b)) for a, b in cur.fetchall()}
 
