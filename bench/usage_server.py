@@ -12,62 +12,63 @@ import os
 from datetime import datetime
 from typing import Any
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-
-from django.conf import settings  # noqa: E402
-
-settings.ROOT_URLCONF = __name__
-
-from django.core.wsgi import get_wsgi_application  # noqa: E402
-from django.http import HttpResponse  # noqa: E402
-from django.urls import Resolver404, path, resolve  # noqa: E402
-from rest_framework.request import Request  # noqa: E402
-from rest_framework.response import Response  # noqa: E402
-
-import config.urls  # noqa: E402
-from nodeagent.api.agent import AgentView  # noqa: E402
-from nodeagent.api.errors import refused  # noqa: E402
-from nodeagent.errors import NodeError  # noqa: E402
-from nodeagent.services.usage import report_ingest  # noqa: E402
-from nodeagent.services.usage_parse import parse_leases, parse_samples  # noqa: E402
+from django.conf import settings
+from django.core.wsgi import get_wsgi_application
 
 MAX_BODY = 8 * 1024 * 1024  # decompressed
 
-
-class BenchReportView(AgentView):
-    parser_classes: list[Any] = []  # the body is read raw: gzip first
-
-    def post(self, request: Request) -> Response | HttpResponse:
-        node = self.node(request)
-        raw = request._request.body
-        if request.headers.get("Content-Encoding") == "gzip":
-            raw = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(MAX_BODY + 1)
-        if len(raw) > MAX_BODY:
-            return HttpResponse(status=413)
-        body = json.loads(raw)
-        try:
-            samples = parse_samples(body["usage"]) if body.get("usage") is not None else None
-            leases = parse_leases(body.get("leases"))
-        except NodeError as exc:
-            raise refused(exc) from exc
-        report_ingest(
-            node_id=node.pk,
-            boot_epoch=body["boot_epoch"],
-            seq=body["seq"],
-            sent_at=datetime.fromisoformat(body["sent_at"]),
-            samples=samples,
-            leases=leases,
-        )
-        return Response({"acked": body["seq"]})
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+settings.ROOT_URLCONF = __name__
+application = get_wsgi_application()  # sets Django up: what _routes imports needs the apps loaded
 
 
-try:
-    resolve("/api/v1/agent/report", urlconf=config.urls)
-    STAND_IN = False
-except Resolver404:
-    STAND_IN = True
+def _routes() -> tuple[bool, list[Any]]:
+    """(whether the stand-in is served, this URLconf's patterns)."""
+    from django.http import HttpResponse
+    from django.urls import Resolver404, path, resolve
+    from rest_framework.request import Request
+    from rest_framework.response import Response
 
-urlpatterns = ([path("api/v1/agent/report", BenchReportView.as_view())] if STAND_IN else []) + list(
-    config.urls.urlpatterns
-)
-application = get_wsgi_application()
+    import config.urls
+    from nodeagent.api.agent import AgentView
+    from nodeagent.api.errors import refused
+    from nodeagent.errors import NodeError
+    from nodeagent.services.usage import report_ingest
+    from nodeagent.services.usage_parse import parse_leases, parse_samples
+
+    class BenchReportView(AgentView):
+        parser_classes: list[Any] = []  # the body is read raw: gzip first
+
+        def post(self, request: Request) -> Response | HttpResponse:
+            node = self.node(request)
+            raw = request._request.body
+            if request.headers.get("Content-Encoding") == "gzip":
+                raw = gzip.GzipFile(fileobj=io.BytesIO(raw)).read(MAX_BODY + 1)
+            if len(raw) > MAX_BODY:
+                return HttpResponse(status=413)
+            body = json.loads(raw)
+            try:
+                samples = parse_samples(body["usage"]) if body.get("usage") is not None else None
+                leases = parse_leases(body.get("leases"))
+            except NodeError as exc:
+                raise refused(exc) from exc
+            report_ingest(
+                node_id=node.pk,
+                boot_epoch=body["boot_epoch"],
+                seq=body["seq"],
+                sent_at=datetime.fromisoformat(body["sent_at"]),
+                samples=samples,
+                leases=leases,
+            )
+            return Response({"acked": body["seq"]})
+
+    try:
+        resolve("/api/v1/agent/report", urlconf=config.urls)
+        stand_in = False
+    except Resolver404:
+        stand_in = True
+    extra = [path("api/v1/agent/report", BenchReportView.as_view())] if stand_in else []
+    return stand_in, extra + list(config.urls.urlpatterns)
+
+
+STAND_IN, urlpatterns = _routes()
