@@ -305,23 +305,26 @@ def _service_phase(layout: Any, args: argparse.Namespace) -> dict[str, Any]:
         for i in range(n)
     ]  # fmt: skip
     backend = _own_backend()
-    totals = {"v1": [0.0, 0.0, 0, []], "v2": [0.0, 0.0, 0, []]}
+    cpu = {"v1": 0.0, "v2": 0.0}
+    db = {"v1": 0.0, "v2": 0.0}
+    samples = {"v1": 0, "v2": 0}
+    latencies: dict[str, list[float]] = {"v1": [], "v2": []}
     chunk = 100
     for c in range(0, n, chunk):
         for name, bodies, call in (("v1", v1, _as_v1_view), ("v2", v2, _as_v2_view)):
             cpu0, db0 = time.process_time(), _cpu_s(backend)
             for node_id, raw in bodies[c : c + chunk]:
                 began = time.perf_counter()
-                totals[name][2] += call(node_id, raw)
-                totals[name][3].append(time.perf_counter() - began)
-            totals[name][0] += time.process_time() - cpu0
-            totals[name][1] += _cpu_s(backend) - db0
+                samples[name] += call(node_id, raw)
+                latencies[name].append(time.perf_counter() - began)
+            cpu[name] += time.process_time() - cpu0
+            db[name] += _cpu_s(backend) - db0
     out: dict[str, Any] = {}
-    for name, (cpu, db, samples, lat) in totals.items():
-        out[f"service_{name}_samples_per_cpu_s"] = round(samples / cpu)
-        out[f"service_{name}_cpu_ms_per_report"] = round(cpu * 1000 / n, 3)
-        out[f"service_{name}_db_cpu_ms_per_report"] = round(db * 1000 / n, 3)
-        out[f"service_{name}_p50_ms"] = _ms(lat, 0.5)
+    for name in ("v1", "v2"):
+        out[f"service_{name}_samples_per_cpu_s"] = round(samples[name] / cpu[name])
+        out[f"service_{name}_cpu_ms_per_report"] = round(cpu[name] * 1000 / n, 3)
+        out[f"service_{name}_db_cpu_ms_per_report"] = round(db[name] * 1000 / n, 3)
+        out[f"service_{name}_p50_ms"] = _ms(latencies[name], 0.5)
     out["service_ratio"] = round(out["service_v2_samples_per_cpu_s"] / out["service_v1_samples_per_cpu_s"], 2)
     out["v2_body_bytes"] = round(sum(len(b) for _, b in v2) / n)
     out["v1_body_bytes"] = round(sum(len(b) for _, b in v1) / n)

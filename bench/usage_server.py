@@ -63,7 +63,7 @@ def _routes() -> tuple[bool, list[Any]]:
             return Response({"acked": body["seq"]})
 
     try:
-        resolve("/api/v1/agent/report", urlconf=config.urls)
+        resolve("/api/v1/agent/report", urlconf="config.urls")
         stand_in = False
     except Resolver404:
         stand_in = True

@@ -127,7 +127,7 @@ def pack(
     return _deflate(b"".join(parts))
 
 
-def unpack(data: bytes) -> Ticks:
+def unpack(data: bytes | memoryview) -> Ticks:
     raw = _inflate(bytes(data))
     version, ticks, gpus, leases = _HEAD.unpack_from(raw)
     if version != VERSION:
@@ -177,7 +177,7 @@ def pack_minutes(m: Minutes) -> bytes:
     return _deflate(b"".join(parts))
 
 
-def unpack_minutes(data: bytes) -> Minutes:
+def unpack_minutes(data: bytes | memoryview) -> Minutes:
     raw = _inflate(bytes(data))
     version, minutes, gpus, _ = _HEAD.unpack_from(raw)
     if version != MINUTES_VERSION:

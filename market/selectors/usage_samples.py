@@ -96,11 +96,11 @@ def node_ticks(*, node_id: int, uuids: set[str], start: datetime, end: datetime 
         if not mine:
             continue
         t = unpack(data)
-        rise = _rise(t.energy_j[:, mine], last, [columns[k] for k in mine])
+        rises = _rise(t.energy_j[:, mine], last, [columns[k] for k in mine])
         for i, ms in enumerate(t.t_ms):
             when = at + timedelta(milliseconds=int(ms))
             if when >= start and (end is None or when <= end):
-                parts.append((when, list(t.util[i, mine]), list(t.mem_mb[i, mine]), list(rise[i])))
+                parts.append((when, t.util[i, mine].tolist(), t.mem_mb[i, mine].tolist(), rises[i].tolist()))
     parts.sort(key=lambda p: p[0])
     if not parts:
         empty = np.zeros((0, 0))

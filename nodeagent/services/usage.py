@@ -30,6 +30,7 @@ from django.db import connection, models, transaction
 from django.utils import timezone
 from psycopg.types.numeric import Int2, Int8
 
+from inventory.models import Gpu
 from market.models import Lease, LeaseGpu, LeaseState, LeaseUsage, MarketPolicy, UsageColumns, UsageSample
 from market.models.usage_blob import pack
 from market.selectors.policy import idle_util_pct
@@ -367,7 +368,7 @@ def _pg_counters(
     """The upsert of a report's few counters, keeping only the node's own, unsettled leases (the same rule as
     _own_leases, in SQL: the lease's own node, or a GPU of it on the node); the pairs kept."""
     t, lease_t = LeaseUsage._meta.db_table, Lease._meta.db_table
-    gpu_t, inv_t = LeaseGpu._meta.db_table, LeaseGpu._meta.get_field("gpu").related_model._meta.db_table
+    gpu_t, inv_t = LeaseGpu._meta.db_table, Gpu._meta.db_table
     one = "(" + ", ".join(f"%s::{kind}" for _, kind in _PG_COLUMNS) + ")"
     names = ", ".join(name for name, _ in _PG_COLUMNS)
     params: list[Any] = []

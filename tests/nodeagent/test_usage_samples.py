@@ -88,7 +88,7 @@ def test_the_path_prefixes_every_field():
     assert refused.value.field == "body.usage.util[0][0]"
     with pytest.raises(NodeError) as refused:
         parse_leases([{"lease": 1, "gpu_seconds": -1}])
-    assert refused.value.field.startswith("leases[0]")
+    assert (refused.value.field or "").startswith("leases[0]")
 
 
 def _counters(lease: Any, gpu_seconds: float, samples: int) -> list[LeaseCounters]:
