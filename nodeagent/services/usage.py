@@ -123,7 +123,9 @@ def _adapter(field: models.Field[Any, Any]) -> Any:  # any model field, whatever
 Entry = tuple[int, LeaseCounters, datetime | None, bool]
 
 
-@transaction.atomic
+# No savepoint: inside the report view's own transaction (protocol 2 writes acks, events and usage together)
+# a savepoint would cost two more round trips, and the report is all or nothing with the rest anyway.
+@transaction.atomic(savepoint=False)
 def report_ingest(
     *,
     node_id: int,
@@ -218,7 +220,7 @@ def _store(
                 foreign=samples.foreign,
             )
     if connection.vendor == "postgresql":
-        return _pg_store(node_id, boot_epoch, seq, at, ticks, columns, data)
+        return _pg_store(node_id, boot_epoch, seq, at, ticks, columns, data, samples_window(now))
     _upsert(
         UsageMark,
         {"node_id": [node_id], "boot_epoch": [boot_epoch], "seq": [seq]},
@@ -249,7 +251,14 @@ def _prepared() -> Iterator[Any]:
 
 
 def _pg_store(
-    node_id: int, boot_epoch: int, seq: int, at: datetime, ticks: int, columns: str | None, data: bytes
+    node_id: int,
+    boot_epoch: int,
+    seq: int,
+    at: datetime,
+    ticks: int,
+    columns: str | None,
+    data: bytes,
+    window: tuple[datetime, datetime],
 ) -> tuple[bool, int]:
     """One statement: the mark, the node's column order (found, or added the first time), the row unless a
     row of this (node, boot epoch, seq) exists in any day (the key holds `at` too, the partition key). Two
@@ -257,6 +266,8 @@ def _pg_store(
     its samples are kept without columns (`columns_id` NULL: unreadable, never wrong)."""
     mark, cols, sample = UsageMark._meta.db_table, UsageColumns._meta.db_table, UsageSample._meta.db_table
     policy = MarketPolicy._meta.db_table
+    # Rows of this report sit in the window's days, or at `now` when it kept none (now is in the window).
+    lo, hi = window
     default_idle = int(MarketPolicy._meta.get_field("idle_util_pct").default)
     with _prepared() as cur:
         cur.execute(
@@ -267,7 +278,9 @@ def _pg_store(
             "WHERE %(u)s IS NOT NULL AND NOT EXISTS (SELECT 1 FROM old) ON CONFLICT DO NOTHING RETURNING id), "
             f"ins AS (INSERT INTO {sample} (node_id, boot_epoch, seq, at, ticks, columns_id, data) "
             "SELECT %(n)s, %(e)s, %(s)s, %(at)s, %(k)s, COALESCE((SELECT id FROM old), (SELECT id FROM new)), %(d)s "
-            f"WHERE NOT EXISTS (SELECT 1 FROM {sample} WHERE node_id = %(n)s AND boot_epoch = %(e)s AND seq = %(s)s) "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {sample} WHERE node_id = %(n)s AND boot_epoch = %(e)s AND seq = %(s)s "
+            # Only the days that take samples (and the DEFAULT partition): pruned at run time.
+            "AND at >= %(lo)s AND at <= %(hi)s) "
             "ON CONFLICT DO NOTHING RETURNING 1) "
             f"SELECT (SELECT count(*) FROM ins), (SELECT idle_util_pct FROM {policy} WHERE singleton = 1)",
             {
@@ -278,6 +291,8 @@ def _pg_store(
                 "k": Int2(ticks),
                 "u": columns,
                 "d": data,
+                "lo": lo,
+                "hi": hi,
             },
             prepare=True,
         )
