@@ -2,10 +2,10 @@
 ahead, 10-s days downsampled to 1-minute rows and dropped whole, 1-minute days past the policy's retention
 dropped whole. No DELETE of sample rows on PostgreSQL; SQLite (`make run`) keeps plain tables and deletes.
 
-Each day of UsageSample (10-s ticks) takes samples until the end of the next day (RAW_KEEP_DAYS), so billing
-and the job pages read every tick for at least a day; then, a few minutes past, it is closed: its ticks become
-one UsageMinute row per node, column order and hour (per GPU and minute: mean and highest utilisation, mean
-and highest memory, energy used), written in the same transaction that drops the day. Billing never reads
+Each day of UsageSample (10-s ticks) takes samples until the end of the next day (RAW_KEEP_DAYS), so the job
+pages read every tick for at least a day; then, a few minutes past, it is closed: its ticks become one
+UsageMinute row per node, column order and hour (per GPU and minute: mean and highest utilisation, mean and
+highest memory, energy used), a few hundred nodes a transaction, and then the day is dropped. Billing never reads
 either: LeaseUsage holds what a lease is charged from, kept as samples arrive."""
 
 from __future__ import annotations
@@ -127,38 +127,55 @@ def _drop_minutes(cutoff: datetime, pg: bool) -> int:
     return dropped
 
 
+# Nodes downsampled per transaction: a 12,500-node day is tens of millions of rows, read in short steps (each
+# idempotent: a minute row's key is its node, hour and column order) instead of one transaction of hours.
+NODES_PER_STEP = 500
+
+
 def _downsample_day(day: datetime, pg: bool) -> int:
-    """One closed day of 10-s rows as 1-minute rows, then the day dropped (one transaction)."""
+    """One closed day of 10-s rows as 1-minute rows, NODES_PER_STEP nodes a transaction, then the day dropped.
+    Stopped half way, the next pass does it again: the minutes already written are kept as they are."""
     sample_t = UsageSample._meta.db_table
+    if pg:
+        with transaction.atomic(), connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
+            if day not in _partitions(sample_t):
+                return 0  # another pass did it
+            partition_ensure(UsageMinute._meta.db_table, day)
+    rows = UsageSample.objects.filter(
+        at__gte=day, at__lt=day + timedelta(days=1), ticks__gt=0, columns__isnull=False
+    )
+    nodes = sorted(set(rows.values_list("node_id", flat=True).distinct()))
+    written = 0
+    for i in range(0, len(nodes), NODES_PER_STEP):
+        step = nodes[i : i + NODES_PER_STEP]
+        with transaction.atomic():
+            written += _downsample_nodes(rows.filter(node_id__gte=step[0], node_id__lte=step[-1]), day)
     with transaction.atomic():
         if pg:
             with connection.cursor() as cur:
                 cur.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK])
-            if day not in _partitions(sample_t):
-                return 0  # another pass did it
-            partition_ensure(UsageMinute._meta.db_table, day)
-        rows = UsageSample.objects.filter(
-            at__gte=day, at__lt=day + timedelta(days=1), ticks__gt=0, columns__isnull=False
-        ).order_by("node_id", "columns_id", "at")
-        minutes: list[UsageMinute] = []
-        group: list[tuple[datetime, bytes]] = []
-        key: tuple[int, int] | None = None
-        for node_id, columns_id, at, data in rows.values_list("node_id", "columns_id", "at", "data").iterator(
-            chunk_size=2000
-        ):
-            if (node_id, columns_id) != key and group and key is not None:
-                minutes += _aggregate(key, group, day)
-                group = []
-            key = (node_id, columns_id)
-            group.append((at, bytes(data)))
-        if group and key is not None:
-            minutes += _aggregate(key, group, day)
-        UsageMinute.objects.bulk_create(minutes, batch_size=2000, ignore_conflicts=True)
-        if pg:
-            with connection.cursor() as cur:
-                cur.execute(f"DROP TABLE {_name(sample_t, day)}")
+                if day in _partitions(sample_t):
+                    cur.execute(f"DROP TABLE {_name(sample_t, day)}")
         else:
             UsageSample.objects.filter(at__gte=day, at__lt=day + timedelta(days=1)).delete()
+    return written
+
+
+def _downsample_nodes(rows: Any, day: datetime) -> int:
+    minutes: list[UsageMinute] = []
+    group: list[tuple[datetime, bytes]] = []
+    key: tuple[int, int] | None = None
+    ordered = rows.order_by("node_id", "columns_id", "at").values_list("node_id", "columns_id", "at", "data")
+    for node_id, columns_id, at, data in ordered.iterator(chunk_size=2000):
+        if (node_id, columns_id) != key and group and key is not None:
+            minutes += _aggregate(key, group, day)
+            group = []
+        key = (node_id, columns_id)
+        group.append((at, bytes(data)))
+    if group and key is not None:
+        minutes += _aggregate(key, group, day)
+    UsageMinute.objects.bulk_create(minutes, batch_size=2000, ignore_conflicts=True)
     return len(minutes)
 
 
