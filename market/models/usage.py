@@ -1,7 +1,8 @@
 """Measured usage: what the node agents report, the ledger's input for metered billing (docs/agent.md §Billing
-from measurement). Settlement charges from LeaseUsage, jobs show it, retention prunes old UsageReport rows and
-what-if replays it, so it is the market's; nodeagent's ingestion (nodeagent.services.usage) writes it. The
-tables keep the names the agent server's app gave them (issue 26): data stays put."""
+from measurement, §Usage storage). Settlement charges from LeaseUsage, jobs show it and the samples, and the
+usage storage upkeep downsamples and drops them, so it is the market's; nodeagent's ingestion
+(nodeagent.services.usage) writes it. The older tables keep the names the agent server's app gave them (issue
+26): data stays put."""
 
 from __future__ import annotations
 

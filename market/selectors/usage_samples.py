@@ -4,15 +4,18 @@ before issue 36, read beside them for one release. Billing never reads these: it
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, Q, Subquery
 
+from inventory.models import Node
 from market.models import UsageColumns, UsageMinute, UsageReport, UsageSample
 from market.models.usage import RAW_KEEP_DAYS
 from market.models.usage_blob import unpack, unpack_minutes
@@ -157,23 +160,25 @@ class LatestReport:
 
 
 def latest_samples(*, node_ids: list[int]) -> dict[int, LatestReport]:
-    """Each node's newest stored tick (its highest boot epoch, then seq: the key serves it), in two queries
-    for the nodes given; a node with none since issue 36 gets its newest protocol 1 report."""
-    newest = UsageSample.objects.filter(node_id=OuterRef("node_id"), ticks__gt=0).order_by(
-        "-boot_epoch", "-seq"
-    )
+    """Each node's newest stored tick (its highest boot epoch, then seq: the key serves it), in three queries
+    for the nodes given (keys, rows, column orders); a node with none since issue 36 gets its newest protocol 1
+    report."""
+    newest = UsageSample.objects.filter(node_id=OuterRef("pk"), ticks__gt=0).order_by("-boot_epoch", "-seq")
+    # Per node, one backward walk of each day's key (node, boot epoch, seq): never the node's whole history.
     keys = list(
-        UsageSample.objects.filter(node_id__in=node_ids, ticks__gt=0)
-        .values("node_id")
-        .distinct()
+        Node.objects.filter(pk__in=node_ids)
         .annotate(e=Subquery(newest.values("boot_epoch")[:1]), s=Subquery(newest.values("seq")[:1]))
-        .values_list("node_id", "e", "s")
+        .filter(e__isnull=False)
+        .values_list("pk", "e", "s")
     )
     out: dict[int, LatestReport] = {}
+    wanted = [Q(node_id=node_id, boot_epoch=epoch, seq=seq) for node_id, epoch, seq in keys]
     rows: list[Any] = []
-    for node_id, epoch, seq in keys:
-        rows += UsageSample.objects.filter(node_id=node_id, boot_epoch=epoch, seq=seq).values_list(
-            "node_id", "at", "columns_id", "data"
+    if wanted:
+        rows = list(
+            UsageSample.objects.filter(reduce(operator.or_, wanted)).values_list(
+                "node_id", "at", "columns_id", "data"
+            )
         )
     names = _columns({c for _, _, c, _ in rows if c is not None})
     for node_id, at, cols, data in rows:
@@ -196,14 +201,10 @@ def latest_samples(*, node_ids: list[int]) -> dict[int, LatestReport]:
 
 def _legacy_latest(node_ids: list[int]) -> dict[int, LatestReport]:
     newest = (
-        UsageReport.objects.filter(node_id=OuterRef("node_id"))
-        .order_by("-boot_epoch", "-seq")
-        .values("pk")[:1]
+        UsageReport.objects.filter(node_id=OuterRef("pk")).order_by("-boot_epoch", "-seq").values("pk")[:1]
     )
     ids = (
-        UsageReport.objects.filter(node_id__in=node_ids)
-        .values("node_id")
-        .distinct()
+        Node.objects.filter(pk__in=node_ids)
         .annotate(report=Subquery(newest))
         .values_list("report", flat=True)
     )

@@ -198,3 +198,41 @@ def test_protocol_1_and_2_reports_share_the_storage_and_the_node_page_reads_the_
         and newest.gpus[_uuids(agent)[0]]["mem_used_mb"] == 30211
     )
     assert UsageSample.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_protocol_1_rows_stored_before_the_upgrade_are_still_read(running):
+    """UsageReport is kept readable for one release: the node page and the job's chart read it beside the
+    new rows."""
+    from market.models import UsageReport
+    from market.selectors.usage import lease_usage_series
+
+    _, agent, _, lease = running
+    mine = {g.gpu.uuid for g in lease.lease_gpus.select_related("gpu")}
+    start = lease.running_at or lease.started_at
+    for k in (1, 2):
+        at = start + timedelta(seconds=10 * k)
+        samples = [
+            {"uuid": u, "at": at.isoformat(), "util_pct": 50.0, "mem_used_mb": 1000.0, "energy_j": 1000.0 * k}
+            for u in sorted(mine)
+        ]
+        UsageReport.objects.create(
+            node=agent.node, boot_epoch=1, seq=k, sent_at=at, received_at=at, samples=samples
+        )
+    newest = latest_reports(node_ids=[agent.node.pk])[agent.node.pk]
+    assert newest.sent_at == start + timedelta(seconds=20) and set(newest.gpus) == mine
+    usage = _usage(sorted(mine) + [g.uuid for g in agent.node.gpus.exclude(uuid__in=mine)], lease.pk)
+    usage["t"] = [(start + timedelta(seconds=30 + 10 * k)).timestamp() for k in range(3)]
+    report_ingest(
+        node_id=agent.node.pk,
+        boot_epoch=2,
+        seq=1,
+        sent_at=timezone.now(),
+        samples=parse_samples(usage),
+        leases=[],
+    )
+    points = lease_usage_series(lease=lease)[agent.node.name]
+    assert [p.at for p in points] == [start + timedelta(seconds=10 * k) for k in (1, 2, 3, 4, 5)]
+    assert [p.mem_used_mb for p in points] == [2000.0, 2000.0, 60511.0, 60511.0, 60511.0]
+    # The newest row wins on the node page once there is one.
+    assert latest_reports(node_ids=[agent.node.pk])[agent.node.pk].sent_at == start + timedelta(seconds=50)
