@@ -9,16 +9,17 @@ Layout (before deflate), version 1, for T ticks, G GPUs (columns) and L distinct
     leases  <i8[L]      the lease ids the `lease` plane points into (1-based; 0: no lease)
     util    u1[G,T]     SM utilisation %, whole
     mem     <u4[G]      memory used at the first tick, whole MB, then
-            <i4[G,T-1]  its change from tick to tick (mostly 0: a job's memory stays put)
+            <i8[G,T-1]  its change from tick to tick (mostly 0: a job's memory stays put)
     power   <u2[G,T]    power, tenths of a watt (0 to 6,553.5 W)
     energy  <i8[G]      each GPU's energy counter at the first tick, whole joules, then
-            <i4[G,T-1]  its rise from tick to tick, whole joules (negative where the counter was reset)
+            <i8[G,T-1]  its rise from tick to tick, whole joules (negative where the counter was reset)
     lease   u1[G,T]     index into `leases`
     foreign u1[G,T]     processes on the GPU that no lease of the node covers
 
 GPU-major planes put one GPU's consecutive ticks side by side, which is what deflate finds repeated (a job's
 memory and lease stay put from tick to tick); the planes of wider numbers are stored byte by byte (every
-value's lowest byte, then every value's next: a "shuffle"), so the high bytes, nearly constant, become runs.
+value's lowest byte, then every value's next: a "shuffle"), so the high bytes, nearly constant, become runs
+(steps are 8 bytes wide, so no counter can wrap: their high bytes cost next to nothing once deflated).
 Whole joules cost at most half a joule a tick on a chart; billing reads the agent's own counters
 (LeaseUsage). The 1-minute rows (`pack_minutes`) use the same idea.
 """
@@ -59,7 +60,7 @@ def _shuffle(values: npt.NDArray[Any], dtype: str) -> bytes:
 
 def _first_and_steps(values: F64, dtype: str) -> tuple[bytes, bytes]:
     """GPUs x ticks as each GPU's first value and its steps from tick to tick (whole numbers)."""
-    return _shuffle(values[:, 0], dtype), _shuffle(np.diff(values, axis=1), "<i4")
+    return _shuffle(values[:, 0], dtype), _shuffle(np.diff(values, axis=1), "<i8")
 
 
 class _Reader:
@@ -80,7 +81,7 @@ class _Reader:
     def first_and_steps(self, dtype: str, gpus: int, ticks: int) -> F64:
         """The inverse of _first_and_steps, as ticks x GPUs."""
         first = self.shuffled(dtype, gpus).astype(np.float64)
-        steps = self.shuffled("<i4", gpus * (ticks - 1)).reshape(gpus, ticks - 1).astype(np.float64)
+        steps = self.shuffled("<i8", gpus * (ticks - 1)).reshape(gpus, ticks - 1).astype(np.float64)
         return np.concatenate((first[:, None], first[:, None] + np.cumsum(steps, axis=1)), axis=1).T
 
 
@@ -172,7 +173,7 @@ def pack_minutes(m: Minutes) -> bytes:
         np.rint(m.util_max.T).astype(np.uint8).tobytes(),
         _shuffle(np.rint(m.mem_avg_mb.T), "<u4"),
         _shuffle(np.rint(m.mem_max_mb.T), "<u4"),
-        _shuffle(np.rint(m.energy_j.T), "<i4"),
+        _shuffle(np.rint(m.energy_j.T), "<i8"),
     ]
     return _deflate(b"".join(parts))
 
@@ -195,5 +196,5 @@ def unpack_minutes(data: bytes | memoryview) -> Minutes:
         util_max=plane(r.take("u1", n)),
         mem_avg_mb=plane(r.shuffled("<u4", n)),
         mem_max_mb=plane(r.shuffled("<u4", n)),
-        energy_j=plane(r.shuffled("<i4", n)),
+        energy_j=plane(r.shuffled("<i8", n)),
     )

@@ -236,3 +236,22 @@ def test_protocol_1_rows_stored_before_the_upgrade_are_still_read(running):
     assert [p.mem_used_mb for p in points] == [2000.0, 2000.0, 60511.0, 60511.0, 60511.0]
     # The newest row wins on the node page once there is one.
     assert latest_reports(node_ids=[agent.node.pk])[agent.node.pk].sent_at == start + timedelta(seconds=50)
+
+
+def test_the_packed_form_keeps_extreme_cells():
+    """Whatever a cell may hold comes back (to the stored unit): a counter reset from 1e12 J to 0, memory
+    from 0 to 2^32 - 1 MB, 6,553.5 W, a lease id of 2^53."""
+    import numpy as np
+
+    from market.models.usage_blob import pack
+
+    usage = _usage(["GPU-a", "GPU-b"], 2**53)
+    usage["energy_j"] = [[1e12, 5.0], [0.0, 1e15], [7.0, 0.0]]
+    usage["mem_mb"] = [[0, 2**32 - 1], [2**32 - 1, 0], [12, 12]]
+    usage["power_w"][1][0] = 6553.5
+    s = parse_samples(usage)
+    t = unpack(pack(t_ms=np.array([0, 10_000, 20_000]), util=s.util, mem_mb=s.mem_mb, power_w=s.power_w,
+                    energy_j=s.energy_j, lease=s.lease, foreign=s.foreign))  # fmt: skip
+    assert t.energy_j.tolist() == [[1e12, 5.0], [0.0, 1e15], [7.0, 0.0]]
+    assert t.mem_mb.tolist() == [[0, 2**32 - 1], [2**32 - 1, 0], [12, 12]]
+    assert t.power_w[1, 0] == 6553.5 and t.lease[0, 0] == 2**53
