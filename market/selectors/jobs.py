@@ -118,21 +118,40 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
 def hold_entries(*, leases: Iterable[Lease]) -> list[JournalEntry]:
     """The hold, settle and release entries of these leases' holds, oldest first (one query).
 
-    Each entry gets `lease_id`; each lease gets `hold_amount` (None while its hold does not exist).
+    A round's hold is its tenant's, shared by its winners (docs/ledger.md §Holds): of a shared hold only the
+    opening entry (which names no lease) and the entries of these leases are kept, the opening one shown as
+    this lease's part of it. Each entry gets `lease_id`, `share` (what its lease's part of the hold is) and
+    `shown` (a hold entry: what it held for this lease); each lease gets `hold_amount` (its share; None while
+    its hold does not exist).
     """
     by_key = {lease.hold_key: lease for lease in leases}
-    entries = list(
+    found = (
         JournalEntry.objects.filter(hold__key__in=list(by_key))
         .select_related("hold")
         .order_by("created_at", "pk")
     )
     for lease in by_key.values():
         lease.hold_amount = None  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
-    for entry in entries:
+    entries = []
+    for entry in found:
         hold = cast(Hold, entry.hold)  # every entry has one: the query filtered on its key
         lease = by_key[hold.key]
-        entry.lease_id = lease.pk  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
-        lease.hold_amount = hold.amount  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
+        if entry.lease_id not in (None, lease.pk):
+            continue  # another job's share of the same tenant hold
+        share = lease.hold_share if lease.hold_share is not None else hold.amount
+        entry.lease_id, entry.share = lease.pk, share  # type: ignore[attr-defined]  # an attribute the selector adds
+        entry.shown = entry.amount  # type: ignore[attr-defined]  # an attribute the selector adds
+        lease.hold_amount = share  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
+        entries.append(entry)
+    for lease in by_key.values():
+        extended = sum(
+            e.amount
+            for e in entries
+            if e.lease_id == lease.pk and e.kind == "hold" and e.key != lease.hold_key
+        )
+        for e in entries:
+            if e.lease_id == lease.pk and e.key == lease.hold_key and lease.hold_share is not None:
+                e.shown = lease.hold_share - extended  # type: ignore[attr-defined]  # its part of the tenant's hold
     return entries
 
 
