@@ -234,13 +234,15 @@ def test_the_bank_balances_after_a_storm(world: World) -> None:
     for hold in Hold.objects.filter(key__contains=":tenant:"):
         leases = Lease.objects.filter(hold_key=hold.key)
         extended = JournalEntry.objects.filter(hold=hold, kind=EntryKind.HOLD).exclude(key=hold.key)
-        assert sum(lease.hold_share for lease in leases) == hold.amount
+        assert sum(lease.hold_share or 0 for lease in leases) == hold.amount
         assert (extended.aggregate(s=Sum("amount"))["s"] or 0) == hold.amount - hold.entries.get(
             key=hold.key
         ).amount
         assert leases.count() == hold.parts
         ended = [lease for lease in leases if lease.state == "ended"]
-        assert hold.parts_closed == len(ended) and hold.closed == sum(lease.hold_share for lease in ended)
+        assert hold.parts_closed == len(ended) and hold.closed == sum(
+            lease.hold_share or 0 for lease in ended
+        )
         assert hold.charged == sum(lease.charged or 0 for lease in ended)
         assert (hold.state == HoldState.SETTLED) == (len(ended) == leases.count())
     # Every settled or released lease closed its share once: one closing entry per lease.

@@ -78,7 +78,7 @@ def test_round_holds_the_predicted_p90_for_an_opted_in_tenant(market):
     assert lease.hold_share == -(-2 * lease.price * 3360 // 3600)  # rounded up
     assert by_job[other.pk].hold_share == 2 * by_job[other.pk].price * 10
     alpha = Hold.objects.get(key=lease.hold_key)
-    assert alpha.amount == lease.hold_share + by_job[cold.pk].hold_share and alpha.parts == 2
+    assert alpha.amount == (lease.hold_share or 0) + (by_job[cold.pk].hold_share or 0) and alpha.parts == 2
     assert Hold.objects.get(key=by_job[other.pk].hold_key).amount == by_job[other.pk].hold_share
 
 
