@@ -283,7 +283,8 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
     if args.statements:
         timed_commit = _statement_timed(timed_commit, "COMMIT", backend_cpu, charge)
         _wrap_bulk(backend_cpu, charge)
-        connection.execute_wrapper(_statement_wrapper(backend_cpu, charge)).__enter__()
+        # Appended, not entered as execute_wrapper's context: an unreferenced one is popped when collected.
+        connection.execute_wrappers.append(_statement_wrapper(backend_cpu, charge))
     connection._commit = timed_commit  # type: ignore[attr-defined]  # private in Django (the stubs leave it out): the benchmark times the commit by wrapping it
     cpu_before = (time.process_time(), backend_cpu())
     profile = cProfile.Profile() if args.profile else None
