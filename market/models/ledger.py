@@ -185,6 +185,11 @@ class JournalEntry(models.Model):
 
 
 class Posting(models.Model):
+    # The ledger's references (a posting's entry and account, an entry's hold and tenant, a hold's tenant) keep
+    # their database constraints, unlike the round's bulk-written leases and outcomes: since a round holds once
+    # per tenant, not per winner (issue 36), their deferred checks scale with the tenants that won (10,000 holds,
+    # entries and 20,000 postings at fleet scale: 0.6 of the round's 22 backend-and-Python CPU-seconds,
+    # docs/rounds.md §At fleet scale), and for money a row naming nothing must be refused, not found later.
     # Indexed by posting_entry_account, which leads with it.
     entry = models.ForeignKey(JournalEntry, on_delete=models.PROTECT, related_name="postings", db_index=False)
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="postings")
