@@ -285,3 +285,35 @@ def test_updated_at_moves_on_every_transition(market):
     lease_stopped(lease_id=lease.pk)
     assert Job.objects.get(pk=job.pk).state == JobState.PENDING
     moved()
+
+
+def test_a_teams_winners_share_one_hold_and_each_job_shows_its_own_share(market):
+    """One hold per tenant and round (issue 36 §3): each lease records its share, settling one charges and
+    releases only that share, and each job's page shows its own share, not the team's sum."""
+    w = market
+    a = make_job(w.alpha, w.alice, gpus=2, limits={w.h100: 5}, name="a")
+    b = make_job(w.alpha, w.alice, gpus=1, limits={w.h100: 5}, name="b")
+    rnd = rounds.round_tick()
+    assert rnd is not None and rnd.winners == 2
+    la, lb = (Lease.objects.get(job=job) for job in (a, b))
+    hold = Hold.objects.get(key=la.hold_key)
+    assert hold.key == lb.hold_key == f"round:{rnd.pk}:tenant:{w.alpha.pk}"
+    assert la.hold_share and lb.hold_share and hold.amount == la.hold_share + lb.hold_share
+    assert tenant_balance(tenant=w.alpha).held == hold.amount
+    lease_running(lease_id=la.pk)
+    LeaseUsage.objects.create(lease=la, node=la.node, gpu_seconds=2 * 600, samples=600)
+    lease_stopped(lease_id=la.pk)
+    la.refresh_from_db()
+    charge = -(-2 * la.price * 600 // 3600)  # GPU-seconds at the price, rounded up
+    assert la.charged == charge
+    balance = tenant_balance(tenant=w.alpha)
+    assert (balance.held, balance.spent) == (lb.hold_share, charge)
+    client = w.client(w.alice)
+    charges = client.get(f"/api/v1/tenants/{w.alpha.slug}/jobs/{a.pk}").json()["charges"]
+    assert [(c["kind"], c["amount"], c["released"], c["lease"]) for c in charges] == [
+        ("hold", la.hold_share, 0, la.pk),
+        ("settle", charge, la.hold_share - charge, la.pk),
+    ]
+    (other,) = client.get(f"/api/v1/tenants/{w.alpha.slug}/jobs/{b.pk}").json()["charges"]
+    assert (other["kind"], other["amount"], other["lease"]) == ("hold", lb.hold_share, lb.pk)
+    ledger_ok()
