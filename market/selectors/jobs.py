@@ -125,33 +125,31 @@ def hold_entries(*, leases: Iterable[Lease]) -> list[JournalEntry]:
     its hold does not exist).
     """
     by_key = {lease.hold_key: lease for lease in leases}
+    # Not the other jobs' settlements of a shared hold: the opening entry names no lease, the rest name theirs.
     found = (
         JournalEntry.objects.filter(hold__key__in=list(by_key))
+        .filter(Q(lease__isnull=True) | Q(lease__in=[lease.pk for lease in by_key.values()]))
         .select_related("hold")
         .order_by("created_at", "pk")
     )
     for lease in by_key.values():
         lease.hold_amount = None  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
-    entries = []
-    for entry in found:
+    entries = list(found)
+    for entry in entries:
         hold = cast(Hold, entry.hold)  # every entry has one: the query filtered on its key
         lease = by_key[hold.key]
-        if entry.lease_id not in (None, lease.pk):
-            continue  # another job's share of the same tenant hold
         share = lease.hold_share if lease.hold_share is not None else hold.amount
         entry.lease_id, entry.share = lease.pk, share  # type: ignore[attr-defined]  # an attribute the selector adds
         entry.shown = entry.amount  # type: ignore[attr-defined]  # an attribute the selector adds
         lease.hold_amount = share  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
-        entries.append(entry)
     for lease in by_key.values():
-        extended = sum(
-            e.amount
-            for e in entries
-            if e.lease_id == lease.pk and e.kind == "hold" and e.key != lease.hold_key
-        )
-        for e in entries:
-            if e.lease_id == lease.pk and e.key == lease.hold_key and lease.hold_share is not None:
-                e.shown = lease.hold_share - extended  # type: ignore[attr-defined]  # its part of the tenant's hold
+        if lease.hold_share is None:
+            continue  # a hold of its own: its opening entry held what it shows
+        mine = [e for e in entries if e.lease_id == lease.pk and e.kind == "hold"]
+        extended = sum(e.amount for e in mine if e.key != lease.hold_key)
+        for e in mine:
+            if e.key == lease.hold_key:  # the tenant's opening entry: this lease's part of it
+                e.shown = lease.hold_share - extended  # type: ignore[attr-defined]  # an attribute the selector adds
     return entries
 
 

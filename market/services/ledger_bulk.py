@@ -184,12 +184,11 @@ class Share:
 @dataclass(frozen=True)
 class SharesHeld:
     """Refs whose share is held (in a new hold or a replayed one), refused for lack of money, or left out
-    because their tenant's key was used for a different hold; `keys`: each held tenant's hold key."""
+    because their tenant's key was used for a different hold."""
 
     placed: list[int]
     refused: list[int]
     conflicted: list[int]
-    keys: dict[int, str]
 
 
 def ledger_hold_shares(*, shares: Sequence[Share], key_of: Callable[[int], str], memo: str) -> SharesHeld:
@@ -278,7 +277,7 @@ def ledger_hold_shares(*, shares: Sequence[Share], key_of: Callable[[int], str],
                 legs["amount"].append(amount)
     bulk.insert(Posting, legs, ids=False)
     _move(accounts, {t: total[t] for t in held if total[t]})
-    return SharesHeld(placed=placed, refused=refused, conflicted=conflicted, keys=keys)
+    return SharesHeld(placed=placed, refused=refused, conflicted=conflicted)
 
 
 def _accounts(tenants: list[int]) -> dict[tuple[int, str], int]:
