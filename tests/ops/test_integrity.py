@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from market.models import BidOutcome, Command, FairShareUsage, JournalEntry, Lease, LeaseGpu
+from market.models import BidOutcome, Command, FairShareUsage, JournalEntry, Lease, LeaseGpu, RoundLoss
 from ops.integrity import orphans, unchecked_keys
 
 pytestmark = pytest.mark.django_db
@@ -26,6 +26,7 @@ def test_the_unenforced_keys_are_the_bulk_written_ones() -> None:
         LeaseGpu,
         Command,
         BidOutcome,
+        RoundLoss,  # issue 36: the round's losses by tenant and reason, bulk-written beside the outcomes
         FairShareUsage,
         JournalEntry,
     }
