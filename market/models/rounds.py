@@ -116,9 +116,11 @@ class Reservation(models.Model):
 
 
 class BidOutcome(models.Model):
-    """What one round decided for one bid: won (tier, type, price) or lost (reason and its figure)."""
+    """What one round decided for one bid: won (tier, type, price) or lost (reason and its figure). A loss is
+    written only when it differs from the job's newest row (docs/rounds.md §At fleet scale, writing less): a
+    loss row stands for the rounds after it until the job's next row (market.selectors.explain)."""
 
-    # Every round writes one row per bid (20,000 at a time), so these references are kept by the code, not by
+    # A first round writes one row per bid (20,000 at a time), so these references are kept by the code, not by
     # the database: the round commit writes them for the round it holds locked and the jobs it just read, in
     # one transaction, and nothing else writes outcomes. A foreign key constraint would add three checks per
     # row at COMMIT (most of the commit's own time at 20,000 bids: docs/rounds.md §Measured); Django still

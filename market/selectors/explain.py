@@ -2,7 +2,8 @@
 each of its leases ended.
 
 The sentences are built from what the round stored (BidOutcome's reason and figure, RoundPrice) and the bid
-version the round saw, so they say what the round knew, not what is true now. docs/allocator.md lists the
+version the round saw, so they say what the round knew, not what is true now. A loss is stored only when it
+changed, so a row stands for the rounds up to the job's next one, and its sentence names the newest of them. docs/allocator.md lists the
 reasons and the meaning of each figure.
 """
 
