@@ -19,8 +19,8 @@ Targets: round_s under 1 second at the default size (issue 20); under 5 seconds 
 `--nodes 12500 --tenants 10000 --jobs 200000` (issue 29).
 
 `--second`: a first round runs untimed on the copy, then the timed round is a second one over the jobs it
-left pending (its slot one period later). The line adds `first_outcomes` (the outcome rows the first round
-wrote); every line has `bids` (the timed round's) and `outcomes` (the outcome rows it wrote: a bid that lost as
+left pending (its slot one period later); `--after N`: N untimed rounds first. The line adds `after` and
+`before_outcomes` (the outcome rows each untimed round wrote); every line has `bids` (the timed round's) and `outcomes` (the outcome rows it wrote: a bid that lost as
 it had the round before writes none, docs/rounds.md §At fleet scale, writing less).
 
 `--statements`: the backend's CPU seconds per statement of the round (read from /proc around each one, so
@@ -150,12 +150,19 @@ def main() -> None:
         "runs untimed before it): what a round costs once most bids lost the round before"
     )  # fmt: skip
     parser.add_argument(
+        "--after", type=int, default=0, help="untimed rounds before the timed one (--second: 1); at fleet "
+        "scale the second round's losers still change (outbid in the first, busy once every GPU is taken)"
+    )  # fmt: skip
+    parser.add_argument(
         "--repeat", type=int, default=3, help="rounds, each on a freshly built database (default 3): one "
         "round on a shared 2-core machine varies by a fifth; the figures are the median round's"
     )  # fmt: skip
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat: must be at least 1")
+    if args.after < 0:
+        parser.error("--after: must be at least 0")
+    args.after = max(args.after, 1 if args.second else 0)
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("SECRET_KEY", "bench-only")
@@ -256,12 +263,12 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
     if args.shadow:
         _shadow_version()
     slot = rounds.slot_of(timezone.now(), 300)
-    first_outcomes = None
-    if args.second:  # the first round, untimed: its winners allocated, its losers still pending
+    before_outcomes = []
+    for _ in range(args.after):  # untimed rounds first: their winners allocated, their losers still pending
         first = rounds.round_advance(round_id=Round.objects.create(slot=slot, period_s=300).pk)
         if first.state != "dispatched":
-            raise SystemExit(f"the first round ended {first.state}: {first.error}")
-        first_outcomes = BidOutcome.objects.filter(round=first).count()
+            raise SystemExit(f"an untimed round ended {first.state}: {first.error}")
+        before_outcomes.append(BidOutcome.objects.filter(round=first).count())
         slot = slot + timedelta(seconds=300)
     rnd = Round.objects.create(slot=slot, period_s=300)
     # The shadow runs after the live round's dispatch, inside round_advance: timed apart by wrapping its door.
@@ -346,14 +353,11 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
             "shadow_gained": row.gained,
             "shadow_lost": row.lost,
         }
-    second = (
-        {"second": True, "first_outcomes": first_outcomes, "bids": done.bids}
-        if args.second
-        else {"bids": done.bids}
-    )
+    second = {"after": args.after, "before_outcomes": before_outcomes} if args.after else {}
     return {
         "bench": "round",
         **second,
+        "bids": done.bids,
         "outcomes": BidOutcome.objects.filter(round=done).count(),
         "jobs": args.jobs,
         "gpus": args.nodes * 8,
