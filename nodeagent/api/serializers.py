@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -17,6 +18,10 @@ from nodeagent.services.registration import GpuInfo
 from nodeagent.services.usage_parse import LOG_TAIL_MAX, MAX_GPUS, MAX_LEASES
 
 # Agent requests
+
+LONG_POLL_V1_S = 25  # what a protocol 1 agent waits at most, whatever the server says
+MAX_ACKS = 1_000  # acknowledgements in one report: far above what one poll brings (100 commands)
+MAX_EVENTS = 100  # what the agent keeps at most (sandbox_gpus.MAX_EVENTS)
 
 
 class NodeAddressField(serializers.CharField):
@@ -115,8 +120,17 @@ class HeartbeatSerializer(serializers.Serializer[object]):
 class CommandsQuerySerializer(serializers.Serializer[object]):
     after = serializers.IntegerField(min_value=0, default=0, help_text="The last command id already seen.")
     wait = serializers.IntegerField(
-        min_value=0, max_value=25, default=0, help_text="Seconds to hold the request until a command exists."
+        min_value=0,
+        default=0,
+        help_text="Seconds to hold the request until a command exists: at most the poll_seconds the server "
+        "sends (AGENT_POLL_SECONDS, 240), and never less than 25.",
     )
+
+    def validate_wait(self, value: int) -> int:
+        most = max(LONG_POLL_V1_S, settings.AGENT_POLL_SECONDS)
+        if value > most:
+            raise serializers.ValidationError(f"at most {most}")
+        return value
 
 
 class AckSerializer(serializers.Serializer[object]):
@@ -206,6 +220,64 @@ class UsageReportSerializer(serializers.Serializer[object]):
     leases = LeaseCountersSerializer(many=True, help_text=f"At most {MAX_LEASES}.")
 
 
+class _ReportGpuSerializer(BodySerializer, GpuHealthSerializer):
+    pass
+
+
+class _ReportEventSerializer(BodySerializer, GuardEventSerializer):
+    pass
+
+
+class ReportAckSerializer(BodySerializer):
+    command = serializers.IntegerField(min_value=1)
+    result = serializers.ChoiceField(choices=["applied", "refused"])
+    detail = serializers.CharField(max_length=500, allow_blank=True, default="")
+
+
+class ReportStartedSerializer(BodySerializer):
+    lease = serializers.IntegerField(min_value=1)
+    at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class ReportExitedSerializer(BodySerializer, ExitedSerializer):
+    lease = serializers.IntegerField(min_value=1)
+
+
+class ReportSerializer(BodySerializer):
+    """A protocol 2 report (docs/agent.md §Protocol 2). Unknown fields are refused, naming them; every list is
+    bounded. `usage` and `leases` are checked by nodeagent.services.usage_parse (fast, field by field)."""
+
+    unknown_message = "is not a field of a protocol 2 report"
+
+    protocol = serializers.IntegerField(min_value=2, max_value=2)
+    boot_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+    seq = serializers.IntegerField(
+        min_value=1, max_value=2**62, help_text="From 1 in each boot epoch, +1 a report."
+    )
+    sent_at = serializers.DateTimeField()
+    gpus = _ReportGpuSerializer(many=True, required=False, default=list, max_length=MAX_GPUS)
+    running = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        max_length=MAX_LEASES,
+        required=False,
+        default=list,
+        help_text="Leases whose jobs the agent has running.",
+    )
+    events = _ReportEventSerializer(many=True, required=False, default=list, max_length=MAX_EVENTS)
+    acks = ReportAckSerializer(many=True, required=False, default=list, max_length=MAX_ACKS)
+    started = ReportStartedSerializer(many=True, required=False, default=list, max_length=MAX_LEASES)
+    exited = ReportExitedSerializer(many=True, required=False, default=list, max_length=MAX_LEASES)
+    usage = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The samples since the last report, as columns.",
+    )
+    leases = serializers.JSONField(
+        required=False, default=list, help_text=f"Cumulative counters per lease (at most {MAX_LEASES})."
+    )
+
+
 # Agent responses
 
 
@@ -213,14 +285,34 @@ class RegisteredSerializer(serializers.Serializer[object]):
     node = serializers.IntegerField()
     name = serializers.CharField()
     credential = serializers.CharField(required=False, help_text="gpn_…, only on the first registration.")
-    heartbeat_seconds = serializers.IntegerField()
-    poll_seconds = serializers.IntegerField()
+    heartbeat_seconds = serializers.IntegerField(help_text="Protocol 1 agents: how often to heartbeat.")
+    poll_seconds = serializers.IntegerField(help_text="How long to hold a command poll, at most.")
+    protocol = serializers.IntegerField(help_text="The newest protocol the server speaks (2).")
+    report_seconds = serializers.FloatField(help_text="Protocol 2 agents: when to send the first report.")
 
 
 class HeartbeatReplySerializer(serializers.Serializer[object]):
     state = serializers.ChoiceField(choices=Node.State.choices)
     fence = serializers.IntegerField(help_text="The newest round's id.")
     server_time = serializers.DateTimeField()
+
+
+class ReportReplySerializer(HeartbeatReplySerializer):
+    acked = serializers.IntegerField(help_text="The report's seq: it is stored.")
+    report_seconds = serializers.FloatField(
+        help_text="Seconds until the next report (fleet pacing, staggered)."
+    )
+    poll_seconds = serializers.IntegerField(help_text="How long to hold a command poll, at most.")
+    ignored = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField()),
+        required=False,
+        help_text="Items about another node's commands or leases, left alone: {acks|started|exited: [id]}.",
+    )
+    refused = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField()),
+        required=False,
+        help_text="Items the server refused, with why: {acks|started|exited: {id: why}}.",
+    )
 
 
 class CommandSerializer(serializers.Serializer[object]):

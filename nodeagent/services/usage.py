@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connection, models, transaction
@@ -27,7 +27,7 @@ from market.models import Lease, LeaseGpu, LeaseState, LeaseUsage, UsageReport
 from market.selectors.policy import idle_util_pct
 from nodeagent.models import UsageMark
 from nodeagent.services.checkpoints import checkpoints_save
-from nodeagent.services.usage_parse import LeaseCounters, Report
+from nodeagent.services.usage_parse import LeaseCounters, Report, Samples
 
 
 def _greatest() -> str:
@@ -242,3 +242,43 @@ def _save_counters(entries: list[tuple[int, LeaseCounters, datetime | None]], no
         f"samples = {g}({t}.samples, excluded.samples), "
         "updated_at = excluded.updated_at",
     )
+
+
+# proto adapter: replaced by the usage branch
+def report_ingest(
+    *,
+    node_id: int,
+    boot_epoch: int,
+    seq: int,
+    sent_at: datetime,
+    samples: Samples | None,
+    leases: list[LeaseCounters],
+    now: datetime | None = None,
+) -> bool:
+    """A protocol 2 report's samples and counters, stored as today's usage report (one GPU sample per GPU
+    and tick). True when the report was new."""
+    gpus: list[dict[str, Any]] = []
+    if samples is not None:
+        newest = len(samples.t) - 1
+        for i, t in enumerate(samples.t):
+            at = datetime.fromtimestamp(t, UTC).isoformat()
+            for j, uuid in enumerate(samples.gpus):
+                procs = [
+                    {"pid": p["pid"], "used_mb": p["used_mb"], "lease": p.get("lease")}
+                    for p in samples.processes
+                    if i == newest and p["gpu"] == uuid
+                ]
+                gpus.append(
+                    {
+                        "uuid": uuid,
+                        "at": at,
+                        "healthy": True,
+                        "util_pct": samples.util[i][j],
+                        "mem_used_mb": samples.mem_mb[i][j],
+                        "power_w": samples.power_w[i][j],
+                        "energy_j": samples.energy_j[i][j],
+                        "processes": procs,
+                    }
+                )
+    report = Report(boot_epoch=boot_epoch, seq=seq, sent_at=sent_at, gpus=gpus, leases=leases)
+    return usage_ingest(reports=[(node_id, report)], now=now) > 0

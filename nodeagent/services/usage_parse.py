@@ -199,3 +199,78 @@ def parse_report(data: Any) -> Report:
         gpus=_each(gpus, "gpus", _gpu),
         leases=_each(leases, "leases", _counters),
     )
+
+
+# proto adapter: replaced by the usage branch
+MAX_TICKS = 360
+_SAMPLE_KEYS = frozenset(
+    {"gpus", "t", "util", "mem_mb", "power_w", "energy_j", "lease", "foreign", "processes"}
+)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A protocol 2 report's samples as columns: one row per tick, one entry per GPU (docs/agent.md)."""
+
+    gpus: list[str]
+    t: list[float]
+    util: list[list[float]]
+    mem_mb: list[list[float]]
+    power_w: list[list[float]]
+    energy_j: list[list[float]]
+    lease: list[list[int]]
+    foreign: list[list[int]]
+    processes: list[dict[str, Any]]
+
+
+def parse_samples(data: Any, *, path: str = "usage") -> Samples:
+    if type(data) is not dict:
+        raise NodeError("must be an object", field=path)
+    unknown = sorted(set(data) - _SAMPLE_KEYS)
+    if unknown:
+        raise NodeError("is not a field of the samples", field=f"{path}.{unknown[0]}")
+    try:
+        gpus = _list(data, "gpus", MAX_GPUS)
+        t = _list(data, "t", MAX_TICKS)
+    except _Bad as exc:
+        raise NodeError(exc.message, field=f"{path}.{exc.key}") from None
+    for j, uuid in enumerate(gpus):
+        if type(uuid) is not str or not 0 < len(uuid) <= 96:
+            raise NodeError("must be a GPU UUID (1 to 96 characters)", field=f"{path}.gpus[{j}]")
+    for i, when in enumerate(t):
+        if type(when) not in (int, float) or not 0 < when < 1e11 or (i and when <= t[i - 1]):
+            raise NodeError("must be epoch seconds, ascending", field=f"{path}.t[{i}]")
+    columns: dict[str, list[list[Any]]] = {}
+    for key, high, whole in (
+        ("util", 100.0, False),
+        ("mem_mb", 1e9, False),
+        ("power_w", 1e6, False),
+        ("energy_j", 1e15, False),
+        ("lease", float(INT_MAX), True),
+        ("foreign", 1e6, True),
+    ):
+        rows = data.get(key, [])
+        if type(rows) is not list or len(rows) != len(t):
+            raise NodeError(f"must be a list of {len(t)} rows, one per tick", field=f"{path}.{key}")
+        for i, row in enumerate(rows):
+            if type(row) is not list or len(row) != len(gpus):
+                raise NodeError(f"must have {len(gpus)} entries, one per GPU", field=f"{path}.{key}[{i}]")
+            for j, value in enumerate(row):
+                ok = type(value) is int if whole else type(value) in (int, float)
+                if not ok or not 0 <= value <= high:
+                    raise NodeError(
+                        f"must be a number between 0 and {high:g}", field=f"{path}.{key}[{i}][{j}]"
+                    )
+        columns[key] = rows
+    try:
+        processes = _list(data, "processes", MAX_PROCESSES)
+    except _Bad as exc:
+        raise NodeError(exc.message, field=f"{path}.{exc.key}") from None
+    for j, proc in enumerate(processes):
+        if type(proc) is not dict or proc.get("gpu") not in gpus:
+            raise NodeError("must be an object naming one of the GPUs", field=f"{path}.processes[{j}]")
+        try:
+            _process(proc)
+        except _Bad as exc:
+            raise NodeError(exc.message, field=f"{path}.processes[{j}].{exc.key}") from None
+    return Samples(gpus=gpus, t=[float(x) for x in t], processes=processes, **columns)
