@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from inventory.models import Node
 from market.models import Command, CommandKind, CommandState, JobState, LeaseState, LeaseUsage
-from market.selectors.policy import market_policy
+from market.selectors.policy import forget_cached_policy, market_policy
 from nodeagent.services import pacing
 from nodeagent.services.heartbeat import nodes_mark_down
 from nodeagent.services.report import AgentReport, report_apply
@@ -265,6 +265,7 @@ def test_answers_are_staggered_and_the_budget_is_a_policy_knob(world, settings):
     policy = market_policy()
     policy.agent_report_budget_rps = 2
     policy.save()
+    forget_cached_policy()
     pacing.forget()
     rng = random.Random(7)
     drawn = [pacing.pace(rng).report_seconds for _ in range(200)]
