@@ -100,7 +100,11 @@ GPUS_PER_NODE = 8
 HEARTBEAT_S = 15.0  # the server's heartbeat_seconds
 USAGE_S = 10.0  # the agent's default sample interval
 RUN_S = (5.0, 30.0)  # how long a simulated job runs before it exits 0
-RAMP_S = 10.0  # agents start spread over this long before the measured window
+RAMP_S = 10.0  # protocol 1 agents start spread over this long before the measured window
+# Protocol 2 agents report at once when they start, then at the server's interval (20 s at 1,000 agents): they
+# start spread over one ceiling interval, as a fleet that was running when the window opens, not a 10-s boot
+# storm of every machine at once.
+RAMP_V2_S = 30.0
 METRICS_TOKEN = "bench-load-metrics"
 
 
@@ -854,8 +858,9 @@ async def _load(
     then the measured window: tenants' actions in threads beside them for plan["seconds"]."""
     import aiohttp
 
+    ramp = RAMP_V2_S if plan["protocol"] == 2 else RAMP_S
     start, began = time.monotonic(), time.perf_counter()
-    win = Window(rec, began + RAMP_S, began + RAMP_S + plan["seconds"], start + RAMP_S + plan["seconds"])
+    win = Window(rec, began + ramp, began + ramp + plan["seconds"], start + ramp + plan["seconds"])
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
     base = f"http://127.0.0.1:{plan['port']}/api/v1/agent/"
     async with aiohttp.ClientSession(connector=connector) as http_:
@@ -864,8 +869,8 @@ async def _load(
             kind(name, credential, plan["poll_seconds"], random.Random(f"agent-{name}"), http_, base)
             for name, credential in registered
         ]
-        tasks = [asyncio.create_task(a.run(win, start + a.rng.uniform(0, RAMP_S))) for a in agents]
-        await asyncio.sleep(RAMP_S)
+        tasks = [asyncio.create_task(a.run(win, start + a.rng.uniform(0, ramp))) for a in agents]
+        await asyncio.sleep(ramp)
         cpu_before = _cpu_now(plan)
         loop = asyncio.get_running_loop()
         tenant_run = loop.run_in_executor(None, _run_tenants, plan, plan["seconds"], rec, tenants)

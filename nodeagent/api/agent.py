@@ -171,7 +171,7 @@ class ReportView(AgentView):
         reply: dict[str, Any] = {
             "acked": report.seq,
             "state": outcome.node.state,
-            "fence": current_fence(),
+            "fence": pacing.answer_fence(),
             "server_time": timezone.now(),
             "report_seconds": pace.report_seconds,
             "poll_seconds": pace.poll_seconds,

@@ -20,13 +20,15 @@ from dataclasses import dataclass
 from django.conf import settings
 
 from inventory.models import Node
-from market.selectors.policy import market_policy_cached
+from market.selectors.policy import current_fence, market_policy_cached
 
 STAGGER = 0.1  # each interval drawn from +-10% of the paced one
 COUNT_CACHE_S = 5.0
+FENCE_CACHE_S = 1.0
 
 _lock = threading.Lock()
 _cached: tuple[float, int, int] | None = None  # (monotonic time read, live nodes, budget)
+_fence: tuple[float, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -55,9 +57,24 @@ def _fleet() -> tuple[int, int]:
 
 def forget() -> None:
     """Drop the cached count (tests; a policy change is seen within COUNT_CACHE_S anyway)."""
-    global _cached
+    global _cached, _fence
     with _lock:
-        _cached = None
+        _cached = _fence = None
+
+
+def answer_fence() -> int:
+    """The newest round's id for an answer, read at most every FENCE_CACHE_S per process. The agent does not
+    act on it (each command carries its own fence, checked by the agent); it is there for the operator's
+    eye, so one read a second serves every report instead of one read each."""
+    global _fence
+    now = time.monotonic()
+    with _lock:
+        if _fence is not None and now - _fence[0] < FENCE_CACHE_S:
+            return _fence[1]
+    fence = current_fence()
+    with _lock:
+        _fence = (now, fence)
+    return fence
 
 
 def paced_interval(*, live_nodes: int, budget_rps: int) -> float:

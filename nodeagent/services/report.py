@@ -26,7 +26,7 @@ from django.utils import timezone
 from inventory.models import Node
 from market.models import Command, Lease
 from nodeagent.errors import NodeError
-from nodeagent.services.heartbeat import GpuHealth, node_guard_events, node_heartbeat
+from nodeagent.services.heartbeat import GpuHealth, node_alive, node_guard_events
 from nodeagent.services.lease_events import command_ack, lease_exited, lease_started
 from nodeagent.services.usage import report_ingest
 from nodeagent.services.usage_parse import LeaseCounters, Samples
@@ -100,7 +100,7 @@ def _own_leases(node: Node, ids: set[int]) -> dict[int, Lease]:
 @transaction.atomic
 def report_apply(*, node: Node, report: AgentReport, now: datetime | None = None) -> ReportOutcome:
     now = now or timezone.now()
-    node = node_heartbeat(
+    node = node_alive(
         node=node, boot_epoch=report.boot_epoch, gpus=report.gpus, leases=report.running, now=now
     )
     node_guard_events(node=node, events=report.events)
