@@ -41,7 +41,7 @@ from nodeagent.services.lease_events import command_ack, lease_exited, lease_sta
 from nodeagent.services.registration import node_capabilities_save, node_register, node_reregister
 from nodeagent.services.report import Ack, AgentReport, Exited, Started, report_apply
 from nodeagent.services.usage import usage_ingest
-from nodeagent.services.usage_parse import parse_counters, parse_report, parse_samples
+from nodeagent.services.usage_parse import MAX_LEASES, parse_counters, parse_report, parse_samples
 
 T = TypeVar("T")
 
@@ -181,17 +181,22 @@ class ReportView(AgentView):
         return Response(s.ReportReplySerializer(reply).data)
 
 
+def _lease_id(item: Any) -> int:
+    """The entry's lease id as sent, else 0, which parse_counters refuses naming `leases[i].lease`."""
+    lease = item.get("lease") if type(item) is dict else None
+    return lease if type(lease) is int else 0
+
+
 def _report(v: dict[str, Any]) -> AgentReport:
     """The validated body as the service's report; the samples and counters checked here (NodeError naming
     the field)."""
-    leases = v["leases"]
+    leases = v["leases"] if v["leases"] is not None else []
     if type(leases) is not list:
         raise NodeError("must be a list", field="leases")
-    if len(leases) > s.MAX_LEASES:
-        raise NodeError(f"has {len(leases)} entries; at most {s.MAX_LEASES}", field="leases")
+    if len(leases) > MAX_LEASES:
+        raise NodeError(f"has {len(leases)} entries; at most {MAX_LEASES}", field="leases")
     counters = [
-        parse_counters(item, lease=item.get("lease") if type(item) is dict else 0, path=f"leases[{i}]")
-        for i, item in enumerate(leases)
+        parse_counters(item, lease=_lease_id(item), path=f"leases[{i}]") for i, item in enumerate(leases)
     ]
     exited = []
     for i, e in enumerate(v["exited"]):

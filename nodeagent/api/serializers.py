@@ -255,7 +255,9 @@ class ReportSerializer(BodySerializer):
         min_value=1, max_value=2**62, help_text="From 1 in each boot epoch, +1 a report."
     )
     sent_at = serializers.DateTimeField()
-    gpus = _ReportGpuSerializer(many=True, required=False, default=list, max_length=MAX_GPUS)
+    gpus: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=_ReportGpuSerializer(), required=False, default=list, max_length=MAX_GPUS
+    )
     running = serializers.ListField(
         child=serializers.IntegerField(min_value=1),
         max_length=MAX_LEASES,
@@ -263,10 +265,18 @@ class ReportSerializer(BodySerializer):
         default=list,
         help_text="Leases whose jobs the agent has running.",
     )
-    events = _ReportEventSerializer(many=True, required=False, default=list, max_length=MAX_EVENTS)
-    acks = ReportAckSerializer(many=True, required=False, default=list, max_length=MAX_ACKS)
-    started = ReportStartedSerializer(many=True, required=False, default=list, max_length=MAX_LEASES)
-    exited = ReportExitedSerializer(many=True, required=False, default=list, max_length=MAX_LEASES)
+    events: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=_ReportEventSerializer(), required=False, default=list, max_length=MAX_EVENTS
+    )
+    acks: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=ReportAckSerializer(), required=False, default=list, max_length=MAX_ACKS
+    )
+    started: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=ReportStartedSerializer(), required=False, default=list, max_length=MAX_LEASES
+    )
+    exited: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=ReportExitedSerializer(), required=False, default=list, max_length=MAX_LEASES
+    )
     usage = serializers.JSONField(
         required=False,
         allow_null=True,
@@ -274,7 +284,7 @@ class ReportSerializer(BodySerializer):
         help_text="The samples since the last report, as columns.",
     )
     leases = serializers.JSONField(
-        required=False, default=list, help_text=f"Cumulative counters per lease (at most {MAX_LEASES})."
+        required=False, default=None, help_text=f"Cumulative counters per lease (at most {MAX_LEASES})."
     )
 
 
@@ -321,7 +331,9 @@ def check_report(data: Any) -> dict[str, Any]:
         if items == []:
             out[name] = []
             continue
-        checked = serializer(data=items, many=True, max_length=most)
+        checked: serializers.ListSerializer[Any] = serializers.ListSerializer(
+            data=items, child=serializer(), max_length=most
+        )
         if not checked.is_valid():
             raise serializers.ValidationError({name: checked.errors})
         out[name] = checked.validated_data
@@ -346,7 +358,9 @@ def _gpus(items: Any) -> list[dict[str, Any]]:
                 {"uuid": g["uuid"].strip(), "healthy": g["healthy"], "error": g.get("error", "")}
                 for g in items
             ]
-    checked = _ReportGpuSerializer(data=items, many=True, max_length=MAX_GPUS)
+    checked: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        data=items, child=_ReportGpuSerializer(), max_length=MAX_GPUS
+    )
     if not checked.is_valid():
         raise serializers.ValidationError({"gpus": checked.errors})
     return list(checked.validated_data)
