@@ -252,6 +252,13 @@ SPECTACULAR_SETTINGS = {
         "CanaryOnExpiryEnum": "market.models.policy_versions.OnExpiry",
         "SpendAlertKindEnum": "market.models.spend_alerts.AlertKind",
         "SpendAlertActionEnum": "market.models.spend_alerts.AlertAction",
+        # The agents' guard events and exit reasons, in protocol 1's bodies and protocol 2's report alike.
+        "GuardEventKindEnum": [
+            ("gpu_drained", "gpu_drained"),
+            ("gpu_resumed", "gpu_resumed"),
+            ("foreign_killed", "foreign_killed"),
+        ],
+        "ExitReasonEnum": [("out of memory", "out of memory")],
     },
 }
 
