@@ -12,7 +12,11 @@ registers every agent's node through `POST /api/v1/agent/register` (8 GPUs each)
 (GET /api/v1/me) as the baseline, then starts the agents over RAMP_S seconds and runs the load:
 
 - the agents, on one asyncio event loop (aiohttp, one connection per request as the agent's urllib makes
-  them), each on the schedule of nodeagent/agent/daemon.py: a usage report every 10 s with a sample per GPU
+  them). Protocol 2 (the default; ReportingAgent): a sample every 10 s kept, one gzipped `POST report` with
+  every sample since, the acknowledgements, starts and exits at the interval the server's last answer gave
+  (fleet pacing: 20 s at 1,000 nodes), at once after a job ended or a bind; the command poll in a task of its
+  own, held 75-100% of the server's poll_seconds (240); agents start over RAMP_V2_S (30 s). `--protocol 1`
+  (LongPollAgent), each on the first protocol's schedule of nodeagent/agent/daemon.py: a usage report every 10 s with a sample per GPU
   and the counters of every running lease, a heartbeat every 15 s with the leases it runs, and in between
   one long poll `GET commands?after=&wait=` whose wait runs to the next sample or heartbeat (at most the
   server's poll_seconds, 20, and 25: with the 10 s sample, about one poll per 10 s, each held up to 10 s);
@@ -62,6 +66,13 @@ average in brackets; docs/deploy.md §Fleet traffic has the table and what it sa
         3,865/3,865 reports accounted for; the web workers had about one core of the machine's two
 
 1,000 agents offer about 340 requests a second at about 8 ms of web CPU each here: more than the machine.
+
+Protocol 2, 2026-11-29, the same shared machine (docs/deploy.md §Fleet traffic, Protocol 2, has the table):
+
+    bench/load.py --agents 200 --tenant-rate 0.2 [4.7]: 0 5xx; agent p50 44 ms, p99 155 ms; 1,597/1,597
+        reports; 16.5 ms of web CPU a report
+    bench/load.py [10.9] (1,000 agents, shipped settings): 4,940 agents' 503s; tenant p99 2,982 ms;
+        delivery p99 35 s; 474/474 jobs and 1,791/1,791 reports accounted for (the web workers got one core)
 """
 
 from __future__ import annotations
