@@ -18,6 +18,10 @@ minutes to fill); `build_s` says how long this run spent building it.
 Targets: round_s under 1 second at the default size (issue 20); under 5 seconds at
 `--nodes 12500 --tenants 10000 --jobs 200000` (issue 29).
 
+`--statements`: the backend's CPU seconds per statement of the round (read from /proc around each one, so
+10 ms ticks: the large ones are what it is for), grouped by what the statement does (`COPY market_lease`,
+`UPDATE market_job`, `COMMIT`, ...), printed to stderr for the median round, largest first.
+
 `--shadow`: one proposed policy version runs in shadow (docs/rounds.md §Shadow rounds: every tenant's weight
 changed, the minimum runtime halved), so the round clears its book a second time after the live commit. The
 line then adds `live_s` (the round up to and including its dispatch), `shadow_s` (the shadow after it: the book
@@ -133,6 +137,9 @@ def main() -> None:
         "--shadow", action="store_true", help="run one proposed policy version in shadow and time its share"
     )
     parser.add_argument(
+        "--statements", action="store_true", help="the backend's CPU per statement of the round, to stderr"
+    )
+    parser.add_argument(
         "--repeat", type=int, default=3, help="rounds, each on a freshly built database (default 3): one "
         "round on a shared 2-core machine varies by a fifth; the figures are the median round's"
     )  # fmt: skip
@@ -155,6 +162,14 @@ def main() -> None:
     runs = [_one_round(args, url, template) for _ in range(args.repeat)]
     runs.sort(key=lambda run: run["round_s"])
     median = runs[len(runs) // 2]
+    statements = median.pop("_statements", None)
+    for run in runs:
+        run.pop("_statements", None)
+    if statements:
+        total = sum(cpu for cpu, _n in statements.values())
+        print(f"backend CPU per statement, median round ({total:.2f} s in all):", file=sys.stderr)
+        for label, (cpu, n) in sorted(statements.items(), key=lambda kv: -kv[1][0])[:25]:
+            print(f"  {cpu:6.2f} s  {n:4d}x  {label}", file=sys.stderr)
     print(
         json.dumps(
             {
@@ -257,8 +272,20 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
         finally:
             db_commits.append(time.perf_counter() - started)
 
-    connection._commit = timed_commit  # type: ignore[attr-defined]  # private in Django (the stubs leave it out): the benchmark times the commit by wrapping it
     backend_cpu = _backend_cpu(connection)
+    statements: dict[str, list[float]] = {}
+
+    def charge(label: str, before: float) -> None:
+        cpu_n = statements.setdefault(label, [0.0, 0])
+        cpu_n[0] += backend_cpu() - before
+        cpu_n[1] += 1
+
+    if args.statements:
+        timed_commit = _statement_timed(timed_commit, "COMMIT", backend_cpu, charge)
+        _wrap_bulk(backend_cpu, charge)
+        # Appended, not entered as execute_wrapper's context: an unreferenced one is popped when collected.
+        connection.execute_wrappers.append(_statement_wrapper(backend_cpu, charge))
+    connection._commit = timed_commit  # type: ignore[attr-defined]  # private in Django (the stubs leave it out): the benchmark times the commit by wrapping it
     cpu_before = (time.process_time(), backend_cpu())
     profile = cProfile.Profile() if args.profile else None
     started = time.perf_counter()
@@ -270,6 +297,9 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
     cpu_s = py_cpu_s + db_cpu_s
     connection._commit = real_commit  # type: ignore[attr-defined]  # private in Django (the stubs leave it out): the benchmark times the commit by wrapping it
     vars(rounds)["shadow_rounds_run"] = real_shadow
+    if args.statements:
+        connection.execute_wrappers.clear()
+        _unwrap_bulk()
     if profile is not None:
         profile.disable()
         pstats.Stats(profile, stream=sys.stderr).sort_stats(
@@ -324,7 +354,69 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
         "gpus_allocated": done.gpus_allocated,
         "db_mb": round(db_mb),
         **shadow,
+        **({"_statements": {k: (v[0], int(v[1])) for k, v in statements.items()}} if args.statements else {}),
     }
+
+
+def _label(sql: str) -> str:
+    """What a statement does, for grouping: its verb and first table ("UPDATE market_job")."""
+    import re
+
+    words = sql.split()
+    verb = words[0].upper() if words else "?"
+    table = re.search(r'(?:FROM|INTO|UPDATE|COPY)\s+"?(\w+)"?', sql, re.IGNORECASE)
+    return f"{verb} {table.group(1) if table else ''}".strip()
+
+
+def _statement_wrapper(cpu: Callable[[], float], charge: Callable[[str, float], None]) -> Any:
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        before = cpu()
+        try:
+            return execute(sql, params, many, context)
+        finally:
+            charge(_label(sql), before)
+
+    return wrapper
+
+
+def _statement_timed(
+    call: Callable[[], None], label: str, cpu: Callable[[], float], charge: Callable[[str, float], None]
+) -> Callable[[], None]:
+    def timed() -> None:
+        before = cpu()
+        try:
+            call()
+        finally:
+            charge(label, before)
+
+    return timed
+
+
+_BULK: dict[str, Any] = {}
+
+
+def _wrap_bulk(cpu: Callable[[], float], charge: Callable[[str, float], None]) -> None:
+    """market.bulk's statements go through psycopg's own cursor, which Django's wrappers do not see."""
+    from market import bulk
+
+    for name, verb in (("insert", "COPY"), ("update", "UPDATE"), ("upsert", "UPSERT")):
+        real = _BULK.setdefault(name, getattr(bulk, name))
+
+        def timed(model: Any, *a: Any, _real: Any = real, _verb: str = verb, **kw: Any) -> Any:
+            before = cpu()
+            try:
+                return _real(model, *a, **kw)
+            finally:
+                charge(f"{_verb} {model._meta.db_table} (bulk)", before)
+
+        setattr(bulk, name, timed)
+
+
+def _unwrap_bulk() -> None:
+    from market import bulk
+
+    for name, real in _BULK.items():
+        setattr(bulk, name, real)
 
 
 def _shadow_version() -> None:

@@ -1,46 +1,48 @@
-"""Usage ingestion on PostgreSQL at fleet scale: 12,500 nodes of 8 GPUs reporting every 10 s (10,000 GPU
-samples/s), with the retention prune running meanwhile.
+"""Usage at fleet scale (issue 36 §2): ingestion per web-worker CPU-second, protocol 2 against protocol 1 in
+the same run, and the storage's bytes per GPU sample with its daily growth and steady state.
 
 Builds a fresh database (BENCH_USAGE_DATABASE_URL, default
 postgres://postgres@127.0.0.1:5432/gpumarket_bench_usage: dropped and re-created) with --nodes registered
-nodes of 8 GPUs, each running two 4-GPU leases, and reports shaped exactly like the agent's HTTP body (a JSON
-dict: 8 GPU samples with their processes, 2 lease counters). Before anything is timed it seeds reports that
-pass the policy's retention period (MarketPolicy.retention_days) at the fleet's rate (--nodes / 10 a second)
-over the next --expire-seconds, and starts the policy's prune (market.services.retention, the hourly beat
-task's body) looping in its own process: the steady state, where the prune deletes as fast as the fleet sends.
-Then, timed:
+nodes of 8 GPUs, each running two 4-GPU leases. The unit is one agent's report: protocol 2's `POST report`
+body (8 GPUs x --ticks ticks of 10 s, gzip, the leases' counters) against protocol 1's `POST usage` (8 GPUs,
+one tick, plain JSON, as today). Values look like a fleet's (utilisation with noise around a per-job level,
+memory that stays put, power from utilisation, NVML's cumulative energy counter).
 
-1. the service alone, batched: --rounds reports per node through `parse_report` + `usage_ingest`, --batch
-   reports per call; the baseline, batch by batch in the same run, is the same report rows written with a raw
-   COPY into a copy of the report table (same columns and indexes): `ratio`;
-2. the service alone as the view calls it, one report per call (--single reports): `single_*`;
-3. the real HTTP path: gunicorn with ONE sync worker (bench/api.py's `_serve`, production settings), --clients
-   agent processes POSTing /api/v1/agent/usage with their node credentials for --http-seconds: samples/s per
-   web process and p50/p99 per report; `http_ratio_to_single` against (2).
+1. The service path, in this process: body bytes -> (gunzip) -> json -> parse -> ingest, each report its
+   own transaction, the two protocols alternating in chunks so they see the same load; CPU from
+   time.process_time (what a web worker spends beyond its HTTP stack): `service_*`.
+2. The HTTP path: gunicorn, ONE sync worker (production settings), --clients agent processes POSTing with
+   their node credentials for --http-seconds per protocol; the worker's CPU from /proc: `http_*`, the ratio
+   `http_ratio` = protocol 2's samples per worker CPU-second over protocol 1's. Protocol 2's view is
+   bench/usage_server.py's stand-in where the project has none yet (its usage half only; `http_v2_view`
+   says which ran).
+3. Storage: --growth-nodes nodes x --growth-hours of 10-s samples packed exactly as the ingest packs them,
+   inserted in arrival order (every node's report of one interval, then the next) into one day's partition,
+   VACUUM ANALYZE, bytes per GPU sample (table, index, TOAST); then the day downsampled to 1-minute rows by
+   the upkeep (market.services.usage_storage) and their bytes per GPU-minute. Projected per 1,000 nodes: GB
+   a day of 10-s rows, and the steady state (10-s rows of at most RAW_KEEP_DAYS + 1 days, 1-minute rows of
+   retention_days).
 
-Then the database growth: the report table's bytes per report after VACUUM FULL (live data), times the
-fleet's reports per day (nodes x 8,640), and times retention_days for what the prune keeps; lease counters
-(one row per lease and node, never pruned: they are what the lease was billed from) per row.
+Prints one JSON line. Targets (issue 36): 20,000 samples per web-worker CPU-second, at most 1 GB a day per
+1,000 nodes.
 
-Prints one JSON line: {"bench": "usage", "samples_per_s": ..., "copy_samples_per_s": ..., "ratio": ...,
-"http_samples_per_s": ..., "http_p50_ms": ..., "http_p99_ms": ..., "gb_per_day_12500_nodes": ..., ...}.
-Target (issue 29): 20,000 samples/s per web process.
-
-    .venv/bin/python bench/usage.py                                 # 12,500 nodes
-    .venv/bin/python bench/usage.py --nodes 1000 --http-seconds 10  # quicker
+    .venv/bin/python bench/usage.py                     # 1,000 nodes
+    .venv/bin/python bench/usage.py --http-seconds 0    # no HTTP phase
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
-import subprocess
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -48,7 +50,8 @@ from _db import django_on_fresh_database  # noqa: E402 - bench/ is the script's 
 
 GPUS = 8
 LEASES_PER_NODE = 2
-REPORT_S = 10  # the agent's default --interval: one report per node every 10 s
+TICK_S = 10  # the agent's default sampling interval
+WEB_APP = "bench-usage-web"
 
 
 def _populate(nodes: int) -> tuple[list[tuple[int, list[str], list[int]]], list[str]]:
@@ -134,87 +137,104 @@ def _populate(nodes: int) -> tuple[list[tuple[int, list[str], list[int]]], list[
     return layout, secrets
 
 
-def _report(seq: int, uuids: list[str], leases: list[int], at: datetime, epoch: int = 1) -> dict[str, Any]:
-    """One report as the agent's HTTP body parses: plain JSON types, times as ISO strings."""
-    stamp = at.isoformat()
+class Fleet:
+    """A node's GPUs as NVML would show them, tick by tick: per GPU a job level of utilisation (a tenth of
+    the GPUs idle), noise of a few % around it, memory that stays put, power from utilisation (mW, as NVML),
+    the cumulative energy counter (mJ, as NVML) rising by it."""
+
+    def __init__(self, nodes: int, seed: int = 36) -> None:
+        self.rng = np.random.default_rng(seed)
+        shape = (nodes, GPUS)
+        self.level = np.where(self.rng.random(shape) < 0.1, 0.0, self.rng.uniform(40, 100, shape))
+        self.mem = np.where(self.level > 0, self.rng.integers(8_000, 80_000, shape), 0).astype(np.float64)
+        self.energy = self.rng.uniform(1e6, 1e9, shape).round(3)
+
+    def ticks(self, node: int, count: int) -> tuple[np.ndarray, ...]:
+        """(util, mem_mb, power_w, energy_j) of `count` ticks of one node, each ticks x GPUs."""
+        level = self.level[node]
+        util = np.clip(np.rint(level + self.rng.normal(0, 4, (count, GPUS)) * (level > 0)), 0, 100)
+        mem = np.repeat(self.mem[node][None, :], count, axis=0)
+        power = (np.rint((60 + 6 * util + self.rng.normal(0, 8, (count, GPUS))) * 1000) / 1000).clip(0, 6553)
+        energy = self.energy[node] + np.cumsum(np.rint(power * TICK_S * 1000) / 1000, axis=0)
+        self.energy[node] = energy[-1]
+        return util, mem, power, energy
+
+
+def _counters(leases: list[int], seq: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "lease": lease,
+            "gpu_seconds": float(GPUS // LEASES_PER_NODE * TICK_S * seq),
+            "energy_j": 1200.0 * seq,
+            "util_avg": 95.1,
+            "util_max": 100.0,
+            "mem_avg_mb": 29800.0,
+            "mem_max_mb": 30211.0,
+            "samples": seq,
+            "log_tail": f"step {seq} loss 0.{seq}\n",
+        }
+        for lease in leases
+    ]
+
+
+def _v2_body(fleet: Fleet, node: int, layout: Any, seq: int, t0: float, ticks: int, epoch: int) -> bytes:
+    """Protocol 2's report as the agent sends it: gzip of the JSON."""
+    _, uuids, leases = layout[node]
+    util, mem, power, energy = fleet.ticks(node, ticks)
     per = GPUS // LEASES_PER_NODE
-    return {
+    t = [t0 + TICK_S * k for k in range(ticks)]
+    body = {
+        "protocol": 2,
+        "boot_epoch": epoch,
+        "seq": seq,
+        "sent_at": datetime.fromtimestamp(t[-1], UTC).isoformat(),
+        "gpus": [{"uuid": u, "healthy": True, "error": ""} for u in uuids],
+        "running": leases,
+        "usage": {
+            "gpus": uuids,
+            "t": t,
+            "util": util.astype(int).tolist(),
+            "mem_mb": mem.astype(int).tolist(),
+            "power_w": power.tolist(),
+            "energy_j": energy.tolist(),
+            "lease": [[leases[g // per] for g in range(GPUS)]] * ticks,
+            "foreign": [[0] * GPUS] * ticks,
+            "processes": [
+                {"gpu": u, "pid": 4242 + g, "used_mb": float(mem[-1, g]), "lease": leases[g // per]}
+                for g, u in enumerate(uuids)
+            ],
+        },
+        "leases": _counters(leases, seq),
+    }
+    return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), compresslevel=6)
+
+
+def _v1_body(fleet: Fleet, node: int, layout: Any, seq: int, t0: float, epoch: int) -> bytes:
+    """Protocol 1's usage report as today's agent sends it: one tick, plain JSON."""
+    _, uuids, leases = layout[node]
+    util, mem, power, energy = fleet.ticks(node, 1)
+    per = GPUS // LEASES_PER_NODE
+    stamp = datetime.fromtimestamp(t0, UTC).isoformat()
+    body = {
         "boot_epoch": epoch,
         "seq": seq,
         "sent_at": stamp,
         "gpus": [
             {
-                "uuid": uuid,
+                "uuid": u,
                 "at": stamp,
                 "healthy": True,
-                "util_pct": 90 + s % 10,
-                "mem_used_mb": 30211.0 + s,
-                "power_w": 301.5,
-                "energy_j": 81234.5 * seq,
-                "processes": [{"pid": 4242 + s, "used_mb": 30000.0, "lease": leases[s // per]}],
+                "util_pct": float(util[0, g]),
+                "mem_used_mb": float(mem[0, g]),
+                "power_w": float(power[0, g]),
+                "energy_j": float(energy[0, g]),
+                "processes": [{"pid": 4242 + g, "used_mb": float(mem[0, g]), "lease": leases[g // per]}],
             }
-            for s, uuid in enumerate(uuids)
+            for g, u in enumerate(uuids)
         ],
-        "leases": [
-            {
-                "lease": lease,
-                "gpu_seconds": float(per * seq),
-                "energy_j": 1200.0 * seq,
-                "util_avg": 95.1,
-                "util_max": 100.0,
-                "mem_avg_mb": 29800.0,
-                "mem_max_mb": 30211.0,
-                "samples": seq,
-                "log_tail": f"step {seq} loss 0.{seq}\n",
-            }
-            for lease in leases
-        ],
+        "leases": _counters(leases, seq),
     }
-
-
-def _copy(connection: Any, batch: list[tuple[int, dict[str, Any]]]) -> None:
-    """The baseline: the batch's report rows by a raw COPY, in a transaction of its own like an ingest."""
-    from django.db import transaction
-
-    received = datetime.now(UTC)
-    with (
-        transaction.atomic(),
-        connection.cursor() as cur,
-        cur.copy(
-            "COPY bench_copy (node_id, boot_epoch, seq, sent_at, received_at, samples) FROM STDIN"
-        ) as copy,
-    ):
-        for node_id, body in batch:
-            copy.write_row(
-                (
-                    node_id,
-                    body["boot_epoch"],
-                    body["seq"],
-                    body["sent_at"],
-                    received,
-                    json.dumps(body["gpus"], separators=(",", ":")),
-                )
-            )
-
-
-def _agent_cpu(seconds: float = 20.0) -> dict[str, Any]:
-    """bench/agent.py's JSON line (it starts its own agent and fake server)."""
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "agent.py"), "--seconds", str(seconds)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=ROOT,
-    )
-    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
-
-
-def _as_the_view(node_id: int, body: dict[str, Any]) -> bool:
-    """What UsageView does with a body once the node is authenticated; whether the report was new."""
-    from nodeagent.services.usage import usage_ingest
-    from nodeagent.services.usage_parse import parse_report
-
-    return bool(usage_ingest(reports=[(node_id, parse_report(body))]))
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def _log(message: str) -> None:
@@ -227,66 +247,109 @@ def _ms(values: list[float], q: float) -> float:
     return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000, 2) if ordered else 0.0
 
 
-# The retention job, run beside the ingestion: the policy's prune (market.services.retention), looping.
+def _cpu_s(pid: int) -> float:
+    """User and system CPU seconds of a process so far (Linux /proc; fields 14 and 15 of its stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _seed_expiring_reports(per_s: float, seconds: float, days: int) -> int:
-    """Reports that pass the policy's retention at `per_s` a second over the next `seconds` (one real report's
-    samples each): the prune's steady state, where it deletes what the fleet sent `days` ago as fast as the
-    fleet sends. Returns how many."""
+def _own_backend() -> int:
     from django.db import connection
 
-    from market.models import UsageReport
-
-    table, count = UsageReport._meta.db_table, int(per_s * seconds)
     with connection.cursor() as cur:
-        cur.execute(
-            f"INSERT INTO {table} (node_id, boot_epoch, seq, sent_at, received_at, samples) "
-            f"SELECT (SELECT min(node_id) FROM {table}), 0, g, at, at, (SELECT samples FROM {table} LIMIT 1) "
-            f"FROM generate_series(1, %s) AS g, "
-            f"LATERAL (SELECT now() - interval '{days} days' + g * interval '1 second' / %s AS at) AS t",
-            [count, per_s],
-        )
-    return count
+        cur.execute("SELECT pg_backend_pid()")
+        return int(cur.fetchone()[0])
 
 
-def _prune_loop(stop: Any, out: Any) -> None:
-    """In its own process: prune until told to stop; reports (rows deleted, seconds spent pruning)."""
-    from django.db import connections
-
-    connections.close_all()  # the parent's, inherited by fork: never used here
-    from market.services.retention import retention_prune
-
-    deleted, busy = 0, 0.0
-    while not stop.is_set():
-        started = time.perf_counter()
-        deleted += retention_prune().usage_reports
-        busy += time.perf_counter() - started
-        stop.wait(0.5)
-    out.put((deleted, busy))
+# 1. The service path.
 
 
-# The HTTP path: one gunicorn sync worker (bench/api.py's _serve), agents as client processes.
+def _as_v1_view(node_id: int, raw: bytes) -> int:
+    from nodeagent.services.usage import usage_ingest
+    from nodeagent.services.usage_parse import parse_report
+
+    report = parse_report(json.loads(raw))
+    usage_ingest(reports=[(node_id, report)])
+    return len(report.gpus)
 
 
-def _client(port: int, jobs: list[tuple[str, bytes]], deadline: float, out: Any) -> None:
-    """POST each (credential, body) in turn until the deadline; puts (latencies, failures, first failure).
-    A job without a credential is a GET /healthz instead (the floor: Django's least request)."""
+def _as_v2_view(node_id: int, raw: bytes) -> int:
+    from nodeagent.services.usage import report_ingest
+    from nodeagent.services.usage_parse import parse_leases, parse_samples
+
+    body = json.loads(gzip.decompress(raw))
+    samples = parse_samples(body["usage"])
+    report_ingest(
+        node_id=node_id,
+        boot_epoch=body["boot_epoch"],
+        seq=body["seq"],
+        sent_at=datetime.fromisoformat(body["sent_at"]),
+        samples=samples,
+        leases=parse_leases(body["leases"]),
+    )
+    return samples.ticks * len(samples.gpus)
+
+
+def _service_phase(layout: Any, args: argparse.Namespace) -> dict[str, Any]:
+    fleet = Fleet(len(layout))
+    start = time.time() - 3600
+    n = args.reports
+    v1 = [
+        (layout[i % len(layout)][0], _v1_body(fleet, i % len(layout), layout, i // len(layout) + 1,
+                                             start + TICK_S * (i // len(layout)), 11))
+        for i in range(n)
+    ]  # fmt: skip
+    v2 = [
+        (layout[i % len(layout)][0], _v2_body(fleet, i % len(layout), layout, i // len(layout) + 1,
+                                             start + TICK_S * args.ticks * (i // len(layout)), args.ticks, 12))
+        for i in range(n)
+    ]  # fmt: skip
+    backend = _own_backend()
+    cpu = {"v1": 0.0, "v2": 0.0}
+    db = {"v1": 0.0, "v2": 0.0}
+    samples = {"v1": 0, "v2": 0}
+    latencies: dict[str, list[float]] = {"v1": [], "v2": []}
+    chunk = 100
+    for c in range(0, n, chunk):
+        for name, bodies, call in (("v1", v1, _as_v1_view), ("v2", v2, _as_v2_view)):
+            cpu0, db0 = time.process_time(), _cpu_s(backend)
+            for node_id, raw in bodies[c : c + chunk]:
+                began = time.perf_counter()
+                samples[name] += call(node_id, raw)
+                latencies[name].append(time.perf_counter() - began)
+            cpu[name] += time.process_time() - cpu0
+            db[name] += _cpu_s(backend) - db0
+    out: dict[str, Any] = {}
+    for name in ("v1", "v2"):
+        out[f"service_{name}_samples_per_cpu_s"] = round(samples[name] / cpu[name])
+        out[f"service_{name}_cpu_ms_per_report"] = round(cpu[name] * 1000 / n, 3)
+        out[f"service_{name}_db_cpu_ms_per_report"] = round(db[name] * 1000 / n, 3)
+        out[f"service_{name}_p50_ms"] = _ms(latencies[name], 0.5)
+    out["service_ratio"] = round(out["service_v2_samples_per_cpu_s"] / out["service_v1_samples_per_cpu_s"], 2)
+    out["v2_body_bytes"] = round(sum(len(b) for _, b in v2) / n)
+    out["v1_body_bytes"] = round(sum(len(b) for _, b in v1) / n)
+    return out
+
+
+# 2. The HTTP path: one gunicorn sync worker, agents as client processes.
+
+
+def _client(port: int, jobs: list[tuple[str, str, bytes]], deadline: float, out: Any) -> None:
+    """POST each (credential, path, body) in turn until the deadline; puts (latencies, failures, first)."""
     import http.client
 
     latencies: list[float] = []
     failures, first = 0, ""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-    for secret, body in jobs:
+    for secret, route, body in jobs:
         if time.perf_counter() >= deadline:
             break
         headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
+        if route.endswith("/report"):
+            headers["Content-Encoding"] = "gzip"
         began = time.perf_counter()
         try:
-            if secret:
-                conn.request("POST", "/api/v1/agent/usage", body=body, headers=headers)
-            else:
-                conn.request("GET", "/healthz")
+            conn.request("POST", route, body=body, headers=headers)
             response = conn.getresponse()
             reply = response.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -301,102 +364,7 @@ def _client(port: int, jobs: list[tuple[str, bytes]], deadline: float, out: Any)
     out.put((latencies, failures, first))
 
 
-def _http_phase(
-    url: str, layout: list[tuple[int, list[str], list[int]]], secrets: list[str], args: argparse.Namespace
-) -> dict[str, Any]:
-    """Reports from every node (boot epoch 2) through one gunicorn worker, `--clients` at a time."""
-    import multiprocessing
-    import socket
-
-    sys.path.insert(0, str(ROOT / "bench"))
-    from api import _serve, _server_env, _stop
-    from django.db import connections
-
-    connections.close_all()
-    os.environ.update(_server_env(url))
-    start = datetime.now(UTC)
-    bodies = [
-        (secrets[i], json.dumps(_report(r + 1, uuids, leases, start + timedelta(seconds=r), 2)).encode())
-        for r in range(args.http_rounds)
-        for i, (_, uuids, leases) in enumerate(layout)
-    ]
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(128)
-        port = sock.getsockname()[1]
-        if args.synchronous_commit != "on":  # the server's sessions only (libpq reads PGOPTIONS)
-            os.environ["PGOPTIONS"] = f"-c synchronous_commit={args.synchronous_commit}"
-        os.environ["PGAPPNAME"] = WEB_APP  # names the worker's database session in pg_stat_activity
-        server = _serve(sock, 1)
-        os.environ.pop("PGOPTIONS", None)
-        os.environ.pop("PGAPPNAME", None)
-    try:
-        ctx = multiprocessing.get_context("fork")
-        # Warm-up (unmeasured): the worker opens its connection, builds its URL resolver.
-        warm = ctx.Queue()
-        _client(port, [(s, b) for s, b in bodies[-args.clients :]], time.perf_counter() + 30, warm)
-        lat, failures, first = warm.get()
-        if failures:
-            raise SystemExit(f"bench/usage: warm-up request failed: {first}")
-        bodies = bodies[: -args.clients]
-        worker, backend = _children(server.pid)[0], _backend()
-        cpu = _cpu_s(worker), _cpu_s(backend)
-        latencies, elapsed = _drive(ctx, port, bodies, args.clients, args.http_seconds)
-        worker_s, backend_s = _cpu_s(worker) - cpu[0], _cpu_s(backend) - cpu[1]
-        cpu_floor = _cpu_s(worker)
-        # The same clients, as long, on GET /healthz: the least a request to this worker costs (no database,
-        # no authentication). Reports per second cannot beat it: it is the HTTP stack's own ceiling.
-        floor, floor_elapsed = _drive(ctx, port, [("", b"")] * 10**6, args.clients, args.http_seconds / 2)
-        floor_s = _cpu_s(worker) - cpu_floor
-    finally:
-        _stop(server)
-    return {
-        "http_samples_per_s": round(len(latencies) * GPUS / elapsed),
-        "http_reports": len(latencies),
-        "http_p50_ms": _ms(latencies, 0.5),
-        "http_p99_ms": _ms(latencies, 0.99),
-        # CPU per report, which a shared machine's load hardly moves: the web process's own and its database
-        # session's; and what one web process delivers when it has a core to itself (8 samples per report).
-        "http_worker_cpu_ms_per_report": round(worker_s * 1000 / len(latencies), 3),
-        "http_db_cpu_ms_per_report": round(backend_s * 1000 / len(latencies), 3),
-        "http_samples_per_worker_cpu_s": round(len(latencies) * GPUS / worker_s),
-        "healthz_worker_cpu_ms": round(floor_s * 1000 / len(floor), 3),
-        "healthz_per_s": round(len(floor) / floor_elapsed),
-        "healthz_p50_ms": _ms(floor, 0.5),
-    }
-
-
-WEB_APP = "bench-usage-web"
-
-
-def _children(pid: int) -> list[int]:
-    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def _cpu_s(pid: int) -> float:
-    """User and system CPU seconds of a process so far (Linux /proc; fields 14 and 15 of its stat)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _backend() -> int:
-    """The process id of the web worker's PostgreSQL session (same machine)."""
-    from django.db import connection
-
-    with connection.cursor() as cur:
-        cur.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [WEB_APP])
-        rows = cur.fetchall()
-    connection.close()
-    if len(rows) != 1:
-        raise SystemExit(f"bench/usage: expected one database session of the web worker, found {len(rows)}")
-    return int(rows[0][0])
-
-
-def _drive(
-    ctx: Any, port: int, jobs: list[tuple[str, bytes]], clients: int, seconds: float
-) -> tuple[list[float], float]:
-    """`clients` processes sending their share of `jobs` for `seconds`: (latencies, elapsed seconds)."""
+def _drive(ctx: Any, port: int, jobs: list[Any], clients: int, seconds: float) -> tuple[list[float], float]:
     out = ctx.Queue()
     deadline = time.perf_counter() + seconds
     procs = [
@@ -417,201 +385,213 @@ def _drive(
     return [x for r in results for x in r[0]], elapsed
 
 
-def _commit_ms(rounds: int = 200) -> float:
-    """The median time of a one-row INSERT and its COMMIT on this database: the disk's flush, which every
-    report's transaction pays once (with synchronous_commit on). It puts the other figures in scale on
-    another machine."""
-    from django.db import connection
+def _http_phase(url: str, layout: Any, secrets: list[str], args: argparse.Namespace) -> dict[str, Any]:
+    import multiprocessing
+    import socket
+    import subprocess
 
-    times = []
-    with connection.cursor() as cur:
-        cur.execute("CREATE TABLE bench_commit (x integer)")
-        for _ in range(rounds):
-            started = time.perf_counter()
-            cur.execute("INSERT INTO bench_commit VALUES (1)")  # autocommit: its own transaction
-            times.append(time.perf_counter() - started)
-        cur.execute("DROP TABLE bench_commit")
-    return _ms(times, 0.5)
+    sys.path.insert(0, str(ROOT / "bench"))
+    from api import _server_env, _stop
+    from django.db import connection, connections
 
+    fleet = Fleet(len(layout), seed=37)
+    # As many reports as the phase can send at the worker's pace, and some: a fresh boot epoch each.
+    need = int(args.http_seconds * 2000)
+    start = time.time() - 1800
+    nodes = len(layout)
+    jobs = {
+        "v1": [
+            (secrets[i % nodes], "/api/v1/agent/usage",
+             _v1_body(fleet, i % nodes, layout, i // nodes + 1, start + TICK_S * (i // nodes), 21))
+            for i in range(need)
+        ],
+        "v2": [
+            (secrets[i % nodes], "/api/v1/agent/report",
+             _v2_body(fleet, i % nodes, layout, i // nodes + 1, start + TICK_S * args.ticks * (i // nodes), args.ticks, 22))
+            for i in range(need // args.ticks + args.clients)
+        ],
+    }  # fmt: skip
+    connections.close_all()
+    os.environ.update(_server_env(url))
+    os.environ["PGAPPNAME"] = WEB_APP
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        port = sock.getsockname()[1]
+        fd = sock.fileno()
+        cmd = [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "usage_server:application",
+            "--pythonpath",
+            str(ROOT / "bench"),
+        ]
+        cmd += ["--bind", f"fd://{fd}", "--workers", "1", "--worker-class", "sync", "--log-level", "warning"]
+        server = subprocess.Popen(cmd, cwd=ROOT, env=os.environ.copy(), pass_fds=[fd], stdout=sys.stderr)
+    os.environ.pop("PGAPPNAME", None)
+    out: dict[str, Any] = {}
+    try:
+        ctx = multiprocessing.get_context("fork")
+        warm = ctx.Queue()
+        for name in ("v1", "v2"):  # warm-up, unmeasured: the connection, the URL resolver, the imports
+            _client(port, jobs[name][-args.clients :], time.perf_counter() + 60, warm)
+            _, failures, first = warm.get()
+            if failures:
+                raise SystemExit(f"bench/usage: warm-up {name} failed: {first}")
+            jobs[name] = jobs[name][: -args.clients]
+        worker = int(Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()[0])
+        with connection.cursor() as cur:
+            cur.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", [WEB_APP])
+            backend = int(cur.fetchone()[0])
+        connection.close()
+        for name in ("v1", "v2"):
+            cpu, db = _cpu_s(worker), _cpu_s(backend)
+            lat, elapsed = _drive(ctx, port, jobs[name], args.clients, args.http_seconds)
+            worker_s, db_s = _cpu_s(worker) - cpu, _cpu_s(backend) - db
+            per = GPUS * (1 if name == "v1" else args.ticks)
+            out[f"http_{name}_samples_per_worker_cpu_s"] = round(len(lat) * per / worker_s)
+            out[f"http_{name}_worker_cpu_ms_per_report"] = round(worker_s * 1000 / len(lat), 3)
+            out[f"http_{name}_db_cpu_ms_per_report"] = round(db_s * 1000 / len(lat), 3)
+            out[f"http_{name}_samples_per_s"] = round(len(lat) * per / elapsed)
+            out[f"http_{name}_p50_ms"] = _ms(lat, 0.5)
+            out[f"http_{name}_p99_ms"] = _ms(lat, 0.99)
+            out[f"http_{name}_reports"] = len(lat)
+    finally:
+        _stop(server)
+    out["http_ratio"] = round(
+        out["http_v2_samples_per_worker_cpu_s"] / out["http_v1_samples_per_worker_cpu_s"], 2
+    )
+    sys.path.insert(0, str(ROOT / "bench"))
+    import usage_server  # noqa: F401 - only to say which view ran
 
-def _growth(nodes: int, retention_days: int) -> dict[str, Any]:
-    """Bytes per report kept (table, indexes, TOAST, after VACUUM so the figure is live data) and the fleet's
-    daily volume at one report per node every REPORT_S seconds; what retention keeps is retention_days of it."""
-    from django.db import connection
-
-    from market.models import LeaseUsage, UsageReport
-
-    sizes = {}
-    with connection.cursor() as cur:
-        for model in (UsageReport, LeaseUsage):
-            table = model._meta.db_table
-            cur.execute(f"VACUUM FULL ANALYZE {table}")  # live data: what the next rows reuse
-            cur.execute(f"SELECT pg_total_relation_size('{table}'), (SELECT count(*) FROM {table})")
-            size, rows = cur.fetchone()
-            sizes[table] = (int(size), int(rows))
-    report_bytes, reports = sizes[UsageReport._meta.db_table]
-    per_report = report_bytes / reports
-    lease_bytes, lease_rows = sizes[LeaseUsage._meta.db_table]
-    per_day = 86_400 // REPORT_S
-    out: dict[str, Any] = {
-        "bytes_per_report": round(per_report),
-        "bytes_per_sample": round(per_report / GPUS),
-        "bytes_per_lease_usage_row": round(lease_bytes / lease_rows),
-        "retention_days": retention_days,
-    }
-    for fleet in (1_000, 12_500):
-        daily = fleet * per_day * per_report
-        out[f"gb_per_day_{fleet}_nodes"] = round(daily / 1e9, 1)
-        out[f"gb_kept_{fleet}_nodes"] = round(daily * retention_days / 1e9, 1)
+    out["http_v2_view"] = "bench stand-in (bench/usage_server.py)" if usage_server.STAND_IN else "project"
     return out
+
+
+# 3. Storage.
+
+
+def _growth(layout: Any, args: argparse.Namespace) -> dict[str, Any]:
+    """One closed day's partition filled with --growth-nodes x --growth-hours of 10-s samples, packed as the
+    ingest packs them, in arrival order; then downsampled by the upkeep."""
+    from django.db import connection, transaction
+
+    from market.models import UsageColumns, UsageMinute, UsageSample
+    from market.models.usage import RAW_KEEP_DAYS
+    from market.models.usage_blob import pack
+    from market.selectors.policy import market_policy
+    from market.selectors.usage_samples import day_start
+    from market.services.usage_storage import partition_ensure, usage_storage_maintain
+
+    nodes = layout[: args.growth_nodes]
+    day = day_start(datetime.now(UTC)) - timedelta(days=RAW_KEEP_DAYS + 2)
+    sample_t, minute_t = UsageSample._meta.db_table, UsageMinute._meta.db_table
+    with transaction.atomic():
+        partition_ensure(sample_t, day)
+    columns = {
+        node_id: UsageColumns.objects.get_or_create(node_id=node_id, uuids=",".join(uuids))[0].pk
+        for node_id, uuids, _ in nodes
+    }
+    fleet = Fleet(len(nodes), seed=38)
+    per = GPUS // LEASES_PER_NODE
+    reports = int(args.growth_hours * 3600 / TICK_S / args.ticks)
+    rows = 0
+    t_ms = (np.arange(args.ticks) * TICK_S * 1000).astype(np.uint32)
+    with connection.cursor() as cur:
+        for r in range(reports):  # arrival order: every node's report of one interval, then the next
+            at = day + timedelta(seconds=r * args.ticks * TICK_S)
+            with cur.copy(
+                f"COPY {sample_t} (node_id, boot_epoch, seq, at, ticks, columns_id, data) FROM STDIN"
+            ) as copy:
+                for k, (node_id, _, leases) in enumerate(nodes):
+                    util, mem, power, energy = fleet.ticks(k, args.ticks)
+                    lease = np.array([[leases[g // per] for g in range(GPUS)]] * args.ticks, dtype=np.int64)
+                    data = pack(t_ms=t_ms, util=util, mem_mb=mem, power_w=power, energy_j=energy, lease=lease,
+                                foreign=np.zeros_like(lease))  # fmt: skip
+                    copy.write_row((node_id, 1, r + 1, at, args.ticks, columns[node_id], data))
+                    rows += 1
+        part = f"{sample_t}_p{day:%Y%m%d}"
+        cur.execute(f"VACUUM ANALYZE {part}")
+        cur.execute(
+            "SELECT pg_total_relation_size(%s), pg_relation_size(%s), pg_indexes_size(%s)", [part] * 3
+        )
+        raw_bytes, heap, index = cur.fetchone()
+    samples = rows * args.ticks * GPUS
+    began = time.perf_counter()
+    stats = usage_storage_maintain()
+    downsample_s = time.perf_counter() - began
+    with connection.cursor() as cur:
+        part = f"{minute_t}_p{day:%Y%m%d}"
+        cur.execute(f"VACUUM ANALYZE {part}")
+        cur.execute("SELECT pg_total_relation_size(%s)", [part])
+        minute_bytes = cur.fetchone()[0]
+    gpu_minutes = len(nodes) * GPUS * round(args.growth_hours * 60)
+    per_sample = raw_bytes / samples
+    per_minute = minute_bytes / gpu_minutes
+    daily_samples = 1000 * GPUS * 86_400 // TICK_S
+    raw_day = daily_samples * per_sample
+    minute_day = 1000 * GPUS * 1440 * per_minute
+    retention = market_policy().retention_days
+    return {
+        "growth_nodes": len(nodes),
+        "growth_hours": args.growth_hours,
+        "growth_rows": rows,
+        "bytes_per_sample": round(per_sample, 2),
+        "bytes_per_sample_heap": round(heap / samples, 2),
+        "bytes_per_sample_index": round(index / samples, 2),
+        "bytes_per_row": round(raw_bytes / rows),
+        "gb_per_day_1000_nodes": round(raw_day / 1e9, 3),
+        "bytes_per_gpu_minute": round(per_minute, 2),
+        "minute_gb_per_day_1000_nodes": round(minute_day / 1e9, 3),
+        "retention_days": retention,
+        # At most RAW_KEEP_DAYS + 1 days of 10-s rows (today's, the days still open, until the upkeep's pass)
+        # and retention_days of minutes.
+        "steady_gb_1000_nodes": round(((RAW_KEEP_DAYS + 1) * raw_day + retention * minute_day) / 1e9, 2),
+        "downsampled_days": stats.days_downsampled,
+        "downsample_s": round(downsample_s, 2),
+        "downsample_rows_per_s": round(rows / downsample_s),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nodes", type=int, default=12_500)
-    parser.add_argument("--rounds", type=int, default=2, help="reports per node through the service")
-    parser.add_argument("--batch", type=int, default=500, help="reports per ingest call")
-    parser.add_argument(
-        "--single", type=int, default=5_000, help="reports ingested one per call (the view's way)"
-    )
-    parser.add_argument("--http-seconds", type=float, default=20.0, help="length of the HTTP phase (0: skip)")
-    parser.add_argument("--http-rounds", type=int, default=3, help="reports per node prepared for HTTP")
-    parser.add_argument("--clients", type=int, default=3, help="concurrent agents posting (client processes)")
-    parser.add_argument(
-        "--expire-seconds",
-        type=float,
-        default=240.0,
-        help="how long the seeded old reports keep the prune busy",
-    )
-    parser.add_argument(
-        "--synchronous-commit",
-        choices=("on", "off"),
-        default="on",
-        help="the web worker's PostgreSQL synchronous_commit (off: what the flush per report costs)",
-    )
-    parser.add_argument(
-        "--agent-seconds",
-        type=float,
-        default=0.0,
-        help="how long bench/agent.py measures the agent (0: skip)",
-    )
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--ticks", type=int, default=3, help="ticks per protocol 2 report (3: 30 s pacing)")
+    parser.add_argument("--reports", type=int, default=2000, help="reports per protocol, service path")
+    parser.add_argument("--http-seconds", type=float, default=15.0, help="per protocol (0: skip HTTP)")
+    parser.add_argument("--clients", type=int, default=2, help="concurrent agents posting")
+    parser.add_argument("--growth-nodes", type=int, default=500)
+    parser.add_argument("--growth-hours", type=float, default=2.0)
     args = parser.parse_args()
-    os.environ.setdefault("LOG_LEVEL", "WARNING")  # not a line per prune
+    os.environ.setdefault("LOG_LEVEL", "WARNING")
     url = os.environ.get(
         "BENCH_USAGE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpumarket_bench_usage"
     )
     django_on_fresh_database(url)
-    import multiprocessing
-
-    from django.db import connection, connections
-
-    from market.models import LeaseUsage, UsageReport
-    from market.selectors.policy import market_policy
-    from nodeagent.services.usage import usage_ingest
-    from nodeagent.services.usage_parse import parse_report
-
-    started_all = time.perf_counter()
+    started = time.perf_counter()
     layout, secrets = _populate(args.nodes)
-    _log(f"{args.nodes} nodes populated in {time.perf_counter() - started_all:.0f} s")
-    retention_days = market_policy().retention_days
-    start = datetime.now(UTC)
-    payloads = [
-        (node_id, _report(r + 1, uuids, leases, start + timedelta(seconds=r)))
-        for r in range(args.rounds)
-        for node_id, uuids, leases in layout
-    ]
-    samples = sum(len(p["gpus"]) for _, p in payloads)
-
-    table = UsageReport._meta.db_table
-    with connection.cursor() as cur:
-        cur.execute(f"CREATE TABLE bench_copy (LIKE {table} INCLUDING ALL)")
-        cur.execute("ANALYZE")
-
-    # The retention job beside everything timed below, on reports seeded past the policy's retention (copies
-    # of one real report, stored first; the timed batches meet it again as a repeat).
-    usage_ingest(reports=[(node_id, parse_report(body)) for node_id, body in payloads[:1]])
-    expiring = _seed_expiring_reports(args.nodes / REPORT_S, args.expire_seconds, retention_days)
-    connections.close_all()
-    ctx = multiprocessing.get_context("fork")
-    stop, pruned = ctx.Event(), ctx.Queue()
-    pruner = ctx.Process(target=_prune_loop, args=(stop, pruned))
-    pruner.start()
-
-    # Each batch is ingested, then its rows COPied, one after the other: on a shared machine both measures
-    # see the same load, which keeps their ratio steady while the absolute figures move.
-    ingest_s = copy_s = 0.0
-    for i in range(0, len(payloads), args.batch):
-        batch = payloads[i : i + args.batch]
-        started = time.perf_counter()
-        usage_ingest(reports=[(node_id, parse_report(body)) for node_id, body in batch])
-        ingest_s += time.perf_counter() - started
-        started = time.perf_counter()
-        _copy(connection, batch)
-        copy_s += time.perf_counter() - started
-    assert UsageReport.objects.filter(boot_epoch=1).count() == len(payloads)
-    assert LeaseUsage.objects.filter(samples=args.rounds).count() == args.nodes * LEASES_PER_NODE
-
-    # The view's way: one report per call (boot epoch 3), each its own transaction.
-    single = [
-        (node_id, _report(r + 1, uuids, leases, start + timedelta(seconds=r), 3))
-        for r in range(-(-args.single // len(layout)))
-        for node_id, uuids, leases in layout
-    ][: args.single]
-    per_call: list[float] = []
-    for node_id, body in single:
-        started = time.perf_counter()
-        _as_the_view(node_id, body)
-        per_call.append(time.perf_counter() - started)
-
-    commit_ms = _commit_ms()
+    _log(f"{args.nodes} nodes populated in {time.perf_counter() - started:.0f} s")
+    service = _service_phase(layout, args)
+    _log(f"service path: {service}")
     http = _http_phase(url, layout, secrets, args) if args.http_seconds else {}
-
-    stop.set()
-    deleted, prune_busy = pruned.get()
-    pruner.join()
-    # What had passed the retention period and was not deleted yet when the run ended (0: the prune kept up).
-    backlog = UsageReport.objects.filter(
-        received_at__lt=datetime.now(UTC) - timedelta(days=retention_days)
-    ).count()
-    connections.close_all()
-    growth = _growth(args.nodes, retention_days)
-
-    rate, copy_rate = samples / ingest_s, samples / copy_s
-    single_rate = len(single) * GPUS / sum(per_call)
-    agent = _agent_cpu(args.agent_seconds) if args.agent_seconds else None
-    fleet_rate = args.nodes * GPUS / REPORT_S
+    if http:
+        _log(f"HTTP path: {http}")
+    growth = _growth(layout, args)  # a day of its own: its partitions hold nothing the phases above wrote
     print(
         json.dumps(
             {
                 "bench": "usage",
                 "nodes": args.nodes,
-                "fleet_samples_per_s": round(fleet_rate),
-                # The service alone, batched (--batch reports per call) against a raw COPY of the same rows.
-                "samples_per_s": round(rate),
-                "copy_samples_per_s": round(copy_rate),
-                "ratio": round(rate / copy_rate, 3),
-                "samples": samples,
-                "batch": args.batch,
-                # The service alone as the view calls it: one report per call.
-                "single_samples_per_s": round(single_rate),
-                "single_p50_ms": _ms(per_call, 0.5),
-                "single_p99_ms": _ms(per_call, 0.99),
-                # Through HTTP: one gunicorn sync worker, --clients agents posting; against the service alone.
+                "ticks_per_report": args.ticks,
+                "gpus": GPUS,
+                **service,
                 **http,
-                "http_ratio_to_single": round(http["http_samples_per_s"] / single_rate, 3) if http else None,
-                "clients": args.clients,
-                "synchronous_commit": args.synchronous_commit,
-                "commit_ms": commit_ms,
-                # The retention job, running the whole time: reports deleted and how fast (the fleet makes
-                # fleet_samples_per_s / 8 reports a second; the prune must delete as many).
-                "expired_reports": expiring,
-                "pruned_reports": deleted,
-                "prune_reports_per_s": round(deleted / prune_busy) if prune_busy else None,
-                "prune_backlog": backlog,
                 **growth,
-                "agent_cpu_pct_of_core": None if agent is None else agent["cpu_pct_of_core"],
+                "loadavg": Path("/proc/loadavg").read_text().split()[:3],
             }
         )
     )

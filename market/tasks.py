@@ -29,7 +29,8 @@ def round_advance(round_id: int) -> str:
 
 @shared_task(name="market.retention_prune")
 def retention_prune() -> dict[str, int]:
-    """Beat's daily-ish entry: prune round books, bid outcomes and old commands (market.services.retention)."""
+    """Beat's hourly entry: prune round books, bid outcomes and old commands, and keep the usage samples'
+    partitions (made ahead, downsampled, dropped: market.services.retention, market.services.usage_storage)."""
     from market.services.retention import retention_prune as prune
 
     stats = prune()
@@ -38,6 +39,8 @@ def retention_prune() -> dict[str, int]:
         "outcomes": stats.outcomes,
         "commands": stats.commands,
         "usage_reports": stats.usage_reports,
+        "usage_days_downsampled": stats.usage_days_downsampled,
+        "usage_minute_days_dropped": stats.usage_minute_days_dropped,
     }
 
 

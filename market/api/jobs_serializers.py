@@ -623,12 +623,17 @@ class ChargeSerializer(serializers.ModelSerializer[JournalEntry]):
         read_only_fields = fields
 
     def get_lease(self, entry: JournalEntry) -> int:
-        return int(entry.lease_id)  # type: ignore[attr-defined]  # lease_id is set on each entry by market.selectors.jobs.hold_entries
+        return int(entry.lease_id or 0)  # set on each entry by market.selectors.jobs.hold_entries
+
+    def _share(self, entry: JournalEntry) -> int:
+        # The lease's part of its hold (market.selectors.jobs.hold_entries): a round's hold is the tenant's.
+        held = entry.hold.amount if entry.hold is not None else entry.amount
+        return int(getattr(entry, "share", held))
 
     def get_amount(self, entry: JournalEntry) -> int:
-        held = entry.hold.amount if entry.hold is not None else entry.amount
-        # A hold entry shows what it moved: the first one the whole hold, an extension what it added.
-        return {"hold": entry.amount, "settle": min(entry.amount, held), "release": 0}.get(
+        # A hold entry shows what it moved for this lease: the first one its share, an extension what it added.
+        shown = int(getattr(entry, "shown", entry.amount))
+        return {"hold": shown, "settle": min(entry.amount, self._share(entry)), "release": 0}.get(
             entry.kind, entry.amount
         )
 
@@ -638,7 +643,7 @@ class ChargeSerializer(serializers.ModelSerializer[JournalEntry]):
     def get_released(self, entry: JournalEntry) -> int:
         if entry.kind not in ("settle", "release") or entry.hold is None:
             return 0
-        return entry.hold.amount - self.get_amount(entry)
+        return self._share(entry) - self.get_amount(entry)
 
     def get_released_credits(self, entry: JournalEntry) -> str:
         return format_credits(self.get_released(entry))

@@ -45,7 +45,7 @@ from market.models.spend_alerts import (
     SpendAlertRule,
     WebhookDelivery,
 )
-from market.models.usage import LeaseUsage, UsageReport
+from market.models.usage import LeaseUsage, UsageColumns, UsageMinute, UsageReport, UsageSample
 
 __all__ = [
     "PART_ENDED",
@@ -101,5 +101,8 @@ __all__ = [
     "SpendAlertFiring",
     "SpendAlertRule",
     "UsageReport",
+    "UsageColumns",
+    "UsageMinute",
+    "UsageSample",
     "WebhookDelivery",
 ]

@@ -94,7 +94,11 @@ class Lease(models.Model):
     hold_extensions = models.PositiveIntegerField(default=0, db_default=0)  # bulk-inserted without it
     hold_warned_at = models.DateTimeField(null=True, blank=True)
     grace_seconds = models.PositiveIntegerField()
-    hold_key = models.CharField(max_length=200)  # unique: lease_hold_key below
+    # The ledger hold paying for it: since issue 36 its tenant's hold for the round (round:R:tenant:T), shared
+    # with the tenant's other winners of that round, of which `hold_share` is this lease's part (its own
+    # extensions included). A null share: the whole hold (leases from before, each with its own hold).
+    hold_key = models.CharField(max_length=200)
+    hold_share = models.BigIntegerField(null=True, blank=True)
     state = models.CharField(max_length=16, choices=LeaseState.choices, default=LeaseState.ALLOCATED)
     started_at = models.DateTimeField()
     running_at = models.DateTimeField(null=True, blank=True)
@@ -177,9 +181,8 @@ class Lease(models.Model):
             ),
             models.Index(fields=["backfill"], name="lease_backfill", condition=models.Q(backfill=True)),
         ]
-        # A constraint, not unique=True, which on PostgreSQL adds a second (LIKE) index no query uses: each
-        # index is written for every lease a round places (docs/rounds.md §Measured).
-        constraints = [models.UniqueConstraint(fields=["hold_key"], name="lease_hold_key")]
+        # Not unique (a round's hold is shared by the tenant's winners); no index either: settlement and the
+        # job page name the hold from the lease, spend reads by the entry's lease, nothing looks a lease up by it.
 
     def __str__(self) -> str:
         return f"lease {self.pk} of job {self.job_id} ({self.state})"

@@ -79,7 +79,11 @@ class HoldState(models.TextChoices):
 
 
 class Hold(models.Model):
-    """Money moved from available to held until settlement charges part of it and releases the rest."""
+    """Money moved from available to held until settlement charges part of it and releases the rest.
+
+    A round holds once per tenant for all its winners (docs/ledger.md §Holds): the hold's `parts` leases each
+    record their share (`Lease.hold_share`), and settling one closes only that share (`closed`, `parts_closed`,
+    `charged` grow by it); the hold is settled when its last part is. A hold placed alone has one part."""
 
     key = models.CharField(max_length=200)  # unique: hold_key below
     # Indexed by hold_tenant_state, which leads with it.
@@ -89,6 +93,10 @@ class Hold(models.Model):
     amount = models.BigIntegerField()
     state = models.CharField(max_length=16, choices=HoldState.choices, default=HoldState.OPEN)
     charged = models.BigIntegerField(default=0)
+    # The shares settled or released so far: their amount and how many. held = amount - closed while open.
+    closed = models.BigIntegerField(default=0, db_default=0)
+    parts = models.PositiveIntegerField(default=1, db_default=1)
+    parts_closed = models.PositiveIntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(default=timezone.now)
     settled_at = models.DateTimeField(null=True, blank=True)
 
@@ -101,13 +109,26 @@ class Hold(models.Model):
             models.UniqueConstraint(fields=["key"], name="hold_key"),
             models.CheckConstraint(condition=models.Q(amount__gte=0), name="hold_amount_nonnegative"),
             models.CheckConstraint(
-                condition=models.Q(charged__gte=0, charged__lte=models.F("amount")),
-                name="hold_charged_within_amount",
+                condition=models.Q(
+                    charged__gte=0, charged__lte=models.F("closed"), closed__lte=models.F("amount")
+                ),
+                name="hold_charged_within_closed",
             ),
             models.CheckConstraint(
-                condition=models.Q(state=HoldState.OPEN, settled_at__isnull=True, charged=0)
-                | models.Q(state=HoldState.SETTLED, settled_at__isnull=False),
-                name="hold_state_consistent",
+                condition=models.Q(parts__gte=1, parts_closed__lte=models.F("parts")),
+                name="hold_parts_within",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(
+                    state=HoldState.OPEN, settled_at__isnull=True, parts_closed__lt=models.F("parts")
+                )
+                | models.Q(
+                    state=HoldState.SETTLED,
+                    settled_at__isnull=False,
+                    parts_closed=models.F("parts"),
+                    closed=models.F("amount"),
+                ),
+                name="hold_state_parts",
             ),
         ]
 
@@ -129,6 +150,18 @@ class JournalEntry(models.Model):
     amount = models.BigIntegerField()
     hold = models.ForeignKey(Hold, null=True, blank=True, on_delete=models.PROTECT, related_name="entries")
     memo = models.CharField(max_length=200, blank=True)
+    # The lease a settle, release or extension entry is for: a round's hold is shared by its tenant's winners
+    # (Hold.parts), so the hold no longer names one. Null on top-ups, refunds and a round's opening hold entry.
+    # No constraint and no index: set from the lease its writer holds locked, and read by primary key.
+    lease = models.ForeignKey(
+        "market.Lease",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="+",
+        db_constraint=False,
+        db_index=False,
+    )
     # PROTECT, not SET_NULL: the ledger is append-only, so deleting a user must not rewrite history.
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
@@ -152,6 +185,11 @@ class JournalEntry(models.Model):
 
 
 class Posting(models.Model):
+    # The ledger's references (a posting's entry and account, an entry's hold and tenant, a hold's tenant) keep
+    # their database constraints, unlike the round's bulk-written leases and outcomes: since a round holds once
+    # per tenant, not per winner (issue 36), their deferred checks scale with the tenants that won (10,000 holds,
+    # entries and 20,000 postings at fleet scale: 0.6 of the round's 22 backend-and-Python CPU-seconds,
+    # docs/rounds.md §At fleet scale), and for money a row naming nothing must be refused, not found later.
     # Indexed by posting_entry_account, which leads with it.
     entry = models.ForeignKey(JournalEntry, on_delete=models.PROTECT, related_name="postings", db_index=False)
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="postings")

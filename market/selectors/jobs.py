@@ -118,21 +118,38 @@ def job_detail(*, tenant: Tenant, job_id: int) -> Job | None:
 def hold_entries(*, leases: Iterable[Lease]) -> list[JournalEntry]:
     """The hold, settle and release entries of these leases' holds, oldest first (one query).
 
-    Each entry gets `lease_id`; each lease gets `hold_amount` (None while its hold does not exist).
+    A round's hold is its tenant's, shared by its winners (docs/ledger.md §Holds): of a shared hold only the
+    opening entry (which names no lease) and the entries of these leases are kept, the opening one shown as
+    this lease's part of it. Each entry gets `lease_id`, `share` (what its lease's part of the hold is) and
+    `shown` (a hold entry: what it held for this lease); each lease gets `hold_amount` (its share; None while
+    its hold does not exist).
     """
     by_key = {lease.hold_key: lease for lease in leases}
-    entries = list(
+    # Not the other jobs' settlements of a shared hold: the opening entry names no lease, the rest name theirs.
+    found = (
         JournalEntry.objects.filter(hold__key__in=list(by_key))
+        .filter(Q(lease__isnull=True) | Q(lease__in=[lease.pk for lease in by_key.values()]))
         .select_related("hold")
         .order_by("created_at", "pk")
     )
     for lease in by_key.values():
         lease.hold_amount = None  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
+    entries = list(found)
     for entry in entries:
         hold = cast(Hold, entry.hold)  # every entry has one: the query filtered on its key
         lease = by_key[hold.key]
-        entry.lease_id = lease.pk  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
-        lease.hold_amount = hold.amount  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
+        share = lease.hold_share if lease.hold_share is not None else hold.amount
+        entry.lease_id, entry.share = lease.pk, share  # type: ignore[attr-defined]  # an attribute the selector adds
+        entry.shown = entry.amount  # type: ignore[attr-defined]  # an attribute the selector adds
+        lease.hold_amount = share  # type: ignore[attr-defined]  # an attribute the selector adds to each instance
+    for lease in by_key.values():
+        if lease.hold_share is None:
+            continue  # a hold of its own: its opening entry held what it shows
+        mine = [e for e in entries if e.lease_id == lease.pk and e.kind == "hold"]
+        extended = sum(e.amount for e in mine if e.key != lease.hold_key)
+        for e in mine:
+            if e.key == lease.hold_key:  # the tenant's opening entry: this lease's part of it
+                e.shown = lease.hold_share - extended  # type: ignore[attr-defined]  # an attribute the selector adds
     return entries
 
 

@@ -123,11 +123,12 @@ def _negative_accounts() -> list[Problem]:
 
 
 def _held_mismatches() -> list[Problem]:
-    """A tenant's held account must carry exactly its open holds."""
+    """A tenant's held account must carry exactly what its open holds still hold (a shared hold's shares
+    settled so far are no longer held: amount - closed)."""
     open_holds = (
         Hold.objects.filter(tenant=OuterRef("tenant"), state=HoldState.OPEN)
         .values("tenant")
-        .annotate(total=Sum("amount"))
+        .annotate(total=Sum(F("amount") - F("closed")))
         .values("total")
     )
     rows = (

@@ -1,7 +1,9 @@
 """Reads of a tenant's spending: ledger rows with their job and GPU type, spend over time, burn rate.
 
-A journal entry reaches its job through its hold's key, which is a lease's `hold_key`; the job and the GPU
-type are annotated from that lease in the same query, so filters on them and the CSV export stay one query.
+A journal entry reaches its job through its lease (`JournalEntry.lease`: settle, release and extension
+entries, and the holds of before issue 36, which each had one lease); a round's opening hold entry is its
+tenant's for all its winners of that round and names no job. The job and the GPU type are annotated from that
+lease in the same query, so filters on them and the CSV export stay one query.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def spend_entries(
     """The tenant's entries, newest first, each with `job_ref`, `gpu_type_name` (None for top-ups and
     refunds), `charged` (what it moved to revenue: a refund is negative) and the changes to the tenant's
     `available_change` and `held_change`. `since` is inclusive, `before` exclusive."""
-    lease = Lease.objects.filter(hold_key=OuterRef("hold__key"))
+    lease = Lease.objects.filter(pk=OuterRef("lease_id"))
     qs = JournalEntry.objects.filter(tenant=tenant).annotate(
         job_ref=Subquery(lease.values("job_id")[:1]),
         gpu_type_name=Subquery(lease.values("gpu_type__name")[:1]),

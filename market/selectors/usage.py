@@ -8,13 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import ROUND_CEILING, Decimal
-from typing import Any
 
-from django.db.models import F, Q, Sum, Window
-from django.db.models.functions import Mod, RowNumber
+import numpy as np
+from django.db.models import Sum
 
-from market.models import Lease, LeaseGpu, LeaseUsage, UsageReport
+from market.models import Lease, LeaseGpu, LeaseUsage
 from market.selectors.policy import market_policy
+from market.selectors.usage_samples import node_ticks
 
 SECONDS_PER_HOUR = 3600
 JOULES_PER_KWH = Decimal("3.6e6")
@@ -115,10 +115,12 @@ class UsagePoint:
 
 
 def lease_usage_series(*, lease: Lease, points: int = SERIES_POINTS) -> dict[str, list[UsagePoint]]:
-    """Per node name, the lease's GPUs over time, from the stored reports (LeaseUsage keeps only cumulative
-    summaries). Bounded: of a node's reports in the lease's span, the first and then every k-th up to the
-    newest are read, k chosen so that at most `points` + 1 are; a point is that report's instantaneous
-    samples, so a spike between two points can be missed (the summary's maximum still shows it)."""
+    """Per node name, the lease's GPUs over time, from the stored samples (market.selectors.usage_samples:
+    10-s ticks of the last days, 1-minute aggregates before; LeaseUsage keeps only cumulative summaries).
+    Bounded: of a node's ticks in the lease's span, the first and then every k-th up to the newest are
+    drawn, k chosen so that at most `points` + 1 are; a point is that tick's samples (a 1-minute row's
+    means), so a spike between two points can be missed (the summary's maximum still shows it). Energy adds
+    every tick's rise, drawn or not."""
     start = lease.running_at or lease.started_at
     uuids: dict[int, set[str]] = {}
     names: dict[int, str] = {}
@@ -129,46 +131,23 @@ def lease_usage_series(*, lease: Lease, points: int = SERIES_POINTS) -> dict[str
         names[node_id] = name
     out: dict[str, list[UsagePoint]] = {}
     for node_id in sorted(uuids, key=names.__getitem__):
-        reports = UsageReport.objects.filter(node_id=node_id, sent_at__gte=start)
-        if lease.ended_at is not None:  # later reports of these GPUs are another lease's
-            reports = reports.filter(sent_at__lte=lease.ended_at)
-        count = reports.count()
+        # Later samples of these GPUs are another lease's.
+        ticks = node_ticks(node_id=node_id, uuids=uuids[node_id], start=start, end=lease.ended_at)
+        count = len(ticks.at)
         if not count:
             continue
         step = -(-count // points)
-        picked = (
-            reports.annotate(n=Window(RowNumber(), order_by=[F("sent_at").asc(), F("pk").asc()]))
-            .annotate(r=Mod(F("n"), step))
-            .filter(Q(n=1) | Q(r=count % step))
-            .order_by("sent_at", "pk")
-            .values_list("sent_at", "samples")
-        )
-        out[names[node_id]] = _points(list(picked), uuids[node_id])
-    return out
-
-
-def _points(rows: list[tuple[datetime, list[dict[str, Any]]]], uuids: set[str]) -> list[UsagePoint]:
-    """Points from (sent_at, samples) rows. Energy adds each GPU's counter rise from point to point; a
-    counter that fell (the GPU's driver reloaded) counts from zero again."""
-    last: dict[str, float] = {}
-    used = 0.0
-    out = []
-    for at, samples in rows:
-        mine = [s for s in samples if s.get("uuid") in uuids]
-        if not mine:
-            continue
-        for s in mine:
-            counter = float(s.get("energy_j") or 0)
-            if s["uuid"] in last:
-                before = last[s["uuid"]]
-                used += counter - before if counter >= before else counter
-            last[s["uuid"]] = counter
-        out.append(
+        used = np.nancumsum(np.nansum(ticks.energy_rise, axis=1))
+        util = np.nanmean(ticks.util, axis=1)
+        mem = np.nansum(ticks.mem_mb, axis=1)
+        out[names[node_id]] = [
             UsagePoint(
-                at=at,
-                util_pct=round(sum(float(s.get("util_pct") or 0) for s in mine) / len(mine), 2),
-                mem_used_mb=sum(float(s.get("mem_used_mb") or 0) for s in mine),
-                energy_j=used,
+                at=ticks.at[i],
+                util_pct=round(float(util[i]), 2),
+                mem_used_mb=float(mem[i]),
+                energy_j=float(used[i]),
             )
-        )
+            for i in range(count)
+            if i == 0 or (i + 1) % step == count % step
+        ]
     return out

@@ -99,12 +99,17 @@ def hold_extend(*, lease_id: int, now: datetime) -> bool:
                 amount=amount,
                 key=extension_key(lease.pk, n),
                 memo=f"lease {lease.pk}: hold extended by {more} s",
+                lease_id=lease.pk,
             )
     except InsufficientFunds:
         return False
     lease.hold_seconds += more
     lease.hold_extensions, lease.hold_warned_at = n, None
-    lease.save(update_fields=["hold_seconds", "hold_extensions", "hold_warned_at"])
+    fields = ["hold_seconds", "hold_extensions", "hold_warned_at"]
+    if lease.hold_share is not None:  # its part of the shared hold grows with it (settled as its share)
+        lease.hold_share += amount
+        fields.append("hold_share")
+    lease.save(update_fields=fields)
     audit(
         actor=None,
         tenant=lease.tenant,

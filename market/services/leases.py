@@ -149,10 +149,18 @@ def lease_stopped(
     job = Job.objects.select_for_update(no_key=True).filter(pk=lease.job_id).first()
     final = EndReason(lease.end_reason) if lease.end_reason else (reason or EndReason.COMPLETED)
     charge = measured_charge(lease_id=lease.pk, price=lease.price) if bill else 0
-    entry = ledger_settle(hold_key=lease.hold_key, charge=charge, key=settle_key(lease.pk))
+    # Its share of its tenant's round hold (a null share: a hold of its own, settled whole).
+    entry = ledger_settle(
+        hold_key=lease.hold_key,
+        charge=charge,
+        key=settle_key(lease.pk),
+        share=lease.hold_share,
+        lease_id=lease.pk,
+    )
     LeaseGpu.objects.filter(lease=lease, active=True).update(active=False)
     lease.state, lease.ended_at, lease.end_reason = LeaseState.ENDED, now, final
-    lease.charged = entry.hold.charged if entry.hold is not None else charge
+    held = lease.hold_share if lease.hold_share is not None else entry.hold.amount if entry.hold else charge
+    lease.charged = min(entry.amount, held)  # as the settlement capped it (a replayed entry too)
     lease.save(update_fields=["state", "ended_at", "end_reason", "charged"])
     if successor is not None and job is not None and final == EndReason.PREEMPTED:
         bind_moved(successor=successor, job=job, now=now)  # moved: it starts again on its new GPUs

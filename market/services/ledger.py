@@ -299,9 +299,12 @@ def ledger_refund(*, tenant: Tenant, amount: int, key: str, actor: User, memo: s
 
 
 @transaction.atomic
-def ledger_hold_extend(*, hold_key: str, amount: int, key: str, memo: str = "") -> JournalEntry:
+def ledger_hold_extend(
+    *, hold_key: str, amount: int, key: str, memo: str = "", lease_id: int | None = None
+) -> JournalEntry:
     """Add `amount` to an open hold (available -> held): a job whose hold ran short runs on, paid from the
-    available balance. Refused with InsufficientFunds rather than overdrawing, HoldClosed once settled."""
+    available balance. Refused with InsufficientFunds rather than overdrawing, HoldClosed once settled. On a
+    shared hold the caller adds the same amount to its lease's share (market.services.holds)."""
     amount, key = _check_amount(amount), _check_system_key(key)
     hold = Hold.objects.select_related("tenant").filter(key=hold_key).first()
     if hold is None:
@@ -310,7 +313,13 @@ def ledger_hold_extend(*, hold_key: str, amount: int, key: str, memo: str = "") 
 
     def write() -> JournalEntry:
         entry = JournalEntry.objects.create(
-            key=key, kind=EntryKind.HOLD, tenant=hold.tenant, amount=amount, hold=hold, memo=memo
+            key=key,
+            kind=EntryKind.HOLD,
+            tenant=hold.tenant,
+            amount=amount,
+            hold=hold,
+            memo=memo,
+            lease_id=lease_id,
         )
         locked = Hold.objects.select_for_update(no_key=True).get(pk=hold.pk)
         if locked.state != HoldState.OPEN:
@@ -324,18 +333,30 @@ def ledger_hold_extend(*, hold_key: str, amount: int, key: str, memo: str = "") 
 
 
 @transaction.atomic
-def ledger_settle(*, hold_key: str, charge: int, key: str) -> JournalEntry:
-    """Close a hold: charge at most its amount (held -> revenue) and release the rest (held -> available)."""
-    return _close_hold(kind=EntryKind.SETTLE, hold_key=hold_key, charge=charge, key=key)
+def ledger_settle(
+    *, hold_key: str, charge: int, key: str, share: int | None = None, lease_id: int | None = None
+) -> JournalEntry:
+    """Close a hold, or one share of a shared one (`share`: one lease's part, docs/ledger.md §Holds): charge
+    at most the share (held -> revenue) and release the rest of it (held -> available). `share=None`: all that
+    is still held. The hold is settled when its last share is."""
+    return _close_hold(
+        kind=EntryKind.SETTLE, hold_key=hold_key, charge=charge, key=key, share=share, lease_id=lease_id
+    )
 
 
 @transaction.atomic
-def ledger_release(*, hold_key: str, key: str) -> JournalEntry:
-    """Close a hold charging nothing."""
-    return _close_hold(kind=EntryKind.RELEASE, hold_key=hold_key, charge=0, key=key)
+def ledger_release(
+    *, hold_key: str, key: str, share: int | None = None, lease_id: int | None = None
+) -> JournalEntry:
+    """Close a hold (or one share of it) charging nothing."""
+    return _close_hold(
+        kind=EntryKind.RELEASE, hold_key=hold_key, charge=0, key=key, share=share, lease_id=lease_id
+    )
 
 
-def _close_hold(*, kind: EntryKind, hold_key: str, charge: int, key: str) -> JournalEntry:
+def _close_hold(
+    *, kind: EntryKind, hold_key: str, charge: int, key: str, share: int | None, lease_id: int | None
+) -> JournalEntry:
     charge = _check_amount(charge, field="charge", allow_zero=True)
     key = _check_system_key(key)
     request = _Request(kind, None, charge, hold_key, "")
@@ -346,20 +367,34 @@ def _close_hold(*, kind: EntryKind, hold_key: str, charge: int, key: str) -> Jou
             raise UnknownHold(f"no hold with key {hold_key!r}")
         # The entry goes in before the hold is locked, so that a concurrent call with the same key fails on
         # the key (and replays) rather than finding the hold closed.
-        entry = JournalEntry.objects.create(key=key, kind=kind, tenant=hold.tenant, amount=charge, hold=hold)
+        entry = JournalEntry.objects.create(
+            key=key, kind=kind, tenant=hold.tenant, amount=charge, hold=hold, lease_id=lease_id
+        )
+        # Figures from the locked row: another share of the same hold may have been settled meanwhile.
         locked = Hold.objects.select_for_update(no_key=True).get(pk=hold.pk)
         if locked.state != HoldState.OPEN:
             raise HoldClosed(f"hold {hold_key!r} was already settled")
-        charged = min(charge, hold.amount)
+        left = locked.amount - locked.closed
+        last = locked.parts_closed + 1 == locked.parts
+        # The last share takes whatever is left (a share's own extensions are in it, so this is the share).
+        part = left if share is None or last else share
+        if part < 0 or part > left:  # a bug (a share recorded wrong), never a caller's input
+            raise AssertionError(f"share {share} of hold {hold_key!r} exceeds the {left} still held")
+        charged = min(charge, part)
         tenant = hold.tenant
         legs = [
-            (_tenant_account(tenant, AccountKind.HELD), -hold.amount),
-            (_tenant_account(tenant, AccountKind.AVAILABLE), hold.amount - charged),
+            (_tenant_account(tenant, AccountKind.HELD), -part),
+            (_tenant_account(tenant, AccountKind.AVAILABLE), part - charged),
             (_platform_account(AccountKind.REVENUE), charged),
         ]
         _post(entry, legs)
-        hold.state, hold.charged, hold.settled_at = HoldState.SETTLED, charged, timezone.now()
-        hold.save(update_fields=["state", "charged", "settled_at"])
+        locked.charged += charged
+        locked.closed += part
+        locked.parts_closed = locked.parts if share is None else locked.parts_closed + 1
+        if locked.parts_closed == locked.parts:
+            locked.state, locked.settled_at = HoldState.SETTLED, timezone.now()
+        locked.save(update_fields=["state", "charged", "closed", "parts_closed", "settled_at"])
+        entry.hold = locked
         return entry
 
     return _keyed(key, request, write)

@@ -9,7 +9,7 @@ of one, so that the tests of single holds exercise the code production runs (iss
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from django.db import IntegrityError, connection, transaction
@@ -170,6 +170,114 @@ def ledger_hold_many(requests: Sequence[HoldRequest]) -> HoldsPlaced:
     return HoldsPlaced(
         placed=[r.key for r in placed], replayed=replayed, refused=refused, conflicted=conflicted
     )
+
+
+@dataclass(frozen=True)
+class Share:
+    """One winner's part of its tenant's round hold: `ref` names it back to the caller (a job id)."""
+
+    tenant_id: int
+    amount: int
+    ref: int
+
+
+@dataclass(frozen=True)
+class SharesHeld:
+    """Refs whose share is held (in a new hold or a replayed one), refused for lack of money, or left out
+    because their tenant's key was used for a different hold."""
+
+    placed: list[int]
+    refused: list[int]
+    conflicted: list[int]
+
+
+def ledger_hold_shares(*, shares: Sequence[Share], key_of: Callable[[int], str], memo: str) -> SharesHeld:
+    """One hold per tenant for its shares that fit (docs/ledger.md §Holds: the round's holds): the shares are
+    admitted in order while their sum fits the tenant's available balance (as ledger_hold_many admits holds,
+    so the same winners are held), then each tenant gets one hold of `parts` = its admitted shares, under
+    `key_of(tenant id)`, with one entry and two postings. A tenant whose key exists: a replay when that entry
+    asked for all of its shares' sum (all placed), else a conflict (all left out)."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("ledger_hold_shares must run inside the caller's transaction")
+    for sh in shares:
+        _check_amount(sh.amount, allow_zero=True)
+    by_tenant: dict[int, list[Share]] = defaultdict(list)
+    for sh in shares:
+        by_tenant[sh.tenant_id].append(sh)
+    keys = {t: _check_system_key(key_of(t)) for t in by_tenant}
+    existing = {
+        entry.key: _fingerprint(entry)
+        for entry in JournalEntry.objects.select_related("hold").filter(
+            key__in=bulk.any_of(list(keys.values()), "text")
+        )
+    }
+    placed: list[int] = []
+    refused: list[int] = []
+    conflicted: list[int] = []
+    fresh: dict[int, list[Share]] = {}
+    for t, mine in by_tenant.items():
+        if keys[t] not in existing:
+            fresh[t] = mine
+            continue
+        asked = _Request(EntryKind.HOLD, t, sum(sh.amount for sh in mine), keys[t], memo)
+        (placed if existing[keys[t]] == asked else conflicted).extend(sh.ref for sh in mine)
+    tenants = sorted(fresh)
+    accounts = _accounts(tenants)
+    # Lock every available account first, in tenant order, as the single-call services do: no deadlock.
+    available = dict(
+        Account.objects.select_for_update(no_key=True)
+        .filter(pk__in=bulk.any_of([accounts[t, AccountKind.AVAILABLE] for t in tenants]))
+        .order_by("tenant_id")
+        .values_list("tenant_id", "balance")
+    )
+    total: dict[int, int] = defaultdict(int)
+    count: dict[int, int] = defaultdict(int)
+    for t in tenants:
+        for sh in fresh[t]:
+            if total[t] + sh.amount <= available[t]:
+                total[t] += sh.amount
+                count[t] += 1
+                placed.append(sh.ref)
+            else:
+                refused.append(sh.ref)
+    held = [t for t in tenants if count[t]]
+    now = timezone.now()
+    hold_ids = bulk.insert(
+        Hold,
+        {
+            "key": [keys[t] for t in held],
+            "tenant_id": held,
+            "amount": [total[t] for t in held],
+            "state": [HoldState.OPEN] * len(held),
+            "charged": [0] * len(held),
+            "closed": [0] * len(held),
+            "parts": [count[t] for t in held],
+            "parts_closed": [0] * len(held),
+            "created_at": [now] * len(held),
+        },
+    )
+    entry_ids = bulk.insert(
+        JournalEntry,
+        {
+            "key": [keys[t] for t in held],
+            "kind": [EntryKind.HOLD] * len(held),
+            "tenant_id": held,
+            "amount": [total[t] for t in held],
+            "hold_id": hold_ids,
+            "memo": [memo] * len(held),
+            "created_at": [now] * len(held),
+        },
+    )
+    legs: dict[str, list[int]] = {"entry_id": [], "account_id": [], "amount": []}
+    for t, entry_id in zip(held, entry_ids, strict=True):
+        if total[t]:
+            for kind, amount in ((AccountKind.AVAILABLE, -total[t]), (AccountKind.HELD, total[t])):
+                legs["entry_id"].append(entry_id)
+                legs["account_id"].append(accounts[t, kind])
+                legs["amount"].append(amount)
+    bulk.insert(Posting, legs, ids=False)
+    _move(accounts, {t: total[t] for t in held if total[t]})
+    return SharesHeld(placed=placed, refused=refused, conflicted=conflicted)
 
 
 def _accounts(tenants: list[int]) -> dict[tuple[int, str], int]:

@@ -119,7 +119,12 @@ def bind_moved(*, successor: Lease, job: Job, now: datetime) -> None:
     if job.cancel_requested_at is not None or job.state == JobState.CANCELLED:
         LeaseGpu.objects.filter(lease=successor, active=True).update(active=False)
         # Under the key lease_stopped would settle it with: one close of the hold, whichever comes first.
-        ledger_release(hold_key=successor.hold_key, key=f"lease:{successor.pk}:settle")
+        ledger_release(
+            hold_key=successor.hold_key,
+            key=f"lease:{successor.pk}:settle",
+            share=successor.hold_share,
+            lease_id=successor.pk,
+        )
         successor.state, successor.ended_at, successor.end_reason = LeaseState.ENDED, now, EndReason.CANCELLED
         successor.charged = 0
         successor.save(update_fields=["state", "ended_at", "end_reason", "charged"])

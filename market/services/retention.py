@@ -10,8 +10,10 @@ everything else. After `MarketPolicy.retention_days`:
 - shadow rounds (what a proposed policy version would have done in the round) are deleted: a version's
   accumulated shadow figures cover the retention period;
 - commands acknowledged, or expired unacknowledged, are deleted;
-- agents' usage reports (every GPU sample) are deleted; each lease keeps its summary (`LeaseUsage`: what it was
-  billed from) and each node its high-water marks.
+- protocol 1's stored usage reports (UsageReport, no longer written since issue 36) are deleted; each lease
+  keeps its summary (`LeaseUsage`: what it was billed from) and each node its high-water marks;
+- the usage samples' upkeep runs (market.services.usage_storage): partitions made ahead, 10-s days
+  downsampled to 1-minute rows and dropped whole, 1-minute days past the retention period dropped whole.
 
 Leases, holds, journal entries and audit rows are money and history: never pruned. Work is done in batches of
 `batch` rows, each its own short transaction, so a large first prune does not hold locks against the rounds.
@@ -31,6 +33,7 @@ from django.utils import timezone
 
 from market.models import DONE_STATES, BidOutcome, Command, CommandState, Round, ShadowRound, UsageReport
 from market.selectors.policy import market_policy
+from market.services.usage_storage import usage_storage_maintain
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +48,8 @@ class PruneStats:
     commands: int
     usage_reports: int = 0
     shadow_rounds: int = 0
+    usage_days_downsampled: int = 0
+    usage_minute_days_dropped: int = 0
 
 
 def _in_batches(
@@ -101,6 +106,7 @@ def retention_prune(*, now: datetime | None = None, batch: int = BATCH) -> Prune
         lambda ids: UsageReport.objects.filter(pk__in=ids).delete()[0],
         batch,
     )
+    storage = usage_storage_maintain(now=now)
     stats = PruneStats(
         cutoff=cutoff,
         books=books,
@@ -108,6 +114,8 @@ def retention_prune(*, now: datetime | None = None, batch: int = BATCH) -> Prune
         commands=commands,
         usage_reports=usage_reports,
         shadow_rounds=shadow_rounds,
+        usage_days_downsampled=storage.days_downsampled,
+        usage_minute_days_dropped=storage.minute_days_dropped,
     )
     log.info(
         "retention prune: %s books, %s outcomes, %s shadow rounds, %s commands, %s usage reports before %s",

@@ -60,7 +60,7 @@ from market.services.command_wake import commands_written
 from market.services.commit_rows import JOB_FIELDS, JobRow, Placed, Slot, Winner
 from market.services.gpu_standing import TAKEN, UNAVAILABLE, UNCONFINED, gpu_standing
 from market.services.leases import STOP_COMMAND_TTL, stop_payload
-from market.services.ledger_bulk import HoldRequest, ledger_hold_many
+from market.services.ledger_bulk import Share, ledger_hold_shares
 from market.services.moves import GangReader, admit_moves, moved_winners
 from market.services.reservations import record_fragmentation, record_reservations
 from market.services.sandbox_bind import sandbox_fields, sandbox_payload
@@ -69,8 +69,9 @@ from market.services.sandbox_bind import sandbox_fields, sandbox_payload
 BIND_TTL = timedelta(minutes=30)
 
 
-def hold_key(round_id: int, job_id: int) -> str:
-    return f"round:{round_id}:job:{job_id}"
+def hold_key(round_id: int, tenant_id: int) -> str:
+    """The key of a tenant's one hold in a round: its winners there share it (docs/ledger.md §Holds)."""
+    return f"round:{round_id}:tenant:{tenant_id}"
 
 
 @dataclass
@@ -237,26 +238,20 @@ def _admit(
 def _hold(
     rnd: Round, admitted: list[Winner], jobs: dict[int, JobRow], skipped: dict[int, str]
 ) -> list[Placed]:
-    """Each admitted winner's budget hold, in winner order (ledger_hold_many); a hold refused for lack of money
-    or whose key is taken by another hold skips its winner (added to `skipped`)."""
-    held = ledger_hold_many(
-        [
-            HoldRequest(
-                tenant_id=w.tenant_id,
-                amount=w.hold,
-                key=hold_key(rnd.pk, w.job_id),
-                memo=f"round {rnd.pk}, job {w.job_id}",
-            )
-            for w in admitted
-        ]
+    """The admitted winners' budget holds, one per tenant for its winners' sum (ledger_hold_shares), in
+    winner order: a share that no longer fits the tenant's money, or whose tenant's key is taken by another
+    hold, skips its winner (added to `skipped`)."""
+    held = ledger_hold_shares(
+        shares=[Share(tenant_id=w.tenant_id, amount=w.hold, ref=w.job_id) for w in admitted],
+        key_of=lambda tenant_id: hold_key(rnd.pk, tenant_id),
+        memo=f"round {rnd.pk}",
     )
     refused, conflicted = set(held.refused), set(held.conflicted)
     placed = []
     for w in admitted:
-        key = hold_key(rnd.pk, w.job_id)
-        if key in refused:
+        if w.job_id in refused:
             skipped[w.job_id] = SKIP_BUDGET
-        elif key in conflicted:
+        elif w.job_id in conflicted:
             skipped[w.job_id] = SKIP_HOLD_CONFLICT
         else:
             placed.append(Placed(w, jobs[w.job_id]))
@@ -287,7 +282,8 @@ def _insert_leases(
             "max_seconds": [p.job.max_seconds for p in placed],
             "hold_seconds": [p.winner.hold_seconds for p in placed],
             "grace_seconds": [p.job.grace_seconds for p in placed],
-            "hold_key": [hold_key(rnd.pk, p.winner.job_id) for p in placed],
+            "hold_key": [hold_key(rnd.pk, p.winner.tenant_id) for p in placed],
+            "hold_share": [p.winner.hold for p in placed],
             "state": [LeaseState.ALLOCATED] * n,
             "started_at": [now] * n,
             "end_reason": [""] * n,

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
-
-from django.db.models import OuterRef, Prefetch, QuerySet, Subquery
+from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
 from inventory.models import Gpu, Node
-from market.models import Command, CommandKind, CommandState, Lease, LeaseState, UsageReport
+from market.models import Command, CommandKind, CommandState, Lease, LeaseState
+from market.selectors.usage_samples import LatestReport, latest_samples
 
 COMMANDS_PER_FETCH = 100
 
@@ -53,28 +50,7 @@ def node_list(*, state: str | None = None) -> QuerySet[Node]:
     return qs.order_by("name")
 
 
-@dataclass(frozen=True)
-class LatestReport:
-    """A node's newest usage report: when it was sent and each GPU's sample by UUID."""
-
-    sent_at: datetime
-    gpus: dict[str, dict[str, Any]]
-
-
 def latest_reports(*, node_ids: list[int]) -> dict[int, LatestReport]:
-    """Each node's newest usage report (highest boot epoch, then seq: the unique index serves it), in one
-    query for the nodes given (a page of the admins' list)."""
-    newest = (
-        UsageReport.objects.filter(node_id=OuterRef("pk")).order_by("-boot_epoch", "-seq").values("pk")[:1]
-    )
-    ids = (
-        Node.objects.filter(pk__in=node_ids)
-        .annotate(report=Subquery(newest))
-        .values_list("report", flat=True)
-    )
-    return {
-        r.node_id: LatestReport(
-            r.sent_at, {s["uuid"]: s for s in r.samples if isinstance(s, dict) and "uuid" in s}
-        )
-        for r in UsageReport.objects.filter(pk__in=[i for i in ids if i is not None])
-    }
+    """Each node's newest samples (market.selectors.usage_samples.latest_samples), for a page of the admins'
+    list."""
+    return latest_samples(node_ids=node_ids)

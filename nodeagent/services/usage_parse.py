@@ -10,7 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import chain
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from market.selectors.usage import UsageSummary
 from nodeagent.errors import NodeError
@@ -201,76 +205,214 @@ def parse_report(data: Any) -> Report:
     )
 
 
-# proto adapter: replaced by the usage branch
+# Protocol 2's usage block (docs/agent.md §Protocol `POST report`): columns of ticks x GPUs. Every cell is
+# checked, at a cost per cell of a type lookup and a numpy comparison: the ingest's budget is 50 µs of web CPU
+# per GPU sample all in (bench/usage.py), seven cells each.
+
 MAX_TICKS = 360
-_SAMPLE_KEYS = frozenset(
-    {"gpus", "t", "util", "mem_mb", "power_w", "energy_j", "lease", "foreign", "processes"}
-)
+# The stored widths (market.models.usage_blob) bound what a cell may hold: power in tenths of a watt in 16
+# bits, memory in whole MB in 32, a foreign-process count in 8; the others are checked as before.
+_RANGES: dict[str, tuple[float, float, bool]] = {  # column: (low, high, whole numbers only)
+    "util": (0, 100, False),
+    "mem_mb": (0, 2**32 - 1, False),
+    "power_w": (0, 6553.5, False),
+    "energy_j": (0, 1e15, False),
+    "lease": (0, 2**53, True),
+    "foreign": (0, 255, True),
+}
+_NUMBER = frozenset({int, float})
+_WHOLE = frozenset({int})
+# Tick times: after 2001 and before 2286 (epoch seconds), so that a unit mistake (milliseconds) is refused.
+_T_RANGE = (1e9, 1e10)
 
 
 @dataclass(frozen=True)
 class Samples:
-    """A protocol 2 report's samples as columns: one row per tick, one entry per GPU (docs/agent.md)."""
+    """A report's samples since the last one, validated: each matrix is ticks x GPUs (float64, the lease and
+    foreign columns int64), `t` epoch seconds ascending, `gpus` the columns' UUIDs."""
 
-    gpus: list[str]
-    t: list[float]
-    util: list[list[float]]
-    mem_mb: list[list[float]]
-    power_w: list[list[float]]
-    energy_j: list[list[float]]
-    lease: list[list[int]]
-    foreign: list[list[int]]
-    processes: list[dict[str, Any]]
+    gpus: tuple[str, ...]
+    t: npt.NDArray[np.float64]
+    util: npt.NDArray[np.float64]
+    mem_mb: npt.NDArray[np.float64]
+    power_w: npt.NDArray[np.float64]
+    energy_j: npt.NDArray[np.float64]
+    lease: npt.NDArray[np.int64]
+    foreign: npt.NDArray[np.int64]
+    processes: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def ticks(self) -> int:
+        return len(self.t)
+
+    def lease_util(self, leases: list[int]) -> npt.NDArray[np.float64]:
+        """Ticks x leases: each lease's utilisation at each tick, the busiest GPU its process is on (0 where
+        it has none), as protocol 1's Report.lease_util for its one tick."""
+        out = np.zeros((self.ticks, len(leases)))
+        for j, lease in enumerate(leases):
+            mine = self.lease == lease
+            if mine.any():
+                out[:, j] = np.where(mine, self.util, 0.0).max(axis=1)
+        return out
+
+
+def _cell(path: str, name: str, i: int, j: int | None, message: str) -> NodeError:
+    where = f"{path}.{name}[{i}]" + (f"[{j}]" if j is not None else "")
+    return NodeError(message, field=where)
+
+
+def _matrix(body: dict[str, Any], name: str, shape: tuple[int, int], path: str) -> npt.NDArray[Any]:
+    rows = body.get(name)
+    ticks, gpus = shape
+    if type(rows) is not list or len(rows) != ticks:
+        raise NodeError(f"must be a list of {ticks} rows (one per tick)", field=f"{path}.{name}")
+    for i, row in enumerate(rows):
+        if type(row) is not list or len(row) != gpus:
+            raise _cell(path, name, i, None, f"must be a list of {gpus} numbers (one per GPU)")
+    low, high, whole = _RANGES[name]
+    allowed = _WHOLE if whole else _NUMBER
+    if not set(map(type, chain.from_iterable(rows))) <= allowed:
+        for i, row in enumerate(rows):  # the refusal's path only: find the cell
+            for j, value in enumerate(row):
+                if type(value) not in allowed:
+                    raise _cell(path, name, i, j, "must be a whole number" if whole else "must be a number")
+    values = np.array(rows, dtype=np.float64)
+    # NaN fails both comparisons and infinity one: no separate finiteness test.
+    bad = ~((values >= low) & (values <= high))
+    if bad.any():
+        i, j = (int(x) for x in np.argwhere(bad)[0])
+        raise _cell(path, name, i, j, f"must be between {low:g} and {high:g}")
+    return values.astype(np.int64) if whole else values
+
+
+_LOW = np.array([low for low, _, _ in _RANGES.values()])[:, None, None]
+_HIGH = np.array([high for _, high, _ in _RANGES.values()])[:, None, None]
+_WHOLE_COLUMNS = [name for name, (_, _, whole) in _RANGES.items() if whole]
+_NUMBER_COLUMNS = [name for name, (_, _, whole) in _RANGES.items() if not whole]
+
+
+def _columns_fast(body: dict[str, Any], shape: tuple[int, int]) -> dict[str, npt.NDArray[Any]] | None:
+    """Every column checked at once (one conversion, one range test over all cells); None at the first doubt,
+    without saying where: _matrix says it, on the refusal's path only."""
+    ticks, gpus = shape
+    matrices = [body.get(name) for name in _RANGES]
+    for rows in matrices:
+        if type(rows) is not list or len(rows) != ticks:
+            return None
+        for row in rows:
+            if type(row) is not list or len(row) != gpus:
+                return None
+    cells = chain.from_iterable
+    if not set(map(type, cells(cells(body[n] for n in _NUMBER_COLUMNS)))) <= _NUMBER:
+        return None
+    if not set(map(type, cells(cells(body[n] for n in _WHOLE_COLUMNS)))) <= _WHOLE:
+        return None
+    values = np.array(matrices, dtype=np.float64)
+    # NaN fails both comparisons and infinity one: no separate finiteness test.
+    if not ((values >= _LOW) & (values <= _HIGH)).all():
+        return None
+    out: dict[str, npt.NDArray[Any]] = {}
+    for k, (name, (_, _, whole)) in enumerate(_RANGES.items()):
+        out[name] = values[k].astype(np.int64) if whole else values[k]
+    return out
+
+
+def _processes(data: Any, gpus: tuple[str, ...], path: str) -> tuple[dict[str, Any], ...]:
+    items = data if data is not None else []
+    if type(items) is not list or len(items) > MAX_PROCESSES:
+        raise NodeError(f"must be a list of at most {MAX_PROCESSES}", field=f"{path}.processes")
+    known = set(gpus)
+    out = []
+    for k, raw in enumerate(items):
+        try:
+            proc = _obj(raw)
+            if proc.get("gpu") not in known:
+                raise _Bad("gpu", "must be one of usage.gpus")
+            lease = proc.get("lease")
+            if lease is not None and type(lease) is not int:
+                raise _Bad("lease", "must be a lease id or null")
+            out.append(
+                {
+                    "gpu": proc["gpu"],
+                    "pid": _int(proc, "pid"),
+                    "used_mb": _num(proc, "used_mb"),
+                    "lease": lease,
+                }
+            )
+        except _Bad as exc:
+            raise NodeError(
+                exc.message, field=f"{path}.processes[{k}]" + (f".{exc.key}" if exc.key else "")
+            ) from None
+    return tuple(out)
 
 
 def parse_samples(data: Any, *, path: str = "usage") -> Samples:
+    """Protocol 2's `usage` block, every cell checked; a refusal names the cell (`usage.util[3][1]`)."""
     if type(data) is not dict:
         raise NodeError("must be an object", field=path)
-    unknown = sorted(set(data) - _SAMPLE_KEYS)
-    if unknown:
-        raise NodeError("is not a field of the samples", field=f"{path}.{unknown[0]}")
-    try:
-        gpus = _list(data, "gpus", MAX_GPUS)
-        t = _list(data, "t", MAX_TICKS)
-    except _Bad as exc:
-        raise NodeError(exc.message, field=f"{path}.{exc.key}") from None
-    for j, uuid in enumerate(gpus):
-        if type(uuid) is not str or not 0 < len(uuid) <= 96:
-            raise NodeError("must be a GPU UUID (1 to 96 characters)", field=f"{path}.gpus[{j}]")
-    for i, when in enumerate(t):
-        if type(when) not in (int, float) or not 0 < when < 1e11 or (i and when <= t[i - 1]):
-            raise NodeError("must be epoch seconds, ascending", field=f"{path}.t[{i}]")
-    columns: dict[str, list[list[Any]]] = {}
-    for key, high, whole in (
-        ("util", 100.0, False),
-        ("mem_mb", 1e9, False),
-        ("power_w", 1e6, False),
-        ("energy_j", 1e15, False),
-        ("lease", float(INT_MAX), True),
-        ("foreign", 1e6, True),
+    gpus = data.get("gpus")
+    if (
+        type(gpus) is not list
+        or not 0 < len(gpus) <= MAX_GPUS
+        or not all(type(u) is str and 0 < len(u) <= 96 for u in gpus)
+        or len(set(gpus)) != len(gpus)
     ):
-        rows = data.get(key, [])
-        if type(rows) is not list or len(rows) != len(t):
-            raise NodeError(f"must be a list of {len(t)} rows, one per tick", field=f"{path}.{key}")
-        for i, row in enumerate(rows):
-            if type(row) is not list or len(row) != len(gpus):
-                raise NodeError(f"must have {len(gpus)} entries, one per GPU", field=f"{path}.{key}[{i}]")
-            for j, value in enumerate(row):
-                ok = type(value) is int if whole else type(value) in (int, float)
-                if not ok or not 0 <= value <= high:
-                    raise NodeError(
-                        f"must be a number between 0 and {high:g}", field=f"{path}.{key}[{i}][{j}]"
-                    )
-        columns[key] = rows
-    try:
-        processes = _list(data, "processes", MAX_PROCESSES)
-    except _Bad as exc:
-        raise NodeError(exc.message, field=f"{path}.{exc.key}") from None
-    for j, proc in enumerate(processes):
-        if type(proc) is not dict or proc.get("gpu") not in gpus:
-            raise NodeError("must be an object naming one of the GPUs", field=f"{path}.processes[{j}]")
-        try:
-            _process(proc)
-        except _Bad as exc:
-            raise NodeError(exc.message, field=f"{path}.processes[{j}].{exc.key}") from None
-    return Samples(gpus=gpus, t=[float(x) for x in t], processes=processes, **columns)
+        raise NodeError(
+            f"must be 1 to {MAX_GPUS} distinct GPU UUIDs (1 to 96 characters)", field=f"{path}.gpus"
+        )
+    t = data.get("t")
+    if type(t) is not list or not 0 < len(t) <= MAX_TICKS or not set(map(type, t)) <= _NUMBER:
+        raise NodeError(f"must be a list of 1 to {MAX_TICKS} times (epoch seconds)", field=f"{path}.t")
+    times = np.array(t, dtype=np.float64)
+    bad = ~((times >= _T_RANGE[0]) & (times <= _T_RANGE[1]))
+    bad[1:] |= ~(np.diff(times) > 0)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise NodeError("must be epoch seconds, each after the one before", field=f"{path}.t[{i}]")
+    shape = (len(t), len(gpus))
+    columns = _columns_fast(data, shape)
+    if columns is None:  # some cell is wrong: the column by column check finds and names it
+        columns = {name: _matrix(data, name, shape, path) for name in _RANGES}
+    return Samples(
+        gpus=tuple(gpus),
+        t=times,
+        **columns,
+        processes=_processes(data.get("processes"), tuple(gpus), path),
+    )
+
+
+def parse_leases(data: Any, *, path: str = "leases") -> list[LeaseCounters]:
+    """A report's `leases`: each lease's cumulative counters, as in protocol 1's usage report."""
+    if data is None:
+        return []
+    if type(data) is not list or len(data) > MAX_LEASES:
+        raise NodeError(f"must be a list of at most {MAX_LEASES}", field=path)
+    return _each(data, path, _counters)
+
+
+def samples_from_report(report: Report) -> Samples | None:
+    """Protocol 1's one-tick report as protocol 2's columns (each GPU's lease: the first of its processes
+    that names one; foreign: its processes that name none). None when it has no GPU."""
+    if not report.gpus:
+        return None
+    gpus = report.gpus
+    at = datetime.fromisoformat(gpus[0]["at"]).timestamp()
+
+    def row(key: str, high: float) -> list[float]:
+        # Protocol 1 took memory and power up to 1e15; the stored widths (usage_blob) hold less.
+        return [min(float(g[key]), high) for g in gpus]
+
+    leases = [next((p["lease"] for p in g["processes"] if p["lease"] is not None), 0) for g in gpus]
+    return Samples(
+        gpus=tuple(g["uuid"] for g in gpus),
+        t=np.array([at]),
+        util=np.array([row("util_pct", _RANGES["util"][1])]),
+        mem_mb=np.array([row("mem_used_mb", _RANGES["mem_mb"][1])]),
+        power_w=np.array([row("power_w", _RANGES["power_w"][1])]),
+        energy_j=np.array([row("energy_j", _RANGES["energy_j"][1])]),
+        lease=np.array([leases], dtype=np.int64),
+        foreign=np.array(
+            [[min(255, sum(p["lease"] is None for p in g["processes"])) for g in gpus]], dtype=np.int64
+        ),
+        processes=tuple({"gpu": g["uuid"], **p} for g in gpus for p in g["processes"]),
+    )

@@ -46,8 +46,8 @@ from market.selectors.book import Snapshot
 from market.selectors.ledger import ledger_problems, tenant_balance
 from market.services import ledger, rounds
 from market.services.leases import lease_running, lease_stopped
-from market.services.round_commit import hold_key
 from tests.conftest import World
+from tests.round_holds import decided_holds
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -225,14 +225,30 @@ def test_the_bank_balances_after_a_storm(world: World) -> None:
         ]
         assert balance.available + balance.held + balance.spent == topups
     for rnd in Round.objects.filter(state=RoundState.DISPATCHED).exclude(book=b""):
-        decided = {
-            hold_key(rnd.pk, r.job): r.hold for r in clear(Snapshot.load(rnd.book).book).winner_records()
-        }
-        held = dict(Hold.objects.filter(key__startswith=f"round:{rnd.pk}:").values_list("key", "amount"))
-        assert set(held) <= set(decided) and all(decided[k] == v for k, v in held.items())
+        # One hold per tenant and round: at most what the clearing decided for the tenant's winners (a winner
+        # skipped at commit is not held), and exactly the sum of the shares its leases record.
+        decided = decided_holds(rnd.pk, clear(Snapshot.load(rnd.book).book))
+        holds = Hold.objects.filter(key__startswith=f"round:{rnd.pk}:")
+        assert all(h.amount <= decided[h.key] for h in holds)
+        assert holds.count() == len({h.key for h in holds})
+    for hold in Hold.objects.filter(key__contains=":tenant:"):
+        leases = Lease.objects.filter(hold_key=hold.key)
+        extended = JournalEntry.objects.filter(hold=hold, kind=EntryKind.HOLD).exclude(key=hold.key)
+        assert sum(lease.hold_share or 0 for lease in leases) == hold.amount
+        assert (extended.aggregate(s=Sum("amount"))["s"] or 0) == hold.amount - hold.entries.get(
+            key=hold.key
+        ).amount
+        assert leases.count() == hold.parts
+        ended = [lease for lease in leases if lease.state == "ended"]
+        assert hold.parts_closed == len(ended) and hold.closed == sum(
+            lease.hold_share or 0 for lease in ended
+        )
+        assert hold.charged == sum(lease.charged or 0 for lease in ended)
+        assert (hold.state == HoldState.SETTLED) == (len(ended) == leases.count())
+    # Every settled or released lease closed its share once: one closing entry per lease.
     closing = JournalEntry.objects.filter(kind__in=[EntryKind.SETTLE, EntryKind.RELEASE])
-    assert not closing.values("hold").annotate(n=Count("id")).filter(n__gt=1).exists()
-    assert closing.count() == Hold.objects.filter(state=HoldState.SETTLED).count()
+    assert not closing.values("key").annotate(n=Count("id")).filter(n__gt=1).exists()
+    assert closing.count() == Lease.objects.filter(state="ended").count()
     assert (
         not Lease.objects.filter(state__in=LIVE_LEASE_STATES)
         .values("job")

@@ -40,7 +40,7 @@ from market.models import (
     LeaseState,
     Round,
     RoundState,
-    UsageReport,
+    UsageSample,
 )
 from market.selectors.policy import market_policy
 from market.services.leases import settle_key
@@ -155,7 +155,7 @@ def test_postgres_restarted_while_rounds_clear_and_agents_report(
         beat.tick()
         return (
             Lease.objects.filter(state=LeaseState.RUNNING).count() == 2
-            and UsageReport.objects.filter(received_at__gte=timezone.now() - timedelta(seconds=3)).exists()
+            and UsageSample.objects.filter(at__gte=timezone.now() - timedelta(seconds=3)).exists()
         )
 
     tails = "\n".join(a.tail() for a in agents)

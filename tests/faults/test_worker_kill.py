@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.db.models import Count
+from django.db.models import Count, Sum
 
 from allocator import clear
 from market.models import Hold, Job, JobState, Lease, MarketPolicy, Round, RoundState
 from market.models.policy import DAY
 from market.selectors.book import Snapshot
-from market.services.round_commit import hold_key
 from tests.market.round_helpers import make_job
+from tests.round_holds import decided_holds
 from tests.workers import start_worker, stop_worker, wait_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.integration]
@@ -61,9 +61,13 @@ def _assert_written_once(rnd: Round) -> None:
     assert rnd.state == RoundState.DISPATCHED, rnd.error
     result = clear(Snapshot.load(rnd.book).book)
     assert result.digest == rnd.digest
-    decided = {hold_key(rnd.pk, w.job): w.hold for w in result.winner_records()}
+    decided = decided_holds(rnd.pk, result)
     assert decided and dict(Hold.objects.values_list("key", "amount")) == decided
-    assert Lease.objects.count() == len(decided) == Job.objects.filter(state=JobState.ALLOCATED).count()
+    winners = len(list(result.winner_records()))
+    assert Lease.objects.count() == winners == Job.objects.filter(state=JobState.ALLOCATED).count()
+    # Each lease records its share; the tenant's shares sum to its one hold (held once, however resumed).
+    shares = Lease.objects.values("hold_key").annotate(total=Sum("hold_share"))
+    assert {row["hold_key"]: row["total"] for row in shares} == decided
     assert not Lease.objects.values("job").annotate(n=Count("id")).filter(n__gt=1).exists()
     call_command("ledger_check", stdout=StringIO())  # SystemExit on any problem
     call_command("orphan_check", stdout=StringIO())  # no lease, GPU, command or outcome points at nothing

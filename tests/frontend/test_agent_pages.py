@@ -59,22 +59,35 @@ def test_the_usage_series_is_bounded_and_its_energy_adds_up(market: Market) -> N
 
 
 def test_a_report_of_another_leases_gpus_is_not_on_this_jobs_chart(market: Market) -> None:
+    from django.utils import timezone
+
     from market.selectors.usage import lease_usage_series
+    from nodeagent.services.usage import report_ingest
+    from nodeagent.services.usage_parse import parse_samples
 
     lease = _running(market)
-    report_usage(lease, seconds=120)
-    mine = {g.gpu.uuid for g in lease.lease_gpus.select_related("gpu")}
+    mine = [g.gpu.uuid for g in lease.lease_gpus.select_related("gpu")]
     other = Gpu.objects.filter(node=lease.node).exclude(uuid__in=mine).first()
     assert other is not None
-    from market.models import UsageReport
-
-    for report in UsageReport.objects.all():  # a busy foreign GPU in the same reports
-        report.samples.append(
-            {**report.samples[0], "uuid": other.uuid, "util_pct": 100, "mem_used_mb": 80_000}
-        )
-        report.save()
+    start = (lease.running_at or lease.started_at).timestamp()
+    # A protocol 2 report of three ticks: the lease's 2 GPUs at 30 GB, a busy foreign GPU beside them.
+    usage = {
+        "gpus": [*mine, other.uuid],
+        "t": [start + 10 * k for k in (1, 2, 3)],
+        "util": [[90, 90, 100]] * 3,
+        "mem_mb": [[30_000, 30_000, 80_000]] * 3,
+        "power_w": [[300.0, 300.0, 650.0]] * 3,
+        "energy_j": [[5e6 + 3000 * k, 5e6 + 3000 * k, 1e6 + 6500 * k] for k in (1, 2, 3)],
+        "lease": [[lease.pk, lease.pk, 0]] * 3,
+        "foreign": [[0, 0, 1]] * 3,
+    }
+    assert report_ingest(
+        node_id=lease.node_id, boot_epoch=1, seq=1, sent_at=timezone.now(), samples=parse_samples(usage),
+        leases=[],
+    )  # fmt: skip
     points = lease_usage_series(lease=lease)[lease.node.name]
-    assert [p.mem_used_mb for p in points] == [60_000, 60_000]
+    assert [p.mem_used_mb for p in points] == [60_000, 60_000, 60_000]
+    assert [p.energy_j for p in points] == [0.0, 6000.0, 12000.0]  # the lease's 2 GPUs only
 
 
 @pytest.mark.parametrize(

@@ -15,8 +15,8 @@ from django.core.management import call_command
 from allocator import clear
 from market.models import Command, CommandKind, Hold, Job, JobState, Round, RoundState
 from market.selectors.book import Snapshot
-from market.services.round_commit import hold_key
 from tests.market.round_helpers import make_job
+from tests.round_holds import decided_holds
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,7 +57,7 @@ def test_worker_clears_a_round_with_jobs_of_three_tenants(world, worker_queue):
     # Holds are exactly what the allocator decided for the frozen book.
     result = clear(Snapshot.load(rnd.book).book)
     assert result.digest == rnd.digest
-    decided = {hold_key(rnd.pk, w.job): w.hold for w in result.winner_records()}
+    decided = decided_holds(rnd.pk, result)
     assert decided and dict(Hold.objects.values_list("key", "amount")) == decided
     for job in Job.objects.filter(pk__in=[int(k.rsplit(":", 1)[1]) for k in decided]):
         assert job.state == JobState.ALLOCATED

@@ -14,9 +14,9 @@ from allocator import clear
 from market.models import Hold, Lease, Round, RoundState, ShadowRound
 from market.selectors.book import Snapshot
 from market.selectors.shadow_book import book_under
-from market.services.round_commit import hold_key
 from market.services.shadow import shadow_start
 from tests.market.shadow_helpers import contended, propose
+from tests.round_holds import decided_holds
 from tests.workers import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -44,7 +44,7 @@ def test_worker_runs_a_shadow_round_that_commits_nothing(world, worker_queue):
     book = Snapshot.load(bytes(rnd.book)).book
     live, proposed = clear(book), clear(book_under(book, version.snapshot))
     # What was committed is the live decision, to the hold: not the proposal's.
-    decided = {hold_key(rnd.pk, w.job): w.hold for w in live.winner_records()}
+    decided = decided_holds(rnd.pk, live)
     assert dict(Hold.objects.values_list("key", "amount")) == decided
     won = {t: sum(1 for w in live.winner_records() if w.tenant == t) for t in ("alpha", "beta")}
     assert {t: Lease.objects.filter(tenant__slug=t).count() for t in won} == won

@@ -61,3 +61,32 @@ def test_concurrent_same_key_settles_settle_once(world: World) -> None:
     balance = tenant_balance(tenant=world.alpha)
     assert (balance.available, balance.held, balance.spent) == (75, 0, 25)
     assert ledger_problems() == []
+
+
+def test_concurrent_settlements_of_one_shared_hold_each_close_their_share(world: World) -> None:
+    """A round's hold shared by a tenant's winners (issue 36): each lease's settlement, all at once, closes
+    only its share under the hold's row lock; the last one settles the hold, and nothing is charged twice."""
+    from django.db import transaction
+
+    from market.models import HoldState
+    from market.services.ledger_bulk import Share, ledger_hold_shares
+
+    fund(world.alpha, 10_000)
+    shares = [100 + 10 * i for i in range(THREADS)]
+    with transaction.atomic():
+        ledger_hold_shares(
+            shares=[Share(world.alpha.pk, amount, i) for i, amount in enumerate(shares)],
+            key_of=lambda t: f"round:1:tenant:{t}",
+            memo="round 1",
+        )
+    key = f"round:1:tenant:{world.alpha.pk}"
+    results = run_together(
+        lambda i: ledger_settle(hold_key=key, charge=i, key=f"lease:{i}:settle", share=shares[i])
+    )
+    assert all(isinstance(r, JournalEntry) for r in results), results
+    shared = Hold.objects.get(key=key)
+    charged = sum(range(THREADS))
+    assert (shared.state, shared.closed, shared.charged) == (HoldState.SETTLED, sum(shares), charged)
+    balance = tenant_balance(tenant=world.alpha)
+    assert (balance.available, balance.held, balance.spent) == (10_000 - charged, 0, charged)
+    assert ledger_problems() == []

@@ -74,8 +74,12 @@ def test_round_holds_the_predicted_p90_for_an_opted_in_tenant(market):
     assert by_job[sized.pk].hold_seconds == 3360
     assert by_job[cold.pk].hold_seconds == 36000 and by_job[other.pk].hold_seconds == 36000
     lease = by_job[sized.pk]
-    assert Hold.objects.get(key=lease.hold_key).amount == -(-2 * lease.price * 3360 // 3600)  # rounded up
-    assert Hold.objects.get(key=by_job[other.pk].hold_key).amount == 2 * by_job[other.pk].price * 10
+    # Each lease's share of its tenant's round hold (alpha's two winners share one, beta's is its own).
+    assert lease.hold_share == -(-2 * lease.price * 3360 // 3600)  # rounded up
+    assert by_job[other.pk].hold_share == 2 * by_job[other.pk].price * 10
+    alpha = Hold.objects.get(key=lease.hold_key)
+    assert alpha.amount == (lease.hold_share or 0) + (by_job[cold.pk].hold_share or 0) and alpha.parts == 2
+    assert Hold.objects.get(key=by_job[other.pk].hold_key).amount == by_job[other.pk].hold_share
 
 
 def _running(w, *, hold_s=3600, max_s=36000, age_s=0, price=2_000_000, gpus=2):

@@ -193,9 +193,14 @@ def test_reclaim_preempts_and_settles(market, settings):
     submitted = victim.job.submitted_at
     lease_stopped(lease_id=victim.pk)
     victim.refresh_from_db()
-    assert (
-        victim.state == LeaseState.ENDED and Hold.objects.get(key=victim.hold_key).state == HoldState.SETTLED
-    )
+    # beta's two winners of round 1 share its one hold: the victim's share is closed, the other still held.
+    hold = Hold.objects.get(key=victim.hold_key)
+    assert victim.state == LeaseState.ENDED and (hold.parts, hold.parts_closed) == (2, 1)
+    assert hold.state == HoldState.OPEN and hold.closed == victim.hold_share == hold.amount // 2
+    other = Lease.objects.get(hold_key=hold.key, state=LeaseState.RUNNING)
+    lease_stopped(lease_id=other.pk)
+    hold.refresh_from_db()
+    assert hold.state == HoldState.SETTLED and hold.closed == hold.amount
     victim.job.refresh_from_db()
     assert victim.job.state == JobState.PENDING and victim.job.submitted_at == submitted
     ledger_ok()
@@ -234,8 +239,9 @@ def test_posted_price_is_published(market):
 
 
 def test_a_conflicting_hold_key_skips_only_that_winner(market):
-    """A hold key already used for another amount (a bug elsewhere, a hand-made entry) costs that one winner
-    its place, counted, and the rest of the round commits (issue 19 §3)."""
+    """A hold key already used for another amount (a bug elsewhere, a hand-made entry) costs that tenant's
+    winners their place, counted, and the rest of the round commits (issue 19 §3; one key per tenant and round
+    since issue 36)."""
     from market.models.rounds import SKIP_HOLD_CONFLICT
     from market.services.ledger_bulk import ledger_hold
     from market.services.round_commit import hold_key
@@ -245,7 +251,7 @@ def test_a_conflicting_hold_key_skips_only_that_winner(market):
     b = make_job(w.beta, w.bob, gpus=2, limits={w.h100: 5})
     rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
     assert rounds.round_advance(round_id=rnd.pk, stop_after=RoundState.CLEARED).state == RoundState.CLEARED
-    ledger_hold(tenant=w.alpha, amount=1, key=hold_key(rnd.pk, a.pk))
+    ledger_hold(tenant=w.alpha, amount=1, key=hold_key(rnd.pk, w.alpha.pk))  # alpha's key for this round
     done = rounds.round_advance(round_id=rnd.pk)
     assert done.state == RoundState.DISPATCHED, done.error
     a.refresh_from_db()
@@ -279,3 +285,35 @@ def test_updated_at_moves_on_every_transition(market):
     lease_stopped(lease_id=lease.pk)
     assert Job.objects.get(pk=job.pk).state == JobState.PENDING
     moved()
+
+
+def test_a_teams_winners_share_one_hold_and_each_job_shows_its_own_share(market):
+    """One hold per tenant and round (issue 36 §3): each lease records its share, settling one charges and
+    releases only that share, and each job's page shows its own share, not the team's sum."""
+    w = market
+    a = make_job(w.alpha, w.alice, gpus=2, limits={w.h100: 5}, name="a")
+    b = make_job(w.alpha, w.alice, gpus=1, limits={w.h100: 5}, name="b")
+    rnd = rounds.round_tick()
+    assert rnd is not None and rnd.winners == 2
+    la, lb = (Lease.objects.get(job=job) for job in (a, b))
+    hold = Hold.objects.get(key=la.hold_key)
+    assert hold.key == lb.hold_key == f"round:{rnd.pk}:tenant:{w.alpha.pk}"
+    assert la.hold_share and lb.hold_share and hold.amount == la.hold_share + lb.hold_share
+    assert tenant_balance(tenant=w.alpha).held == hold.amount
+    lease_running(lease_id=la.pk)
+    LeaseUsage.objects.create(lease=la, node=la.node, gpu_seconds=2 * 600, samples=600)
+    lease_stopped(lease_id=la.pk)
+    la.refresh_from_db()
+    charge = -(-2 * la.price * 600 // 3600)  # GPU-seconds at the price, rounded up
+    assert la.charged == charge
+    balance = tenant_balance(tenant=w.alpha)
+    assert (balance.held, balance.spent) == (lb.hold_share, charge)
+    client = w.client(w.alice)
+    charges = client.get(f"/api/v1/tenants/{w.alpha.slug}/jobs/{a.pk}").json()["charges"]
+    assert [(c["kind"], c["amount"], c["released"], c["lease"]) for c in charges] == [
+        ("hold", la.hold_share, 0, la.pk),
+        ("settle", charge, la.hold_share - charge, la.pk),
+    ]
+    (other,) = client.get(f"/api/v1/tenants/{w.alpha.slug}/jobs/{b.pk}").json()["charges"]
+    assert (other["kind"], other["amount"], other["lease"]) == ("hold", lb.hold_share, lb.pk)
+    ledger_ok()

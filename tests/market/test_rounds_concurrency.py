@@ -31,7 +31,12 @@ def test_racing_ticks_commit_one_round(busy_market):
     assert Round.objects.count() == 1
     rnd = Round.objects.get()
     assert rnd.state == RoundState.DISPATCHED and rnd.winners > 0
-    assert Lease.objects.count() == rnd.winners == Hold.objects.count()
+    assert Lease.objects.count() == rnd.winners
+    # One hold per tenant with winners, held once however many workers raced.
+    assert Hold.objects.count() == Lease.objects.values("tenant").distinct().count()
+    assert set(Hold.objects.values_list("key", flat=True)) == set(
+        Lease.objects.values_list("hold_key", flat=True)
+    )
     assert BidOutcome.objects.count() == 60
     assert Command.objects.filter(kind="bind").count() >= rnd.winners
     assert ledger_problems() == []
@@ -44,6 +49,11 @@ def test_racing_advances_of_one_round_commit_once(busy_market):
     # A worker that found the round locked leaves early; one more pass finishes whatever is left.
     done = rounds.round_advance(round_id=rnd.pk)
     assert done.state == RoundState.DISPATCHED
-    assert Lease.objects.count() == done.winners == Hold.objects.count()
+    assert Lease.objects.count() == done.winners
+    # One hold per tenant with winners, held once however many workers raced.
+    assert Hold.objects.count() == Lease.objects.values("tenant").distinct().count()
+    assert set(Hold.objects.values_list("key", flat=True)) == set(
+        Lease.objects.values_list("hold_key", flat=True)
+    )
     assert BidOutcome.objects.count() == 60
     assert ledger_problems() == []

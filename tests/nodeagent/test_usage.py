@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from market.models import LeaseState, LeaseUsage, UsageReport
+from market.models import LeaseState, LeaseUsage, UsageSample
+from market.models.usage_blob import unpack
 from market.selectors.policy import market_policy
 from nodeagent.models import UsageMark
 from tests.nodeagent.agents import counters
@@ -24,13 +25,13 @@ def test_duplicated_reports_count_once(running):
     for _ in range(3):
         response = agent.post("usage", copy.deepcopy(report))
         assert response.status_code == 200 and response.json() == {"acked": 1}
-    assert UsageReport.objects.count() == 1
+    assert UsageSample.objects.count() == 1
     usage = _usage(lease)
     assert (usage.gpu_seconds, usage.samples, usage.log_tail) == (120.0, 120, "epoch 1\n")
-    stored = UsageReport.objects.get()
-    assert len(stored.samples) == 8 and {p["lease"] for g in stored.samples for p in g["processes"]} == {
-        lease.pk
-    }
+    stored = UsageSample.objects.get()
+    ticks = unpack(stored.data)
+    assert stored.ticks == 1 and ticks.util.shape == (1, 8) and set(ticks.lease.ravel()) - {0} == {lease.pk}
+    assert stored.columns is not None and len(stored.columns.uuids.split(",")) == 8
 
 
 def test_reordered_reports_keep_the_newest_counters(running):
@@ -48,7 +49,7 @@ def test_reordered_reports_keep_the_newest_counters(running):
         "one two three",
     )
     assert usage.util_max == 100.0  # the largest ever reported (r1 and r2 said 100)
-    assert UsageReport.objects.count() == 3
+    assert UsageSample.objects.count() == 3
     assert UsageMark.objects.get(node=agent.node, boot_epoch=1).seq == 3
 
 
@@ -60,7 +61,7 @@ def test_a_restarted_agent_starts_a_new_epoch(running):
         0,
     )  # the agent restarted: seq from 1 again, counters still from the job's start
     assert agent.post("usage", agent.report([counters(lease, 150.0)])).json() == {"acked": 1}
-    assert UsageReport.objects.count() == 2 and _usage(lease).gpu_seconds == 150.0
+    assert UsageSample.objects.count() == 2 and _usage(lease).gpu_seconds == 150.0
     assert dict(UsageMark.objects.values_list("boot_epoch", "seq")) == {1: 1, 2: 1}
 
 
@@ -71,7 +72,7 @@ def test_one_batch_with_two_reports_for_one_lease(running):
     _, agent, _, lease = running
     reports = [agent.report([counters(lease, s)]) for s in (10.0, 30.0, 20.0)]
     usage_ingest(reports=[(agent.node.pk, parse_report(r)) for r in reports + reports])
-    assert _usage(lease).gpu_seconds == 30.0 and UsageReport.objects.count() == 3
+    assert _usage(lease).gpu_seconds == 30.0 and UsageSample.objects.count() == 3
 
 
 def test_a_late_report_after_settlement_changes_nothing(running):
@@ -112,7 +113,7 @@ def test_a_bad_report_is_400_naming_the_field(running, mutate, field):
     response = agent.api.post("/api/v1/agent/usage", report, format="json")
     assert response.status_code == 400, response.content
     assert field in response.json()["fields"], response.json()
-    assert not UsageReport.objects.exists() and not LeaseUsage.objects.exists()
+    assert not UsageSample.objects.exists() and not LeaseUsage.objects.exists()
 
 
 def test_a_huge_log_tail_keeps_its_newest_64_kib(running):
@@ -179,14 +180,17 @@ def test_an_agent_body_nested_too_deep_is_a_400_not_a_500(running):
     deep = "[" * 5000 + "]" * 5000
     response = agent.api.post("/api/v1/agent/usage", deep, content_type="application/json")
     assert response.status_code == 400, response.content
-    assert not UsageReport.objects.exists()
+    assert not UsageSample.objects.exists()
 
 
-def test_retention_drops_old_usage_reports_and_keeps_the_lease_summary(running):
+def test_retention_drops_old_protocol_1_reports_and_keeps_the_lease_summary(running):
+    """UsageReport is no longer written (issue 36) but kept readable for one release: retention still prunes
+    it; the new samples' days are dropped whole by the storage upkeep (tests/market/test_usage_storage.py)."""
     from datetime import timedelta
 
     from django.utils import timezone
 
+    from market.models import UsageReport
     from market.services.retention import retention_prune
 
     _, agent, _, lease = running
@@ -194,7 +198,13 @@ def test_retention_drops_old_usage_reports_and_keeps_the_lease_summary(running):
         report = agent.report([counters(lease, seconds)])
         report["seq"] = seq
         assert agent.post("usage", report).status_code == 200
-    UsageReport.objects.filter(seq=1).update(received_at=timezone.now() - timedelta(days=400))
+    old = timezone.now() - timedelta(days=400)
+    for seq in (1, 2):
+        UsageReport.objects.create(
+            node=agent.node, boot_epoch=0, seq=seq, sent_at=old, received_at=old if seq == 1 else timezone.now(),
+            samples=[],
+        )  # fmt: skip
     assert retention_prune().usage_reports == 1
     assert list(UsageReport.objects.values_list("seq", flat=True)) == [2]
+    assert UsageSample.objects.count() == 2
     assert _usage(lease).gpu_seconds == 120.0  # what the lease is billed from stays

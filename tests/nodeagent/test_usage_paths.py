@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from market.models import LeaseUsage, UsageReport
+from market.models import LeaseUsage, UsageColumns, UsageSample
 from market.selectors.policy import market_policy
 from nodeagent.models import UsageMark
 from nodeagent.services import usage
@@ -20,7 +20,9 @@ from tests.sqlite_twin import on_sqlite
 
 pytestmark = pytest.mark.django_db
 
-NOW = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
+# The reports carry the real time (their samples are stored only near the server's clock): the same instant
+# for every ingest of the run.
+NOW = datetime.now(UTC)
 
 
 def _batch(running: Any) -> list[tuple[int, Report]]:
@@ -41,9 +43,13 @@ def _batch(running: Any) -> list[tuple[int, Report]]:
 
 
 def _rows() -> tuple[list[Any], ...]:
-    reports = UsageReport.objects.values_list(
-        "node_id", "boot_epoch", "seq", "sent_at", "received_at", "samples"
-    )
+    columns = dict(UsageColumns.objects.values_list("pk", "uuids"))
+    reports = [
+        (*r[:5], columns.get(r[5]), bytes(r[6]))
+        for r in UsageSample.objects.values_list(
+            "node_id", "boot_epoch", "seq", "at", "ticks", "columns_id", "data"
+        )
+    ]
     leases = LeaseUsage.objects.values_list(
         "lease_id", "node_id", "gpu_seconds", "energy_j", "util_avg", "util_max", "mem_avg_mb", "mem_max_mb",
         "samples", "log_tail", "idle_since",
@@ -70,7 +76,7 @@ def test_copy_and_values_store_the_same_rows(running, monkeypatch):
         monkeypatch.setattr(usage, "COPY_FROM_ROWS", threshold)
         LeaseUsage.objects.all().delete()
         UsageMark.objects.all().delete()
-        UsageReport.objects.all().delete()
+        UsageSample.objects.all().delete()
         new = _ingest(reports)
         rows = _rows()
         assert _ingest(reports) == 0 and _rows() == rows  # repeating it all changes nothing

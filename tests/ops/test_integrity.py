@@ -10,7 +10,7 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from market.models import BidOutcome, Command, FairShareUsage, Lease, LeaseGpu
+from market.models import BidOutcome, Command, FairShareUsage, JournalEntry, Lease, LeaseGpu
 from ops.integrity import orphans, unchecked_keys
 
 pytestmark = pytest.mark.django_db
@@ -20,7 +20,15 @@ def test_the_unenforced_keys_are_the_bulk_written_ones() -> None:
     keys = {(model.__name__, field.name) for model, field in unchecked_keys()}
     assert {("Lease", "job"), ("Lease", "round"), ("LeaseGpu", "lease"), ("LeaseGpu", "gpu")} <= keys
     assert {("Command", "node"), ("Command", "lease"), ("BidOutcome", "round"), ("BidOutcome", "job")} <= keys
-    assert {model for model, _ in unchecked_keys()} <= {Lease, LeaseGpu, Command, BidOutcome, FairShareUsage}
+    assert ("JournalEntry", "lease") in keys  # a settlement"s lease (issue 36: its hold is shared)
+    assert {model for model, _ in unchecked_keys()} <= {
+        Lease,
+        LeaseGpu,
+        Command,
+        BidOutcome,
+        FairShareUsage,
+        JournalEntry,
+    }
 
 
 def test_an_empty_database_has_no_orphans() -> None:

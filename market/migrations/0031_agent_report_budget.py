@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('market', '0028_job_cpus_memory_exit_reason'),
+        ('market', '0030_round_shared_holds'),
     ]
 
     operations = [
