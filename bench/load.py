@@ -1052,14 +1052,17 @@ def _delivery(deliveries: list[tuple[int, float, float]]) -> dict[str, Any]:
 
 
 def _usage_accounted(acked: list[tuple[str, int, int]]) -> int:
-    """How many acknowledged usage reports are stored (every one should be)."""
-    from market.models import UsageReport
+    """How many acknowledged reports are stored (every one should be): a row each in UsageSample since
+    issue 36 (protocol 2, and protocol 1's reports converted), in UsageReport before."""
+    from market.models import UsageReport, UsageSample
 
-    stored = set(
-        UsageReport.objects.filter(node__name__startswith="load-").values_list(
-            "node__name", "boot_epoch", "seq"
+    stored = set()
+    for model in (UsageSample, UsageReport):
+        stored |= set(
+            model.objects.filter(node__name__startswith="load-").values_list(
+                "node__name", "boot_epoch", "seq"
+            )
         )
-    )
     return sum(1 for a in acked if tuple(a) in stored)
 
 
