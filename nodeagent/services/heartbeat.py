@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Value
+from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from accounts.audit import audit
@@ -46,7 +47,27 @@ def node_heartbeat(
     *, node: Node, boot_epoch: int, gpus: list[GpuHealth], leases: list[int], now: datetime | None = None
 ) -> Node:
     """Record that the node is alive, its GPUs' health and the leases whose jobs it runs."""
+    return node_alive(node=node, boot_epoch=boot_epoch, gpus=gpus, leases=leases, now=now)
+
+
+def node_alive(
+    *, node: Node, boot_epoch: int, gpus: list[GpuHealth], leases: list[int], now: datetime | None = None
+) -> Node:
+    """node_heartbeat in the caller's transaction (a protocol 2 report's). A node that is not down (every
+    report but the first after an outage) is one conditional UPDATE: it takes the row's lock as the
+    SELECT ... FOR UPDATE did, and nodes_mark_down's own conditional UPDATE waits for it and then finds the
+    node heard from; a node found down takes the full path and comes back up."""
     now = now or timezone.now()
+    alive = (
+        Node.objects.filter(pk=node.pk)
+        .exclude(state=Node.State.DOWN)
+        .update(last_heartbeat=now, boot_epoch=Greatest("boot_epoch", Value(boot_epoch)))
+    )
+    if alive:
+        node.last_heartbeat, node.boot_epoch = now, max(node.boot_epoch, boot_epoch)
+        _gpu_health(node, gpus)
+        _release_settled(node, leases, now)
+        return node
     node = Node.objects.select_for_update(no_key=True).get(pk=node.pk)
     fields = ["last_heartbeat", "boot_epoch"]
     node.last_heartbeat, node.boot_epoch = now, max(node.boot_epoch, boot_epoch)
@@ -72,6 +93,8 @@ def _gpu_health(node: Node, gpus: list[GpuHealth]) -> None:
 
 def _release_settled(node: Node, leases: list[int], now: datetime) -> None:
     """Jobs the agent runs for leases already settled (the node was declared lost meanwhile) must stop."""
+    if not leases:
+        return
     ended = Lease.objects.filter(pk__in=leases, state=LeaseState.ENDED, lease_gpus__gpu__node=node).distinct()
     for lease in ended:
         _, created = Command.objects.get_or_create(
