@@ -18,6 +18,7 @@ from django.utils import timezone
 from inventory.models import Node
 from market.models import Command, CommandKind, CommandState, JobState, LeaseState, LeaseUsage
 from market.selectors.policy import forget_cached_policy, market_policy
+from nodeagent.api.serializers import ReportReplySerializer
 from nodeagent.services import pacing
 from nodeagent.services.heartbeat import nodes_mark_down
 from nodeagent.services.report import AgentReport, report_apply
@@ -82,6 +83,14 @@ def test_register_says_protocol_2_and_the_pace(world):
     )
 
 
+def _documented(answer: dict[str, Any]) -> None:
+    """The view builds its answer without the serializer (a cost on every report): it must still be exactly
+    what ReportReplySerializer documents, field for field and in its formats."""
+    reply = ReportReplySerializer(data=answer)
+    assert reply.is_valid(), reply.errors
+    assert ReportReplySerializer(reply.validated_data).data == answer
+
+
 def test_one_report_acks_starts_measures_and_settles_in_order(bound):
     _, agent, job, lease, bind = bound
     uuids = [g.gpu.uuid for g in lease.lease_gpus.select_related("gpu")]
@@ -110,6 +119,7 @@ def test_one_report_acks_starts_measures_and_settles_in_order(bound):
     )
     assert answer["poll_seconds"] == settings.AGENT_POLL_SECONDS
     assert "Deprecation" not in response
+    _documented(answer)
     bind.refresh_from_db()
     lease.refresh_from_db()
     job.refresh_from_db()
@@ -208,6 +218,7 @@ def test_another_nodes_items_are_ignored_the_rest_applied(bound):
     )
     assert response.status_code == 200
     assert response.json()["ignored"] == {"acks": [bind.pk], "started": [lease.pk], "exited": [lease.pk]}
+    _documented(response.json())
     bind.refresh_from_db()
     lease.refresh_from_db()
     assert bind.state == CommandState.PENDING and lease.state != LeaseState.ENDED
