@@ -12,7 +12,11 @@ registers every agent's node through `POST /api/v1/agent/register` (8 GPUs each)
 (GET /api/v1/me) as the baseline, then starts the agents over RAMP_S seconds and runs the load:
 
 - the agents, on one asyncio event loop (aiohttp, one connection per request as the agent's urllib makes
-  them), each on the schedule of nodeagent/agent/daemon.py: a usage report every 10 s with a sample per GPU
+  them). Protocol 2 (the default; ReportingAgent): a sample every 10 s kept, one gzipped `POST report` with
+  every sample since, the acknowledgements, starts and exits at the interval the server's last answer gave
+  (fleet pacing: 20 s at 1,000 nodes), at once after a job ended or a bind; the command poll in a task of its
+  own, held 75-100% of the server's poll_seconds (240); agents start over RAMP_V2_S (30 s). `--protocol 1`
+  (LongPollAgent), each on the first protocol's schedule of nodeagent/agent/daemon.py: a usage report every 10 s with a sample per GPU
   and the counters of every running lease, a heartbeat every 15 s with the leases it runs, and in between
   one long poll `GET commands?after=&wait=` whose wait runs to the next sample or heartbeat (at most the
   server's poll_seconds, 20, and 25: with the 10 s sample, about one poll per 10 s, each held up to 10 s);
@@ -62,12 +66,21 @@ average in brackets; docs/deploy.md §Fleet traffic has the table and what it sa
         3,865/3,865 reports accounted for; the web workers had about one core of the machine's two
 
 1,000 agents offer about 340 requests a second at about 8 ms of web CPU each here: more than the machine.
+
+Protocol 2, 2026-11-29, the same shared machine (docs/deploy.md §Fleet traffic, Protocol 2, has the table):
+
+    bench/load.py --agents 200 --tenant-rate 0.2 [4.7]: 0 5xx; agent p50 44 ms, p99 155 ms; 1,597/1,597
+        reports; 16.5 ms of web CPU a report
+    bench/load.py [10.9] (1,000 agents, shipped settings): 4,940 agents' 503s; tenant p99 2,982 ms;
+        delivery p99 35 s; 474/474 jobs and 1,791/1,791 reports accounted for (the web workers got one core)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import gzip
 import http.client
 import json
 import math
@@ -93,12 +106,16 @@ from api import _request, _server_env, _stop  # noqa: E402
 GPU_TYPE = "H100"
 GPU_MODEL = "NVIDIA H100 80GB HBM3"
 ROUND_SECONDS = 10
-NODE_CHECK_SECONDS = 15
+NODE_CHECK_SECONDS = 10  # config/settings.py's default
 GPUS_PER_NODE = 8
 HEARTBEAT_S = 15.0  # the server's heartbeat_seconds
 USAGE_S = 10.0  # the agent's default sample interval
 RUN_S = (5.0, 30.0)  # how long a simulated job runs before it exits 0
-RAMP_S = 10.0  # agents start spread over this long before the measured window
+RAMP_S = 10.0  # protocol 1 agents start spread over this long before the measured window
+# Protocol 2 agents report at once when they start, then at the server's interval (20 s at 1,000 agents): they
+# start spread over one ceiling interval, as a fleet that was running when the window opens, not a 10-s boot
+# storm of every machine at once.
+RAMP_V2_S = 30.0
 METRICS_TOKEN = "bench-load-metrics"
 
 
@@ -290,6 +307,7 @@ class Window:
         # (command id, wall-clock time received, wall-clock time its poll was sent)
         self.deliveries: list[tuple[int, float, float]] = []
         self.usage_acked: list[tuple[str, int, int]] = []  # every report acknowledged, window or not
+        self.wire_bytes: list[int] = []  # each protocol 2 report's gzipped size
 
     def counts(self, began: float) -> bool:
         return self.start <= began < self.end
@@ -325,7 +343,9 @@ class LongPollAgent:
         self.next_try = self.next_sample = self.next_heartbeat = self.next_poll = now
         self.stats = {"binds": 0, "stops": 0, "exits": 0, "usage_reports": 0, "refused": 0, "backoffs": 0}
 
-    async def call(self, win: Window, method: str, path: str, body: Any = None, wait: int = 0) -> Any:
+    async def call(
+        self, win: Window, method: str, path: str, body: Any = None, wait: int = 0, compress: bool = False
+    ) -> Any:
         headers = {
             "Authorization": f"Bearer {self.credential}",
             "Accept": "application/json",
@@ -333,9 +353,16 @@ class LongPollAgent:
         }
         began = time.perf_counter()
         kind = f"{method} {_route('/api/v1/agent/' + path)}" + (" (wait)" if wait else "")
+        data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+            if compress:  # as the agent's client: gzip, level 6
+                data = gzip.compress(data, compresslevel=6, mtime=0)
+                headers["Content-Encoding"] = "gzip"
+                win.wire_bytes.append(len(data))
         try:
             async with self.http.request(
-                method, self.base + path, json=body, headers=headers, timeout=_timeout(10.0 + wait)
+                method, self.base + path, data=data, headers=headers, timeout=_timeout(10.0 + wait)
             ) as response:
                 status, raw = response.status, await response.read()
         except (OSError, TimeoutError, _client_errors()) as exc:
@@ -497,6 +524,209 @@ class LongPollAgent:
             self.end_job(lease, "preempt" if command["kind"] == "preempt" else "release")
 
 
+class ReportingAgent(LongPollAgent):
+    """One node's agent speaking protocol 2, on the schedule of nodeagent/agent/daemon.py and poller.py: a
+    sample every USAGE_S kept in its spool; one gzipped report (every sample since, acknowledgements, starts,
+    exits, the counters) at the interval the server's last answer gave, and at once after an event that
+    matters now (a job ended, a bind); the command poll in a task of its own, held for 75-100% of the
+    server's poll_seconds, renewed after the commands it brought are applied. A report that got no answer is
+    sent again as it was (same seq). Errors back off as the daemon does."""
+
+    MAX_TICKS = 360
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.ticks: list[dict[str, Any]] = []  # samples not yet in a report
+        self.tick_no = 0
+        self.pending: dict[str, Any] | None = None  # the assembled report not yet acknowledged
+        self.report_s, self.next_report, self.report_now = 10.0, 0.0, True
+        self.poll_s = float(self.poll_seconds)
+        self.wake: asyncio.Event | None = None
+        self.stats |= {"reports": 0, "polls": 0}
+
+    async def run(self, win: Window, start_at: float) -> None:
+        await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+        self.wake = asyncio.Event()
+        now = time.monotonic()
+        self.next_try = self.next_sample = self.next_report = now
+        poller = asyncio.create_task(self.poll_loop(win))
+        try:
+            while time.monotonic() < win.stop_at:
+                self.local_step(time.monotonic())
+                now = time.monotonic()
+                if now >= self.next_try and (self.report_now or now >= self.next_report):
+                    await self.server_step(win)
+                now = time.monotonic()
+                server = self.next_try if self.failures else (now if self.report_now else self.next_report)
+                self.wake.clear()
+                timeout = max(0.0, min(self.next_sample, server, win.stop_at) - now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), timeout)
+        finally:
+            poller.cancel()
+
+    def local_step(self, now: float) -> None:
+        ended = [lease for lease, job in self.running.items() if now >= job["ends"]]
+        for lease in ended:
+            self.finished.append((lease, self.running.pop(lease), None, 0))
+        if ended or now >= self.next_sample:
+            self.sample(now)
+        if ended:
+            self.report_now = True
+
+    def end_job(self, lease: int, stopped_by: str) -> None:
+        super().end_job(lease, stopped_by)
+        self.sample(time.monotonic())  # as the daemon: the job's end takes a sample, then a report at once
+        self.report_now = True
+
+    def sample(self, now: float) -> None:
+        self.next_sample = now + USAGE_S
+        self.tick_no += 1
+        self.finished = [(lease, job, by, tick or self.tick_no) for lease, job, by, tick in self.finished]
+        final = [(lease, job) for lease, job, _, tick in self.finished if tick == self.tick_no]
+        owner = {gpu: lease for lease, job in self.running.items() for gpu in job["gpus"]}
+        uuids = [f"GPU-{self.name}-{g}" for g in range(GPUS_PER_NODE)]
+        leases = [owner.get(u, 0) for u in uuids]
+        self.ticks.append(
+            {
+                "no": self.tick_no,
+                "t": round(time.time(), 3),
+                "util": [95 if lease else 0 for lease in leases],
+                "mem_mb": [30000 if lease else 0 for lease in leases],
+                "power_w": [300.0 if lease else 60.0 for lease in leases],
+                "energy_j": [1000.0 * self.tick_no] * GPUS_PER_NODE,
+                "lease": leases,
+                "processes": [
+                    {"gpu": u, "pid": 1000 + g, "used_mb": 30000.0, "lease": lease}
+                    for g, (u, lease) in enumerate(zip(uuids, leases, strict=True))
+                    if lease
+                ],
+                "leases": [_counters(lease, job, now) for lease, job in [*self.running.items(), *final]],
+            }
+        )
+
+    def assemble(self) -> dict[str, Any]:
+        ticks, self.ticks = self.ticks[: self.MAX_TICKS], self.ticks[self.MAX_TICKS :]
+        self.seq += 1
+        counters: dict[int, dict[str, Any]] = {}
+        for tick in ticks:
+            for c in tick["leases"]:
+                counters[c["lease"]] = c
+        report: dict[str, Any] = {"seq": self.seq, "sent_at": _utc_now(), "leases": list(counters.values())}
+        report["last_tick"] = ticks[-1]["no"] if ticks else 0
+        if ticks:
+            report["usage"] = {
+                "gpus": [f"GPU-{self.name}-{g}" for g in range(GPUS_PER_NODE)],
+                "t": [tick["t"] for tick in ticks],
+                **{
+                    k: [tick[k] for tick in ticks] for k in ("util", "mem_mb", "power_w", "energy_j", "lease")
+                },
+                "foreign": [[0] * GPUS_PER_NODE for _ in ticks],
+                "processes": ticks[-1]["processes"],
+            }
+        return report
+
+    async def server_step(self, win: Window) -> None:
+        try:
+            while True:
+                if self.pending is None:
+                    self.pending = self.assemble()
+                await self.report(win, self.pending)
+                self.pending = None
+                if not self.ticks:
+                    break
+        except Unavailable:
+            ceiling = min(60.0, 2.0**self.failures)
+            self.failures += 1
+            self.stats["backoffs"] += 1
+            self.next_try = time.monotonic() + self.rng.uniform(ceiling / 2, ceiling)
+            return
+        self.failures = 0
+        self.next_try = time.monotonic()
+
+    async def report(self, win: Window, pending: dict[str, Any]) -> None:
+        acks = list(self.acks)
+        started = [lease for lease, job in self.running.items() if not job["reported"]]
+        started += [lease for lease, job, _, _ in self.finished if not job["reported"]]
+        exits = [item for item in self.finished if item[3] and item[3] <= pending["last_tick"]]
+        exited = []
+        for lease, job, stopped_by, _ in exits:
+            usage = _counters(lease, job, math.inf)
+            del usage["lease"]
+            exited.append(
+                {
+                    "lease": lease,
+                    "exit_code": 0 if stopped_by is None else None,
+                    "signal": None if stopped_by is None else 15,
+                    "stopped_by": stopped_by,
+                    "usage": usage,
+                }
+            )
+        body = {
+            "protocol": 2,
+            "boot_epoch": self.BOOT_EPOCH,
+            "seq": pending["seq"],
+            "sent_at": pending["sent_at"],
+            "running": sorted(self.running),
+            "acks": [{"command": c, "result": "applied", "detail": ""} for c in acks],
+            "started": [{"lease": lease, "at": _utc_now()} for lease in started],
+            "exited": exited,
+            "leases": pending["leases"],
+        }
+        if "usage" in pending:
+            body["usage"] = pending["usage"]
+        answer = await self.call(win, "POST", "report", body, compress=True)
+        self.stats["reports"] += 1
+        if answer is not None:
+            win.usage_acked.append((self.name, self.BOOT_EPOCH, pending["seq"]))
+            self.report_s = float(answer.get("report_seconds") or self.report_s)
+            self.poll_s = float(answer.get("poll_seconds") or self.poll_s)
+        del self.acks[: len(acks)]
+        for lease in started:
+            if lease in self.running:
+                self.running[lease]["reported"] = True
+        for item in self.finished:
+            if item[0] in started:
+                item[1]["reported"] = True
+        for item in exits:
+            self.finished.remove(item)
+            self.stats["exits"] += 1
+        self.report_now = False
+        self.next_report = time.monotonic() + self.report_s
+
+    async def poll_loop(self, win: Window) -> None:
+        failures = 0
+        while time.monotonic() < win.stop_at:
+            wait = int(self.poll_s * self.rng.uniform(0.75, 1.0))
+            began, sent = time.perf_counter(), time.time()
+            try:
+                answer = await self.call(
+                    win, "GET", f"commands?after={self.last_command}&wait={wait}", wait=wait
+                )
+            except Unavailable:
+                ceiling = min(60.0, 2.0**failures)
+                failures += 1
+                await asyncio.sleep(self.rng.uniform(ceiling / 2, ceiling))
+                continue
+            failures = 0
+            self.stats["polls"] += 1
+            commands = sorted((answer or {}).get("commands", []), key=lambda c: int(c["id"]))
+            if commands and win.counts(began):
+                win.woken += 1
+            for command in commands:
+                if int(command["id"]) <= self.last_command:
+                    continue
+                if win.counts(began):
+                    win.deliveries.append((int(command["id"]), time.time(), sent))
+                self.apply(command)
+                self.last_command = int(command["id"])
+                self.acks.append(int(command["id"]))
+                if command["kind"] == "bind":
+                    self.report_now = True  # a bind that started: at once; a stop's exit follows at once
+            if commands and self.wake is not None:
+                self.wake.set()
+
+
 def _counters(lease: int, job: dict[str, Any], now: float) -> dict[str, Any]:
     seconds = max(0.0, min(now, job.get("stopped_at", job["ends"])) - job["started"])
     return {
@@ -639,17 +869,19 @@ async def _load(
     then the measured window: tenants' actions in threads beside them for plan["seconds"]."""
     import aiohttp
 
+    ramp = RAMP_V2_S if plan["protocol"] == 2 else RAMP_S
     start, began = time.monotonic(), time.perf_counter()
-    win = Window(rec, began + RAMP_S, began + RAMP_S + plan["seconds"], start + RAMP_S + plan["seconds"])
+    win = Window(rec, began + ramp, began + ramp + plan["seconds"], start + ramp + plan["seconds"])
     connector = aiohttp.TCPConnector(limit=0, force_close=True)
     base = f"http://127.0.0.1:{plan['port']}/api/v1/agent/"
     async with aiohttp.ClientSession(connector=connector) as http_:
+        kind = ReportingAgent if plan["protocol"] == 2 else LongPollAgent
         agents = [
-            LongPollAgent(name, credential, plan["poll_seconds"], random.Random(f"agent-{name}"), http_, base)
+            kind(name, credential, plan["poll_seconds"], random.Random(f"agent-{name}"), http_, base)
             for name, credential in registered
         ]
-        tasks = [asyncio.create_task(a.run(win, start + a.rng.uniform(0, RAMP_S))) for a in agents]
-        await asyncio.sleep(RAMP_S)
+        tasks = [asyncio.create_task(a.run(win, start + a.rng.uniform(0, ramp))) for a in agents]
+        await asyncio.sleep(ramp)
         cpu_before = _cpu_now(plan)
         loop = asyncio.get_running_loop()
         tenant_run = loop.run_in_executor(None, _run_tenants, plan, plan["seconds"], rec, tenants)
@@ -748,6 +980,7 @@ def _drive(plan: dict[str, Any]) -> dict[str, Any]:
         "woken": win.woken,
         "deliveries": win.deliveries,
         "usage_acked": win.usage_acked,
+        "wire_bytes": win.wire_bytes,
         "accepted": sorted(tenants.accepted),
         "agents": totals,
         "polls_waiting": waiting,
@@ -819,14 +1052,17 @@ def _delivery(deliveries: list[tuple[int, float, float]]) -> dict[str, Any]:
 
 
 def _usage_accounted(acked: list[tuple[str, int, int]]) -> int:
-    """How many acknowledged usage reports are stored (every one should be)."""
-    from market.models import UsageReport
+    """How many acknowledged reports are stored (every one should be): a row each in UsageSample since
+    issue 36 (protocol 2, and protocol 1's reports converted), in UsageReport before."""
+    from market.models import UsageReport, UsageSample
 
-    stored = set(
-        UsageReport.objects.filter(node__name__startswith="load-").values_list(
-            "node__name", "boot_epoch", "seq"
+    stored = set()
+    for model in (UsageSample, UsageReport):
+        stored |= set(
+            model.objects.filter(node__name__startswith="load-").values_list(
+                "node__name", "boot_epoch", "seq"
+            )
         )
-    )
     return sum(1 for a in acked if tuple(a) in stored)
 
 
@@ -857,6 +1093,20 @@ def main() -> None:
     parser.add_argument(
         "--workers", type=int, default=None, help="web workers (default: the server's own default)"
     )
+    parser.add_argument(
+        "--protocol",
+        type=int,
+        choices=[1, 2],
+        default=2,
+        help="2: agents report as the protocol 2 daemon does (default); 1: the first protocol's schedule",
+    )
+    parser.add_argument(
+        "--report-budget",
+        type=int,
+        default=None,
+        help="MarketPolicy.agent_report_budget_rps for the run (default: the shipped 50); a small one puts "
+        "the agents at the ceiling interval (30 s), the cadence of a fleet past 1,500 nodes",
+    )
     parser.add_argument("--drive", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:
@@ -885,6 +1135,12 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     tenants, agents = _seed(args.tenants, args.agents)
+    if args.report_budget is not None:
+        from market.selectors.policy import market_policy
+
+        policy = market_policy()
+        policy.agent_report_budget_rps = args.report_budget
+        policy.save()
     with connections["default"].cursor() as cursor:
         cursor.execute("ANALYZE")
         deadlocks_before = _deadlocks(cursor)
@@ -904,7 +1160,7 @@ def main() -> None:
         ticker.start()
         plan = {"port": port, "tenants": tenants, "agents": agents, "clients": args.clients}
         plan |= {"seconds": args.seconds, "baseline_s": 3.0, "tenant_rate": args.tenant_rate}
-        plan |= {"server_pid": server.pid}
+        plan |= {"server_pid": server.pid, "protocol": args.protocol}
         cmd = [sys.executable, str(Path(__file__).resolve()), "--drive"]
         done = subprocess.run(cmd, input=json.dumps(plan), capture_output=True, text=True, check=False)
         sys.stderr.write(done.stderr)
@@ -970,7 +1226,9 @@ def main() -> None:
         "rounds": rounds_done[0],
         "accepted_jobs": len(result["accepted"]),
         "accounted_jobs": accounted,
+        "protocol": args.protocol,
         "usage_acked": len(result["usage_acked"]),
+        "report_gzip_bytes_p50": round(_pct(result["wire_bytes"], 0.5) / 1000),
         "usage_accounted": _usage_accounted(result["usage_acked"]),
         "commands_pending_at_end": Command.objects.filter(state="pending").count(),
         "leases_settled": settled,
@@ -990,6 +1248,7 @@ def main() -> None:
         "clients": args.clients,
         "tenant_rate": args.tenant_rate or None,
         "workers": args.workers,
+        "report_budget": args.report_budget,
         "seconds": args.seconds,
         "wall_s": round(time.time() - started, 1),
     }

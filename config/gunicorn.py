@@ -26,7 +26,7 @@ worker_class = os.environ.get("GUNICORN_WORKER_CLASS", "uvicorn_worker.UvicornWo
 # processes contending for the same cores (and database pools: DB_POOL_SIZE each).
 workers = int(os.environ.get("GUNICORN_WORKERS", str(max(2, multiprocessing.cpu_count()))))
 # With async workers the timeout is how long a worker's event loop may go without telling the master it is
-# alive, not how long a request may take: a long poll (up to 25 s) does not count against it.
+# alive, not how long a request may take: a long poll (up to AGENT_POLL_SECONDS, 240 s) does not count against it.
 timeout = int(os.environ.get("GUNICORN_TIMEOUT", "30"))
 graceful_timeout = 30
 # An idle keep-alive connection stays open this long: longer than nginx keeps an idle upstream connection

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -139,6 +140,13 @@ class JSONParser(parsers.JSONParser):
         raw = stream.read(limit + 1) if limit is not None else stream.read()
         if limit is not None and len(raw) > limit:
             raise BodyTooLarge(f"The request body is larger than {limit} bytes.")
+        return self.parse_bytes(self.decoded(raw, parser_context), parser_context)
+
+    def decoded(self, raw: bytes, parser_context: Any) -> bytes:
+        """The body as JSON bytes: a subclass that takes compressed bodies decompresses here."""
+        return raw
+
+    def parse_bytes(self, raw: bytes, parser_context: Any) -> Any:
         encoding = (parser_context or {}).get("encoding", settings.DEFAULT_CHARSET)
         try:
             text = raw.decode(encoding)
@@ -161,3 +169,33 @@ class MeasurementJSONParser(JSONParser):
     plain floats, which usage parsing checks for by exact type (`type(x) is float`) and at its rate wants."""
 
     number = float
+
+
+class AgentJSONParser(MeasurementJSONParser):
+    """The agents' bodies, gzip-compressed or not (`Content-Encoding: gzip`, docs/agent.md §Protocol 2). The
+    compressed body is bounded as any body is (DATA_UPLOAD_MAX_MEMORY_SIZE); what it inflates to is bounded by
+    AGENT_BODY_MAX_BYTES, checked while inflating, so a small bomb is refused (413) without ever being
+    inflated whole."""
+
+    def decoded(self, raw: bytes, parser_context: Any) -> bytes:
+        request = (parser_context or {}).get("request")
+        coding = (
+            (request.META.get("HTTP_CONTENT_ENCODING", "") if request is not None else "").strip().lower()
+        )
+        if coding in ("", "identity"):
+            return raw
+        if coding != "gzip":
+            raise exceptions.ValidationError(
+                {"Content-Encoding": [f"{coding[:40]!r} is not supported: gzip or none"]}
+            )
+        cap = settings.AGENT_BODY_MAX_BYTES
+        inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # the gzip wrapper, as the agent writes it
+        try:
+            body = inflate.decompress(raw, cap + 1)
+        except zlib.error as exc:
+            raise exceptions.ParseError(f"the gzip body cannot be decompressed: {exc}") from exc
+        if len(body) > cap:
+            raise BodyTooLarge(f"The request body decompresses to more than {cap} bytes.")
+        if not inflate.eof:
+            raise exceptions.ParseError("the gzip body is truncated")
+        return body

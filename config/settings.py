@@ -8,6 +8,7 @@ and cookies, HSTS and SSL redirects follow the TLS settings.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import dj_database_url
@@ -251,6 +252,13 @@ SPECTACULAR_SETTINGS = {
         "CanaryOnExpiryEnum": "market.models.policy_versions.OnExpiry",
         "SpendAlertKindEnum": "market.models.spend_alerts.AlertKind",
         "SpendAlertActionEnum": "market.models.spend_alerts.AlertAction",
+        # The agents' guard events and exit reasons, in protocol 1's bodies and protocol 2's report alike.
+        "GuardEventKindEnum": [
+            ("gpu_drained", "gpu_drained"),
+            ("gpu_resumed", "gpu_resumed"),
+            ("foreign_killed", "foreign_killed"),
+        ],
+        "ExitReasonEnum": [("out of memory", "out of memory")],
     },
 }
 
@@ -336,11 +344,26 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "options": {"expires": 300.0},
     },
 }
-# Node agents (docs/agent.md): how often they heartbeat and long-poll, and when a silent node is lost.
+# Node agents (docs/agent.md): how often they report and long-poll, and when a silent node is lost.
+# Protocol 1 agents heartbeat every AGENT_HEARTBEAT_SECONDS. Protocol 2 agents report at the interval
+# nodeagent/services/pacing.py sends them: live nodes / the policy's agent_report_budget_rps, between the
+# floor and the ceiling, staggered by +-10% (so at most 1.1 x the ceiling). A command poll is held up to
+# AGENT_POLL_SECONDS (protocol 1 agents cap their own wait at 25 s).
 AGENT_HEARTBEAT_SECONDS = env_int("AGENT_HEARTBEAT_SECONDS", 15, minimum=1)
-AGENT_POLL_SECONDS = env_int("AGENT_POLL_SECONDS", 20, minimum=1)
-NODE_DOWN_SECONDS = env_int("NODE_DOWN_SECONDS", 60, minimum=AGENT_HEARTBEAT_SECONDS + 1)
-NODE_CHECK_SECONDS = env_int("NODE_CHECK_SECONDS", 15, minimum=1)
+AGENT_REPORT_FLOOR_S = env_int("AGENT_REPORT_FLOOR_S", 10, minimum=1)
+AGENT_REPORT_CEILING_S = env_int("AGENT_REPORT_CEILING_S", 30, minimum=AGENT_REPORT_FLOOR_S)
+AGENT_POLL_SECONDS = env_int("AGENT_POLL_SECONDS", 240, minimum=1)
+# Node loss within 90 s by default: a node reports at least every 1.1 x 30 = 33 s, is marked down 45 s after
+# its last report, found by a check every 10 s: 33 + 45 + 10 = 88 s from the report it would have sent
+# (docs/agent.md §Node loss). The timeout must outlast the slowest report interval and a failed try's backoff.
+NODE_DOWN_SECONDS = env_int(
+    "NODE_DOWN_SECONDS",
+    45,
+    minimum=max(AGENT_HEARTBEAT_SECONDS, math.ceil(AGENT_REPORT_CEILING_S * 1.1)) + 1,
+)
+NODE_CHECK_SECONDS = env_int("NODE_CHECK_SECONDS", 10, minimum=1)
+# What an agent's gzip body may inflate to (a 360-tick backlog of 64 GPUs, log tails of its leases): 413 above.
+AGENT_BODY_MAX_BYTES = env_int("AGENT_BODY_MAX_BYTES", 8 * 1024 * 1024, minimum=1024)
 # The ports a gang's rendezvous is chosen from, one per lease (market/gang.py; docs/agent.md §Multi-node gangs).
 GANG_PORT_RANGE = env_port_range("GANG_PORT_RANGE", (29500, 29999))
 CELERY_BEAT_SCHEDULE["nodes-check"] = {

@@ -7,6 +7,7 @@ from nodeagent.api import admin, agent
 urlpatterns = [
     path("agent/register", agent.RegisterView.as_view(), name="agent-register"),
     path("agent/heartbeat", agent.HeartbeatView.as_view(), name="agent-heartbeat"),
+    path("agent/report", agent.ReportView.as_view(), name="agent-report"),
     path("agent/commands", agent.CommandsView.as_view(), name="agent-commands"),
     path("agent/commands/<int:command_id>/ack", agent.AckView.as_view(), name="agent-ack"),
     path("agent/usage", agent.UsageView.as_view(), name="agent-usage"),

@@ -212,10 +212,11 @@ def test_canonical_json_writes_numbers_by_value() -> None:
 def test_the_agents_bodies_keep_plain_floats() -> None:
     # Usage parsing checks `type(x) is float` (nodeagent/services/usage_parse.py): the agent views' parser
     # gives exactly floats, the API's amounts parser JsonNumbers.
-    from config.parsers import JsonNumber, MeasurementJSONParser
+    from config.parsers import AgentJSONParser, JsonNumber, MeasurementJSONParser
     from nodeagent.api.agent import AgentView, UsageView
 
     body = MeasurementJSONParser().parse(io.BytesIO(b'{"util": 0.5, "n": 2}'))
     assert type(body["util"]) is float and type(body["n"]) is int
     assert type(_parse("0.5")) is JsonNumber and _parse("0.5").text == "0.5"
-    assert AgentView.parser_classes == UsageView.parser_classes == [MeasurementJSONParser]
+    assert AgentView.parser_classes == UsageView.parser_classes == [AgentJSONParser]  # plain floats, gzip too
+    assert issubclass(AgentJSONParser, MeasurementJSONParser)

@@ -54,6 +54,7 @@ POLICY_LABELS = {
     "energy_price_kwh": "Energy price (credits per kWh)",
     "idle_util_pct": "Idle below utilisation (%, 0: off)",
     "idle_seconds": "Idle for (seconds)",
+    "agent_report_budget_rps": "Agent reports per second, whole fleet",
 }
 # Knobs stored in micro-credits: the form shows and takes credits; the limits stay POLICY_LIMITS'.
 MONEY_KNOBS = {"energy_price_kwh"}

@@ -80,6 +80,10 @@ class MarketPolicyPatchSerializer(BodySerializer):
     energy_price_kwh = _knob("energy_price_kwh", "Micro-credits per measured kWh added to charges; 0: none.")
     idle_util_pct = _knob("idle_util_pct", "Release leases whose GPUs stay below this utilisation; 0: off.")
     idle_seconds = _knob("idle_seconds", "How long a lease may stay below idle_util_pct, seconds.")
+    agent_report_budget_rps = _knob(
+        "agent_report_budget_rps",
+        "Agent reports per second for the whole fleet (sets each agent's interval).",
+    )
     reason = TextField(
         required=False,
         allow_blank=True,

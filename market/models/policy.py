@@ -37,6 +37,8 @@ POLICY_LIMITS: dict[str, tuple[int, int]] = {
     "energy_price_kwh": (0, 1_000_000_000),
     "idle_util_pct": (0, 100),
     "idle_seconds": (60, 7 * DAY),
+    # The fleet's agent reports per second (docs/agent.md §Pacing): at least 1, at most 100,000.
+    "agent_report_budget_rps": (1, 100_000),
 }
 WEIGHT_LIMITS = (1, 1_000_000)
 GUARANTEE_MAX = 1_000_000
@@ -107,6 +109,11 @@ class MarketPolicy(models.Model):
         default=0, help_text="A lease whose GPUs stay below this utilisation is released; 0: off."
     )
     idle_seconds = models.PositiveIntegerField(default=1800, help_text="How long below idle_util_pct.")
+    agent_report_budget_rps = models.PositiveIntegerField(
+        default=50,
+        help_text="Agent reports per second the fleet may send together; each agent's interval follows "
+        "(nodeagent/services/pacing.py).",
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 import urllib.error
@@ -47,15 +48,22 @@ class Client:
         self.timeout = timeout
         self.secret = ""
 
-    def call(self, method: str, path: str, body: Any = None, *, wait: float = 0.0) -> Any:
-        """The decoded JSON answer. wait: how long the server may hold the request (long poll)."""
+    def call(
+        self, method: str, path: str, body: Any = None, *, wait: float = 0.0, compress: bool = False
+    ) -> Any:
+        """The decoded JSON answer. wait: how long the server may hold the request (long poll); compress:
+        send the body gzipped (protocol 2's reports: a tenth of the bytes)."""
         data = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        if data is not None and compress:
+            data = gzip.compress(data, compresslevel=6, mtime=0)
         request = urllib.request.Request(self.base + path, data=data, method=method)
         request.add_header("Authorization", f"Bearer {self.secret}")
         request.add_header("Accept", "application/json")
         request.add_header("User-Agent", f"gpumarket-agent/{VERSION}")
         if data is not None:
             request.add_header("Content-Type", "application/json")
+            if compress:
+                request.add_header("Content-Encoding", "gzip")
         try:
             with urllib.request.urlopen(request, timeout=self.timeout + wait) as response:
                 raw = response.read()

@@ -5,6 +5,13 @@ lease expiry and grace periods, sample the GPUs and spool a usage report. Server
 (acknowledgements, starts, spooled reports in order, exits once their reports are acknowledged), heartbeat and
 fetch commands; when the server cannot be reached they back off (1 s doubling to 60 s, with jitter) while the
 local steps go on.
+
+With a server that speaks protocol 2 (its register answer says so), the server step is one report instead:
+everything since the last (the samples spooled since, acknowledgements, starts, exits, GPU health) in one
+gzipped request, at the interval the server's last answer gave, or at once after an event that matters now
+(a job ended, a bind applied or refused, any command refused). The command poll then waits on a thread of
+its own (nodeagent.agent.poller), up to the server's poll_seconds. A server that does not say protocol 2 is
+spoken to in protocol 1, as before.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from nodeagent.agent.backend import GpuBackend, GpuSample
 from nodeagent.agent.client import Backoff, Client, Rejected, Unavailable
 from nodeagent.agent.fsutil import read_json
 from nodeagent.agent.gang import bind_gang
+from nodeagent.agent.poller import Poller
 from nodeagent.agent.records import Job
 from nodeagent.agent.sandbox import Sandbox
 from nodeagent.agent.sandbox_cgroups import Cgroups, Limits
@@ -87,6 +95,13 @@ class Agent:
         self.next_try = self.next_poll = self.next_heartbeat = self.next_sample = now
         self.stopping = False
         self._wake_r, self._wake_w = os.pipe()
+        # Protocol 2 (set by the server's register answer)
+        self.protocol = 1
+        self.report_s = 10.0  # until the server's first answer says
+        self.poll_s = float(LONG_POLL_MAX_S)
+        self.next_report = now
+        self.report_now = False  # an event that matters now: report without waiting for next_report
+        self.poller: Poller | None = None
 
     # ------------------------------------------------------------------ start and stop
     def start(self) -> None:
@@ -131,6 +146,8 @@ class Agent:
                 break
             self.server_step()
             self._sleep(self._until_next())
+        if self.poller is not None:
+            self.poller.stopping.set()
         for job in self.jobs.values():
             self.state.save_job(job)
         log.info("stopping; %d job(s) left running, adopted at the next start", self.running_count())
@@ -143,7 +160,12 @@ class Agent:
 
     def _until_next(self) -> float:
         now = time.monotonic()
-        server = self.next_try if self.backoff.failures else min(self.next_poll, self.next_heartbeat)
+        if self.backoff.failures:
+            server = self.next_try
+        elif self.protocol == 2:
+            server = now if self.report_now else self.next_report
+        else:
+            server = min(self.next_poll, self.next_heartbeat)
         return max(0.0, min(self._local_deadline(), server) - now)
 
     def _local_deadline(self) -> float:
@@ -206,6 +228,8 @@ class Agent:
                 self.state.save_job(job)
         if ended or time.monotonic() >= self.next_sample:
             self.sample(now)
+        if ended:
+            self.report_now = True  # a job that exited goes to the server at once (protocol 2)
 
     def _cap_log(self, job: Job) -> None:
         cap = job.log_max_bytes or self.settings.log_max_bytes
@@ -257,14 +281,20 @@ class Agent:
         try:
             if not self.registered:
                 self.register()
-            self.send_acks()
-            self.send_started()
-            self.send_spool()
-            self.send_exits()
-            if time.monotonic() >= self.next_heartbeat:
-                self.heartbeat()
-            if time.monotonic() >= self.next_poll:
-                self.fetch_commands()
+            if self.protocol == 2:
+                self.take_commands()
+                if self.report_now or time.monotonic() >= self.next_report:
+                    self.send_reports()
+                self._start_poller()
+            else:
+                self.send_acks()
+                self.send_started()
+                self.send_spool()
+                self.send_exits()
+                if time.monotonic() >= self.next_heartbeat:
+                    self.heartbeat()
+                if time.monotonic() >= self.next_poll:
+                    self.fetch_commands()
         except Unavailable as exc:
             log.warning(
                 "server unavailable: %s; retry %d in %.1f s", exc, self.backoff.failures + 1, self._back_off()
@@ -305,6 +335,12 @@ class Agent:
         self.state.save_node(node)
         self.heartbeat_s = float(node["heartbeat_seconds"] or 15)
         self.registered = True
+        if answer.get("protocol") == 2:
+            self.protocol = 2
+            self.poll_s = float(answer.get("poll_seconds") or self.poll_s)
+            self.report_now = True  # the first report at once: it is the heartbeat that brings the node up
+        else:
+            self.protocol = 1
         log.info("registered as node %s (%s) with %d GPU(s)", node["node"], node["name"], len(self.inventory))
 
     def capabilities(self) -> dict[str, Any]:
@@ -402,7 +438,10 @@ class Agent:
         )
         # A poll that did not wait is not repeated at once: at most one a second.
         self.next_poll = time.monotonic() + (0.0 if wait else 1.0)
-        for command in sorted(answer.get("commands", []), key=lambda c: int(c["id"])):
+        self.handle_commands(answer.get("commands", []))
+
+    def handle_commands(self, commands: list[dict[str, Any]]) -> None:
+        for command in sorted(commands, key=lambda c: int(c["id"])):
             if int(command["id"]) <= self.state.meta.last_command:
                 continue
             result, detail = self.apply(command)
@@ -417,8 +456,143 @@ class Agent:
             self.state.meta.last_command = int(command["id"])
             self.state.meta.acks.append({"id": int(command["id"]), "result": result, "detail": detail[:500]})
             self.state.save_meta()
+            if self.protocol == 2:
+                # A bind that started or could not, a refusal: the server hears of it now; the rest (a stop
+                # applied: its job's exit follows at once anyway) rides on the next report.
+                if command.get("kind") == "bind" or result == "refused":
+                    self.report_now = True
+                continue
             self.send_acks()
             self.send_started()
+
+    # ------------------------------------------------------------------ protocol 2
+    def _start_poller(self) -> None:
+        if self.poller is None or not self.poller.is_alive():
+            self.poller = Poller(
+                client=self.client,
+                after=lambda: self.state.meta.last_command,
+                poll_seconds=lambda: self.poll_s,
+                wake_fd=self._wake_w,
+            )
+            self.poller.start()
+
+    def take_commands(self) -> None:
+        """Apply the commands the poll thread found; it polls again (after them) once they are handled."""
+        if self.poller is None:
+            return
+        commands = self.poller.take()
+        if commands:
+            self.handle_commands(commands)
+            self.poller.handled.set()
+
+    def send_reports(self) -> None:
+        """The report in the outbox (assembled before, not acknowledged), else a new one from the oldest
+        spooled ticks; then, while ticks are left (a backlog after an outage), the next, one report per
+        request, at most usage.MAX_TICKS ticks each, oldest first."""
+        while True:
+            pending = self.state.outbox() or self._assemble()
+            body = self._report_body(pending)
+            try:
+                answer = self.client.call("POST", "report", body, compress=True)
+            except Rejected as exc:  # kept aside for the operator; it must not block the reports behind it
+                log.error("report %s/%s refused: %s", pending["boot_epoch"], pending["seq"], exc)
+                self.state.outbox_reject()
+                answer = {}
+            else:
+                self.state.outbox_done()
+            self._reported(body, answer)
+            if not self.state.spooled():
+                return
+
+    def _assemble(self) -> dict[str, Any]:
+        ticks = usage.chunk([(p.name, read_json(p)) for p in self.state.spooled()[: usage.MAX_TICKS]])
+        self.state.meta.report_seq += 1
+        self.state.save_meta()
+        report = {
+            "boot_epoch": self.boot_epoch,
+            "seq": self.state.meta.report_seq,
+            "sent_at": usage.iso(time.time()),
+            "ticks": [name for name, _ in ticks],
+            "usage": usage.columns([tick for _, tick in ticks]),
+            "leases": usage.newest_counters([tick for _, tick in ticks]),
+        }
+        self.state.outbox_put(report)
+        return report
+
+    def _report_body(self, pending: dict[str, Any]) -> dict[str, Any]:
+        """The assembled part (samples and counters: the same on every try) and what is to say now."""
+        leases = [
+            {**c, "log_tail": self.tails.tail(str(self.state.job_paths(c["lease"])[2]))}
+            for c in pending["leases"]
+        ]
+        spooled = {p.name for p in self.state.spooled()}
+        exited = []
+        for job in self.jobs.values():
+            # After its final counters: their tick is in this report or an earlier one.
+            if job.outcome is None or job.final_report is None or job.final_report in spooled:
+                continue
+            exited.append(
+                {
+                    "lease": job.lease,
+                    "at": usage.iso(job.outcome.ended_at),
+                    "exit_code": job.outcome.exit_code,
+                    "signal": job.outcome.signal,
+                    "reason": job.outcome.reason,
+                    "stopped_by": job.stopped_by,
+                    "usage": {**usage.lease_summary(job), "log_tail": self.tails.tail(job.log_path)},
+                }
+            )
+        body: dict[str, Any] = {
+            "protocol": 2,
+            "boot_epoch": pending["boot_epoch"],
+            "seq": pending["seq"],
+            "sent_at": pending["sent_at"],
+            "gpus": self.guard.health(self.health),
+            "running": sorted(job.lease for job in self.jobs.values() if job.running),
+            "events": list(self.guard.events),
+            "acks": [
+                {"command": a["id"], "result": a["result"], "detail": a["detail"]}
+                for a in self.state.meta.acks
+            ],
+            "started": [
+                {"lease": job.lease, "at": usage.iso(job.started_at)}
+                for job in self.jobs.values()
+                if not job.started_reported and job.pid
+            ],
+            "exited": exited,
+            "leases": leases,
+        }
+        if pending.get("usage") is not None:
+            body["usage"] = pending["usage"]
+        return body
+
+    def _reported(self, body: dict[str, Any], answer: dict[str, Any]) -> None:
+        """The report is acknowledged (or refused and set aside): what it carried is said."""
+        self.guard.sent(len(body["events"]))
+        if body["acks"]:
+            del self.state.meta.acks[: len(body["acks"])]
+            self.state.save_meta()
+        for started in body["started"]:
+            job = self.jobs[started["lease"]]
+            job.started_reported = True
+            self.state.save_job(job)
+        for exited in body["exited"]:
+            job = self.jobs.pop(exited["lease"])
+            sandbox_cgroups.remove(job.cgroups)  # again: a process may have lingered at the job's end
+            job.exit_reported = True
+            self.state.retire_job(job)
+            self.tails.forget(job.log_path)
+        for part in ("ignored", "refused"):
+            if answer.get(part):
+                log.warning("report %s: the server %s %s", body["seq"], part, answer[part])
+        state = answer.get("state", self.server_state)
+        if state != self.server_state:
+            log.info("the server says this node is %s", state)
+            self.server_state = state
+        self.report_s = float(answer.get("report_seconds") or self.report_s)
+        self.poll_s = float(answer.get("poll_seconds") or self.poll_s)
+        self.report_now = False
+        self.next_report = time.monotonic() + self.report_s
 
     # ------------------------------------------------------------------ commands
     def apply(self, command: dict[str, Any]) -> tuple[str, str]:

@@ -8,7 +8,10 @@ jobs/<lease>.json    one record per job (spec, shim pid and start time, outcome,
 jobs/done/           records whose exit the server acknowledged
 run/<lease>/         the shim's exit.json and the job's working directory
 logs/<lease>.log     the job's stdout and stderr
-spool/<epoch>-<seq>.json   usage reports not yet acknowledged, one file each
+spool/<epoch>-<seq>.json   usage reports not yet acknowledged, one file each (protocol 2: one per sample tick,
+                           not yet put in a report)
+outbox/report.json   protocol 2: the report assembled from the oldest ticks and not yet acknowledged; sent again
+                     as it is (same boot epoch and seq) until it is
 """
 
 from __future__ import annotations
@@ -33,12 +36,13 @@ class Meta:
     fence: int = 0  # the highest fence of an applied command
     last_command: int = 0  # the highest command id handled (applied or refused)
     acks: list[dict[str, Any]] = field(default_factory=list)  # {"id", "result", "detail"} not yet sent
+    report_seq: int = 0  # protocol 2: the last report's seq in this boot epoch
 
 
 class StateDir:
     def __init__(self, root: Path) -> None:
         self.root = root
-        for sub in ("jobs/done", "run", "logs", "spool/rejected"):
+        for sub in ("jobs/done", "run", "logs", "spool/rejected", "outbox"):
             (root / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         root.chmod(0o700)  # it holds the credential and the tenants' logs
         self._lock_fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -71,6 +75,7 @@ class StateDir:
     # boot epoch, fence, commands
     def new_boot_epoch(self) -> int:
         self.meta.boot_epoch += 1
+        self.meta.report_seq = 0
         self.save_meta()
         return self.meta.boot_epoch
 
@@ -122,3 +127,29 @@ class StateDir:
 
     def spool_reject(self, path: Path) -> None:
         os.replace(path, self.root / "spool" / "rejected" / path.name)
+
+    # protocol 2: the report being sent
+    def outbox(self) -> dict[str, Any] | None:
+        """The assembled report not yet acknowledged. Its ticks are removed from the spool once it is written;
+        a crash in between leaves them there, so they are removed here (never sent twice in two reports)."""
+        report: dict[str, Any] | None = read_json(self.root / "outbox" / "report.json")
+        if report is not None:
+            for name in report.get("ticks", []):
+                (self.root / "spool" / name).unlink(missing_ok=True)
+        return report
+
+    def outbox_put(self, report: dict[str, Any]) -> None:
+        write_json(self.root / "outbox" / "report.json", report)
+        for name in report["ticks"]:
+            (self.root / "spool" / name).unlink(missing_ok=True)
+
+    def outbox_done(self) -> None:
+        (self.root / "outbox" / "report.json").unlink(missing_ok=True)
+
+    def outbox_reject(self) -> None:
+        path = self.root / "outbox" / "report.json"
+        report = read_json(path) or {}
+        os.replace(
+            path,
+            self.root / "spool" / "rejected" / f"report-{report.get('boot_epoch')}-{report.get('seq')}.json",
+        )

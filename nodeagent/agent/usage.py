@@ -132,3 +132,64 @@ def report(
     ]
     leases = [{"lease": job.lease, **lease_summary(job)} for job in jobs]
     return {"boot_epoch": boot_epoch, "seq": seq, "sent_at": at, "gpus": gpus, "leases": leases}
+
+
+MAX_TICKS = 360  # samples in one protocol 2 report at most: an hour at 10 s (the server's bound too)
+
+
+def tick_time(tick: dict[str, Any]) -> float:
+    return datetime.fromisoformat(tick["sent_at"]).timestamp()
+
+
+def chunk(ticks: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The oldest ticks that go in one report: at most MAX_TICKS, all with the same GPUs (a report's
+    matrices have one column per GPU), each later than the one before (the server wants them ascending; a
+    tick from a clock that stepped back is left out of the report's samples, its counters still count)."""
+    if not ticks:
+        return []
+    columns = [g["uuid"] for g in ticks[0][1]["gpus"]]
+    taken = []
+    for name, tick in ticks[:MAX_TICKS]:
+        if [g["uuid"] for g in tick["gpus"]] != columns:
+            break
+        taken.append((name, tick))
+    return taken
+
+
+def columns(ticks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Spooled ticks (one protocol 1 usage report each, oldest first) as a protocol 2 report's `usage`:
+    one row per tick, one column per GPU (docs/agent.md §Protocol 2). None when there is none."""
+    rows: list[dict[str, Any]] = []
+    last = 0.0
+    for tick in ticks:
+        t = tick_time(tick)
+        if t > last:
+            rows.append(tick)
+            last = t
+    if not rows:
+        return None
+    newest = rows[-1]
+    return {
+        "gpus": [g["uuid"] for g in rows[0]["gpus"]],
+        "t": [round(tick_time(tick), 3) for tick in rows],
+        "util": [[g["util_pct"] for g in tick["gpus"]] for tick in rows],
+        "mem_mb": [[g["mem_used_mb"] for g in tick["gpus"]] for tick in rows],
+        "power_w": [[g["power_w"] for g in tick["gpus"]] for tick in rows],
+        "energy_j": [[g["energy_j"] for g in tick["gpus"]] for tick in rows],
+        "lease": [[_lease_on(g) for g in tick["gpus"]] for tick in rows],
+        "foreign": [[sum(p["lease"] is None for p in g["processes"]) for g in tick["gpus"]] for tick in rows],
+        "processes": [{"gpu": g["uuid"], **p} for g in newest["gpus"] for p in g["processes"]],
+    }
+
+
+def _lease_on(gpu: dict[str, Any]) -> int:
+    return next((p["lease"] for p in gpu["processes"] if p["lease"]), 0)
+
+
+def newest_counters(ticks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each lease's cumulative counters from the newest tick that has them (counters only grow)."""
+    found: dict[int, dict[str, Any]] = {}
+    for tick in ticks:
+        for counters in tick["leases"]:
+            found[counters["lease"]] = counters
+    return [found[lease] for lease in sorted(found)]

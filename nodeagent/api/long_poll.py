@@ -31,7 +31,11 @@ from config import metrics
 
 log = logging.getLogger(__name__)
 
-RECHECK_S = 5.0  # with Redis: look again this often even without a message (a publish may be lost)
+# With Redis: look again this often even without a message (a publish may be lost). A lost subscription
+# already makes every waiting poll look again (_Hub._read), so this only covers a publish lost on its own.
+# 120 s rather than 5 since polls wait up to 240 s (protocol 2): every look is a query in the look lane, and
+# at 5 s 1,000 waiting agents cost 200 look-ups a second, at 30 s still 33, as many as their reports.
+RECHECK_S = 120.0
 FALLBACK_STEP_S = 0.5  # without Redis, or while it cannot be reached: look this often
 SUBSCRIBE_TIMEOUT_S = 2.0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -17,6 +18,10 @@ from nodeagent.services.registration import GpuInfo
 from nodeagent.services.usage_parse import LOG_TAIL_MAX, MAX_GPUS, MAX_LEASES
 
 # Agent requests
+
+LONG_POLL_V1_S = 25  # what a protocol 1 agent waits at most, whatever the server says
+MAX_ACKS = 1_000  # acknowledgements in one report: far above what one poll brings (100 commands)
+MAX_EVENTS = 100  # what the agent keeps at most (sandbox_gpus.MAX_EVENTS)
 
 
 class NodeAddressField(serializers.CharField):
@@ -115,8 +120,17 @@ class HeartbeatSerializer(serializers.Serializer[object]):
 class CommandsQuerySerializer(serializers.Serializer[object]):
     after = serializers.IntegerField(min_value=0, default=0, help_text="The last command id already seen.")
     wait = serializers.IntegerField(
-        min_value=0, max_value=25, default=0, help_text="Seconds to hold the request until a command exists."
+        min_value=0,
+        default=0,
+        help_text="Seconds to hold the request until a command exists: at most the poll_seconds the server "
+        "sends (AGENT_POLL_SECONDS, 240), and never less than 25.",
     )
+
+    def validate_wait(self, value: int) -> int:
+        most = max(LONG_POLL_V1_S, settings.AGENT_POLL_SECONDS)
+        if value > most:
+            raise serializers.ValidationError(f"at most {most}")
+        return value
 
 
 class AckSerializer(serializers.Serializer[object]):
@@ -206,6 +220,152 @@ class UsageReportSerializer(serializers.Serializer[object]):
     leases = LeaseCountersSerializer(many=True, help_text=f"At most {MAX_LEASES}.")
 
 
+class _ReportGpuSerializer(BodySerializer, GpuHealthSerializer):
+    pass
+
+
+class _ReportEventSerializer(BodySerializer, GuardEventSerializer):
+    pass
+
+
+class ReportAckSerializer(BodySerializer):
+    command = serializers.IntegerField(min_value=1)
+    result = serializers.ChoiceField(choices=["applied", "refused"])
+    detail = serializers.CharField(max_length=500, allow_blank=True, default="")
+
+
+class ReportStartedSerializer(BodySerializer):
+    lease = serializers.IntegerField(min_value=1)
+    at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+
+class ReportExitedSerializer(BodySerializer, ExitedSerializer):
+    lease = serializers.IntegerField(min_value=1)
+
+
+class ReportSerializer(BodySerializer):
+    """A protocol 2 report (docs/agent.md §Protocol 2). Unknown fields are refused, naming them; every list is
+    bounded. `usage` and `leases` are checked by nodeagent.services.usage_parse (fast, field by field)."""
+
+    unknown_message = "is not a field of a protocol 2 report"
+
+    protocol = serializers.IntegerField(min_value=2, max_value=2)
+    boot_epoch = serializers.IntegerField(min_value=0, max_value=2**31 - 1)
+    seq = serializers.IntegerField(
+        min_value=1, max_value=2**62, help_text="From 1 in each boot epoch, +1 a report."
+    )
+    sent_at = serializers.DateTimeField()
+    gpus: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=_ReportGpuSerializer(), required=False, default=list, max_length=MAX_GPUS
+    )
+    running = serializers.ListField(
+        child=serializers.IntegerField(min_value=1),
+        max_length=MAX_LEASES,
+        required=False,
+        default=list,
+        help_text="Leases whose jobs the agent has running.",
+    )
+    events: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=_ReportEventSerializer(), required=False, default=list, max_length=MAX_EVENTS
+    )
+    acks: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=ReportAckSerializer(), required=False, default=list, max_length=MAX_ACKS
+    )
+    started: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=ReportStartedSerializer(), required=False, default=list, max_length=MAX_LEASES
+    )
+    exited: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        child=ReportExitedSerializer(), required=False, default=list, max_length=MAX_LEASES
+    )
+    usage = serializers.JSONField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="The samples since the last report, as columns.",
+    )
+    leases = serializers.JSONField(
+        required=False, default=None, help_text=f"Cumulative counters per lease (at most {MAX_LEASES})."
+    )
+
+
+class _ReportHeadSerializer(BodySerializer):
+    """The report's scalar fields, checked by DRF; its lists are checked apart (check_report)."""
+
+    refuse_unknown = False
+    protocol = ReportSerializer._declared_fields["protocol"]
+    boot_epoch = ReportSerializer._declared_fields["boot_epoch"]
+    seq = ReportSerializer._declared_fields["seq"]
+    sent_at = ReportSerializer._declared_fields["sent_at"]
+    running = ReportSerializer._declared_fields["running"]
+    usage = ReportSerializer._declared_fields["usage"]
+    leases = ReportSerializer._declared_fields["leases"]
+
+
+_REPORT_LISTS: tuple[tuple[str, type[BodySerializer], int], ...] = (
+    ("events", _ReportEventSerializer, MAX_EVENTS),
+    ("acks", ReportAckSerializer, MAX_ACKS),
+    ("started", ReportStartedSerializer, MAX_LEASES),
+    ("exited", ReportExitedSerializer, MAX_LEASES),
+)
+_GPU_KEYS = frozenset({"uuid", "healthy", "error"})
+
+
+def check_report(data: Any) -> dict[str, Any]:
+    """ReportSerializer's validated data, at a fraction of its cost for the usual report: the lists that
+    are empty (events, acks, starts and exits mostly are) never reach a nested serializer, and GPU health
+    in its usual shape is checked by hand; anything unusual goes through DRF for its field-by-field errors.
+    The same rules and the same 400s as ReportSerializer (tests/nodeagent/test_report.py)."""
+    if not isinstance(data, dict):
+        raise serializers.ValidationError({"body": ["must be a JSON object"]})
+    unknown = sorted(set(data) - set(ReportSerializer._declared_fields))
+    if unknown:
+        raise serializers.ValidationError({k: [ReportSerializer.unknown_message] for k in unknown})
+    head = _ReportHeadSerializer(
+        data={k: v for k, v in data.items() if k in _ReportHeadSerializer._declared_fields}
+    )
+    head.is_valid(raise_exception=True)
+    out = dict(head.validated_data)
+    out["gpus"] = _gpus(data.get("gpus", []))
+    for name, serializer, most in _REPORT_LISTS:
+        items = data.get(name, [])
+        if items == []:
+            out[name] = []
+            continue
+        checked: serializers.ListSerializer[Any] = serializers.ListSerializer(
+            data=items, child=serializer(), max_length=most
+        )
+        if not checked.is_valid():
+            raise serializers.ValidationError({name: checked.errors})
+        out[name] = checked.validated_data
+    return out
+
+
+def _gpus(items: Any) -> list[dict[str, Any]]:
+    if type(items) is list and len(items) <= MAX_GPUS:
+        usual = [
+            g
+            for g in items
+            if type(g) is dict
+            and g.keys() <= _GPU_KEYS
+            and type(g.get("uuid")) is str
+            and 0 < len(g["uuid"].strip()) <= 96
+            and type(g.get("healthy")) is bool
+            and type(g.get("error", "")) is str
+            and len(g.get("error", "")) <= 500
+        ]
+        if len(usual) == len(items):
+            return [
+                {"uuid": g["uuid"].strip(), "healthy": g["healthy"], "error": g.get("error", "")}
+                for g in items
+            ]
+    checked: serializers.ListSerializer[Any] = serializers.ListSerializer(
+        data=items, child=_ReportGpuSerializer(), max_length=MAX_GPUS
+    )
+    if not checked.is_valid():
+        raise serializers.ValidationError({"gpus": checked.errors})
+    return list(checked.validated_data)
+
+
 # Agent responses
 
 
@@ -213,14 +373,34 @@ class RegisteredSerializer(serializers.Serializer[object]):
     node = serializers.IntegerField()
     name = serializers.CharField()
     credential = serializers.CharField(required=False, help_text="gpn_…, only on the first registration.")
-    heartbeat_seconds = serializers.IntegerField()
-    poll_seconds = serializers.IntegerField()
+    heartbeat_seconds = serializers.IntegerField(help_text="Protocol 1 agents: how often to heartbeat.")
+    poll_seconds = serializers.IntegerField(help_text="How long to hold a command poll, at most.")
+    protocol = serializers.IntegerField(help_text="The newest protocol the server speaks (2).")
+    report_seconds = serializers.FloatField(help_text="Protocol 2 agents: when to send the first report.")
 
 
 class HeartbeatReplySerializer(serializers.Serializer[object]):
     state = serializers.ChoiceField(choices=Node.State.choices)
     fence = serializers.IntegerField(help_text="The newest round's id.")
     server_time = serializers.DateTimeField()
+
+
+class ReportReplySerializer(HeartbeatReplySerializer):
+    acked = serializers.IntegerField(help_text="The report's seq: it is stored.")
+    report_seconds = serializers.FloatField(
+        help_text="Seconds until the next report (fleet pacing, staggered)."
+    )
+    poll_seconds = serializers.IntegerField(help_text="How long to hold a command poll, at most.")
+    ignored = serializers.DictField(
+        child=serializers.ListField(child=serializers.IntegerField()),
+        required=False,
+        help_text="Items about another node's commands or leases, left alone: {acks|started|exited: [id]}.",
+    )
+    refused = serializers.DictField(
+        child=serializers.DictField(child=serializers.CharField()),
+        required=False,
+        help_text="Items the server refused, with why: {acks|started|exited: {id: why}}.",
+    )
 
 
 class CommandSerializer(serializers.Serializer[object]):

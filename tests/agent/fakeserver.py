@@ -6,6 +6,7 @@ listening socket (connections are refused, a real outage); `start()` opens it ag
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
@@ -20,7 +21,15 @@ PREFIX = "/api/v1/agent/"
 
 
 class FakeServer:
-    def __init__(self) -> None:
+    def __init__(self, protocol: int = 1, report_seconds: float = 1.0, poll_seconds: int = 2) -> None:
+        # protocol 2: register says so, and `report` is served; each report is also unpacked into the
+        # protocol 1 records below (acks, started, usage, exited), so the same checks read either.
+        self.protocol, self.report_seconds, self.poll_seconds = protocol, report_seconds, poll_seconds
+        self.reports: list[dict[str, Any]] = []  # protocol 2 bodies, in arrival order
+        self.encodings: list[str] = []  # each report's Content-Encoding
+        self.report_times: list[float] = []
+        self.waits: list[int] = []  # each command poll's wait
+        self.v1_calls: list[str] = []
         self.lock = threading.Condition()
         self.credential = "gpn_test-credential"
         self.bootstrap_used = False
@@ -122,12 +131,18 @@ class FakeServer:
             return [g["uuid"] for g in self.registrations[-1][1]["gpus"]]
 
     # ------------------------------------------------------------------ protocol
-    def handle(self, method: str, path: str, query: dict[str, str], auth: str, body: Any) -> tuple[int, Any]:
+    def handle(
+        self, method: str, path: str, query: dict[str, str], auth: str, body: Any, encoding: str = ""
+    ) -> tuple[int, Any]:
         if path == "register" and method == "POST":
             return self._register(auth, body)
         if auth != f"Bearer {self.credential}":
             return 401, {"error": "not_authenticated", "detail": "Invalid node credential."}
         parts = path.split("/")
+        if path == "report" and method == "POST" and self.protocol == 2:
+            return self._report(body, encoding)
+        if path != "commands":
+            self.v1_calls.append(path)
         with self.lock:
             if path == "heartbeat" and method == "POST":
                 self.heartbeats.append(body)
@@ -158,14 +173,58 @@ class FakeServer:
                     self.exited.setdefault(lease, body)
                     return 200, {"lease": lease, "state": "ended"}
         if path == "commands" and method == "GET":
-            return 200, {
-                "commands": self._commands(int(query.get("after", 0)), min(25, int(query.get("wait", 0))))
-            }
+            wait = int(query.get("wait", 0))
+            with self.lock:
+                self.waits.append(wait)
+            return 200, {"commands": self._commands(int(query.get("after", 0)), min(25, wait))}
         return 404, {"error": "not_found", "detail": f"{method} {path}"}
+
+    def _report(self, body: Any, encoding: str) -> tuple[int, Any]:
+        with self.lock:
+            if self.usage_answers:  # a status a test queued: 503 (retried), 400 (refused, set aside)
+                status = self.usage_answers.pop(0)
+                self.usage_refused.append((status, body["boot_epoch"], body["seq"]))
+                return status, {"error": "test", "detail": f"answered {status}", "fields": {"seq": ["bad"]}}
+            self.reports.append(body)
+            self.encodings.append(encoding)
+            self.report_times.append(time.monotonic())
+            for ack in body.get("acks", []):
+                self.acks.setdefault(ack["command"], {"result": ack["result"], "detail": ack["detail"]})
+            for started in body.get("started", []):
+                self.started.setdefault(started["lease"], {"at": started["at"]})
+            if body.get("usage") or body.get("leases"):
+                self.usage.append(body)
+            for exited in body.get("exited", []):
+                lease = exited.pop("lease")
+                self.exit_calls.append(lease)
+                if lease not in self.exited:
+                    self.exit_order.append((lease, len(self.usage)))
+                self.exited.setdefault(lease, exited)
+            answer = {
+                "acked": body["seq"],
+                "state": "up",
+                "fence": self.fence,
+                "server_time": datetime.now(UTC).isoformat(),
+                "report_seconds": self.report_seconds,
+                "poll_seconds": self.poll_seconds,
+            }
+            self.lock.notify_all()
+            return 200, answer
 
     def _register(self, auth: str, body: Any) -> tuple[int, Any]:
         with self.lock:
-            answer = {"node": 12, "name": body["name"], "heartbeat_seconds": 1, "poll_seconds": 1}
+            answer: dict[str, Any] = {
+                "node": 12,
+                "name": body["name"],
+                "heartbeat_seconds": 1,
+                "poll_seconds": 1,
+            }
+            if self.protocol == 2:
+                answer |= {
+                    "protocol": 2,
+                    "poll_seconds": self.poll_seconds,
+                    "report_seconds": self.report_seconds,
+                }
             if auth == f"Bearer {self.credential}":
                 self.registrations.append((200, body))
                 return 200, answer
@@ -197,10 +256,18 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        encoding = self.headers.get("Content-Encoding", "")
+        if encoding == "gzip":
+            raw = gzip.decompress(raw)
         body = json.loads(raw) if raw else None
         query = {k: v[0] for k, v in parse_qs(url.query).items()}
         status, answer = self.fake.handle(
-            method, url.path.removeprefix(PREFIX), query, self.headers.get("Authorization", ""), body
+            method,
+            url.path.removeprefix(PREFIX),
+            query,
+            self.headers.get("Authorization", ""),
+            body,
+            encoding,
         )
         data = json.dumps(answer).encode()
         self.send_response(status)

@@ -122,7 +122,12 @@ class Agent:
 
 @pytest.fixture
 def worker_env() -> dict[str, str]:
-    return {"NODE_DOWN_SECONDS": "3", "AGENT_HEARTBEAT_SECONDS": "1"}
+    return {
+        "NODE_DOWN_SECONDS": "3",
+        "AGENT_HEARTBEAT_SECONDS": "1",
+        "AGENT_REPORT_FLOOR_S": "1",
+        "AGENT_REPORT_CEILING_S": "1",
+    }
 
 
 @pytest.fixture
@@ -130,6 +135,9 @@ def cluster(world, live_server, worker_queue, settings, tmp_path) -> Iterator[di
     """Alpha funded, a worker on its own queue, and a function that starts an agent for a new node."""
     settings.AGENT_HEARTBEAT_SECONDS = 1
     settings.AGENT_POLL_SECONDS = 2
+    settings.AGENT_REPORT_FLOOR_S = settings.AGENT_REPORT_CEILING_S = (
+        1  # protocol 2 agents report every second
+    )
     world.fund(world.alpha, 1000)
     agents: list[Agent] = []
     proxies: list[Proxy] = []

@@ -104,7 +104,7 @@ class GangAgent:
 
 @pytest.fixture
 def worker_env() -> dict[str, str]:
-    return {"AGENT_HEARTBEAT_SECONDS": "1"}
+    return {"AGENT_HEARTBEAT_SECONDS": "1", "AGENT_REPORT_FLOOR_S": "1", "AGENT_REPORT_CEILING_S": "1"}
 
 
 @pytest.fixture
@@ -112,6 +112,9 @@ def gang(world, live_server, worker_queue, settings, tmp_path) -> Iterator[dict[
     """Alpha funded; node-a and node-b registered by their agents, each with its own address."""
     settings.AGENT_HEARTBEAT_SECONDS = 1
     settings.AGENT_POLL_SECONDS = 2
+    settings.AGENT_REPORT_FLOOR_S = settings.AGENT_REPORT_CEILING_S = (
+        1  # protocol 2 agents report every second
+    )
     world.fund(world.alpha, 1000)
     agents: dict[str, GangAgent] = {}
     try:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.conf import settings
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
@@ -179,7 +180,7 @@ def test_errors_are_those_of_the_rest_of_the_agent_api(world, serve):
         ("", "wait=5", None),  # no credential: 401
         ("gpn_forged", "wait=5", None),  # 401
         (bootstrap, "wait=5", None),  # a bootstrap token is for register only: 403
-        (agent.credential, "wait=26", "wait"),
+        (agent.credential, f"wait={settings.AGENT_POLL_SECONDS + 1}", "wait"),  # past poll_seconds
         (agent.credential, "after=-1&wait=5", "after"),
         (agent.credential, "wait=soon", "wait"),
     ]

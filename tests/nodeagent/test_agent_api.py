@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -204,7 +205,8 @@ def test_commands_in_order_after_a_cursor_and_acknowledged_once(two):
     assert agent.commands() == []
     bad = agent.post(f"commands/{command.pk}/ack", {"result": "maybe"})
     assert bad.status_code == 400 and "result" in bad.json()["fields"]
-    assert agent.get("commands?wait=26").status_code == 400
+    # A wait past the server's poll_seconds (AGENT_POLL_SECONDS) is refused.
+    assert agent.get(f"commands?wait={settings.AGENT_POLL_SECONDS + 1}").status_code == 400
 
 
 def test_a_refused_bind_settles_the_lease_and_requeues_the_job(two):

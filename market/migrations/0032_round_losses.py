@@ -8,7 +8,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('accounts', '0006_tenant_trusted'),
-        ('market', '0030_round_shared_holds'),
+        ('market', '0031_agent_report_budget'),
     ]
 
     operations = [
