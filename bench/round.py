@@ -18,6 +18,11 @@ minutes to fill); `build_s` says how long this run spent building it.
 Targets: round_s under 1 second at the default size (issue 20); under 5 seconds at
 `--nodes 12500 --tenants 10000 --jobs 200000` (issue 29).
 
+`--second`: a first round runs untimed on the copy, then the timed round is a second one over the jobs it
+left pending (its slot one period later); `--after N`: N untimed rounds first. The line adds `after` and
+`before_outcomes` (the outcome rows each untimed round wrote); every line has `bids` (the timed round's) and `outcomes` (the outcome rows it wrote: a bid that lost as
+it had the round before writes none, docs/rounds.md §At fleet scale, writing less).
+
 `--statements`: the backend's CPU seconds per statement of the round (read from /proc around each one, so
 10 ms ticks: the large ones are what it is for), grouped by what the statement does (`COPY market_lease`,
 `UPDATE market_job`, `COMMIT`, ...), printed to stderr for the median round, largest first.
@@ -40,6 +45,7 @@ import pstats
 import sys
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -140,12 +146,23 @@ def main() -> None:
         "--statements", action="store_true", help="the backend's CPU per statement of the round, to stderr"
     )
     parser.add_argument(
+        "--second", action="store_true", help="time a second round over the same pending jobs (the first "
+        "runs untimed before it): what a round costs once most bids lost the round before"
+    )  # fmt: skip
+    parser.add_argument(
+        "--after", type=int, default=0, help="untimed rounds before the timed one (--second: 1); at fleet "
+        "scale the second round's losers still change (outbid in the first, busy once every GPU is taken)"
+    )  # fmt: skip
+    parser.add_argument(
         "--repeat", type=int, default=3, help="rounds, each on a freshly built database (default 3): one "
         "round on a shared 2-core machine varies by a fifth; the figures are the median round's"
     )  # fmt: skip
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat: must be at least 1")
+    if args.after < 0:
+        parser.error("--after: must be at least 0")
+    args.after = max(args.after, 1 if args.second else 0)
     url = os.environ.get("BENCH_DATABASE_URL", DEFAULT_URL)
     os.environ["DATABASE_URL"] = url
     os.environ.setdefault("SECRET_KEY", "bench-only")
@@ -237,7 +254,7 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
     from django.db import connections
     from django.utils import timezone
 
-    from market.models import Round
+    from market.models import BidOutcome, Round
     from market.services import rounds
 
     connections.close_all()  # the last round's connection: its database is dropped next
@@ -245,7 +262,15 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
     call_command("migrate", verbosity=0)  # what this checkout adds to a template an older one built
     if args.shadow:
         _shadow_version()
-    rnd = Round.objects.create(slot=rounds.slot_of(timezone.now(), 300), period_s=300)
+    slot = rounds.slot_of(timezone.now(), 300)
+    before_outcomes = []
+    for _ in range(args.after):  # untimed rounds first: their winners allocated, their losers still pending
+        first = rounds.round_advance(round_id=Round.objects.create(slot=slot, period_s=300).pk)
+        if first.state != "dispatched":
+            raise SystemExit(f"an untimed round ended {first.state}: {first.error}")
+        before_outcomes.append(BidOutcome.objects.filter(round=first).count())
+        slot = slot + timedelta(seconds=300)
+    rnd = Round.objects.create(slot=slot, period_s=300)
     # The shadow runs after the live round's dispatch, inside round_advance: timed apart by wrapping its door.
     shadow_times: list[float] = []
     from market.services.shadow import shadow_rounds_run as real_shadow  # what rounds calls, wrapped there
@@ -328,8 +353,12 @@ def _one_round(args: argparse.Namespace, url: str, template: str) -> dict[str, A
             "shadow_gained": row.gained,
             "shadow_lost": row.lost,
         }
+    second = {"after": args.after, "before_outcomes": before_outcomes} if args.after else {}
     return {
         "bench": "round",
+        **second,
+        "bids": done.bids,
+        "outcomes": BidOutcome.objects.filter(round=done).count(),
         "jobs": args.jobs,
         "gpus": args.nodes * 8,
         "round_s": round(round_s, 3),

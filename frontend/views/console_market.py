@@ -28,6 +28,7 @@ from market.selectors.market_stats import price_series, revenue_by_day, round_fi
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import round_preempted
 from market.selectors.reservations import fragmentation, moves_per_round, reservations_now
+from market.selectors.round_losers import Loser, round_losers
 from market.selectors.rounds import round_get, rounds_list
 from market.services.gpu_type_prices import gpu_type_policy_save
 from market.services.policy import policy_update
@@ -349,9 +350,16 @@ def round_detail(request: HttpRequest, round_id: int) -> HttpResponse:
     outcomes = BidOutcome.objects.filter(round=rnd).select_related("job__tenant", "gpu_type")
     nodes_of = dict(Lease.objects.filter(round=rnd).values_list("job_id", "node__name"))
     winners = [(o, nodes_of.get(o.job_id, "")) for o in outcomes.filter(won=True).order_by("tier", "job_id")]
-    losers = Paginator(outcomes.filter(won=False).order_by("reason", "job_id"), 100).get_page(
-        request.GET.get("page")
+    # Derived from the round's book: a bid that lost as the round before wrote no row (market.selectors.
+    # round_losers); once the book is pruned, the round's own loss rows (the losses that changed there).
+    derived = round_losers(rnd)
+    pager = Paginator(
+        derived
+        if derived is not None
+        else [Loser(o.job_id, o, None) for o in outcomes.filter(won=False).order_by("reason", "job_id")],
+        100,
     )
+    losers = pager.get_page(request.GET.get("page"))
     preempted = list(round_preempted(round_id=rnd.pk))
     return page(
         request,

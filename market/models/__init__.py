@@ -36,7 +36,15 @@ from market.models.policy_versions import (
     VersionKind,
     VersionStatus,
 )
-from market.models.rounds import DONE_STATES, BidOutcome, Reservation, Round, RoundPrice, RoundState
+from market.models.rounds import (
+    DONE_STATES,
+    BidOutcome,
+    Reservation,
+    Round,
+    RoundLoss,
+    RoundPrice,
+    RoundState,
+)
 from market.models.shadow import ShadowRound, ShadowRun
 from market.models.spend_alerts import (
     AlertAction,
@@ -63,6 +71,7 @@ __all__ = [
     "AllowancePeriod",
     "Bid",
     "BidOutcome",
+    "RoundLoss",
     "Command",
     "CommandKind",
     "CommandState",

@@ -116,9 +116,11 @@ class Reservation(models.Model):
 
 
 class BidOutcome(models.Model):
-    """What one round decided for one bid: won (tier, type, price) or lost (reason and its figure)."""
+    """What one round decided for one bid: won (tier, type, price) or lost (reason and its figure). A loss is
+    written only when it differs from the job's newest row (docs/rounds.md §At fleet scale, writing less): a
+    loss row stands for the rounds after it until the job's next row (market.selectors.explain)."""
 
-    # Every round writes one row per bid (20,000 at a time), so these references are kept by the code, not by
+    # A first round writes one row per bid (20,000 at a time), so these references are kept by the code, not by
     # the database: the round commit writes them for the round it holds locked and the jobs it just read, in
     # one transaction, and nothing else writes outcomes. A foreign key constraint would add three checks per
     # row at COMMIT (most of the commit's own time at 20,000 bids: docs/rounds.md §Measured); Django still
@@ -147,3 +149,23 @@ class BidOutcome(models.Model):
     class Meta:
         ordering = ["-round_id"]
         constraints = [models.UniqueConstraint(fields=["job", "round"], name="outcome_job_round")]
+
+
+class RoundLoss(models.Model):
+    """How many of one tenant's bids lost in one round, and why (BidOutcome.reason): the per-round aggregate
+    the fair-share diagnosis counts (market.selectors.fair_share), since a bid that lost as before writes no
+    outcome row (docs/rounds.md §At fleet scale, writing less). A few rows per losing tenant and round."""
+
+    # Bulk-written by the round commit for the round it holds and the tenants it just read, as outcomes are:
+    # the references are kept by the code (no check at COMMIT); Django still cascades deletes.
+    round = models.ForeignKey(Round, on_delete=models.CASCADE, related_name="losses", db_constraint=False)
+    tenant = models.ForeignKey(
+        "accounts.Tenant", on_delete=models.CASCADE, related_name="+", db_constraint=False
+    )
+    reason = models.CharField(max_length=40)
+    bids = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["round", "tenant", "reason"], name="round_loss_unique")
+        ]

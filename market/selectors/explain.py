@@ -2,12 +2,14 @@
 each of its leases ended.
 
 The sentences are built from what the round stored (BidOutcome's reason and figure, RoundPrice) and the bid
-version the round saw, so they say what the round knew, not what is true now. docs/allocator.md lists the
+version the round saw, so they say what the round knew, not what is true now. A loss is stored only when it
+changed, so a row stands for the rounds up to the job's next one, and its sentence names the newest of them. docs/allocator.md lists the
 reasons and the meaning of each figure.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +32,7 @@ from market.models.rounds import (
 from market.selectors.lost_work import gpu_time
 from market.selectors.policy import market_policy
 from market.selectors.preemptions import preemption_of
+from market.selectors.waiting import COUNTS
 
 TIER_WORDS = {"G": "guaranteed", "B": "borrowed", "S": "spot"}
 
@@ -50,7 +53,8 @@ def _gpus(n: int) -> str:
 class Explained:
     outcome: BidOutcome
     sentence: str
-    price: RoundPrice | None
+    price: RoundPrice | None  # of the outcome's type in round `until`
+    until: int = 0  # the newest round the outcome stands for (an unchanged loss writes no row: _runs)
 
 
 @dataclass(frozen=True)
@@ -114,6 +118,7 @@ def _sentence(
     limit: int | None,
     waited: int,
     use: TypeUse | None = None,
+    round_id: int | None = None,
 ) -> str:
     """One plain sentence for an outcome. Every figure it names is one the round stored; a figure that is missing
     (null, or an outcome from before it was recorded) leaves its clause out, never a placeholder."""
@@ -124,7 +129,7 @@ def _sentence(
         at = f" at {_c(o.price)} credits per GPU-hour" if o.price is not None else ""
         return f"Won {job.gpus} {t} GPU{'s' if job.gpus != 1 else ''} in tier {o.tier} ({TIER_WORDS.get(o.tier, o.tier)}){at}."
     if _is_busy(o):
-        return _busy(job, t, o.round_id, use)
+        return _busy(job, t, round_id if round_id is not None else o.round_id, use)
     if o.reason == "outbid":
         assert fig is not None  # the case above took the outcomes without one
         spot = price.spot if price is not None and price.spot is not None else fig - 1
@@ -200,31 +205,70 @@ def _sentence(
 
 
 def explain_outcomes(job: Job, outcomes: Iterable[BidOutcome], history: Sequence[object]) -> list[Explained]:
-    """The outcomes (newest first, as given) each with its sentence and its round's price for its type."""
+    """The outcomes (newest first, as given: the job's newest first) each with its sentence and the price of
+    its type in the newest round it stands for. A loss is written only when it differs from the job's row
+    before (docs/rounds.md §At fleet scale, writing less), so a loss row stands for every round from its own
+    to the round before the job's next row (or, the newest, to the newest round the job was in): its sentence
+    names that round's facts, and the rounds waited count them all."""
     rows = list(outcomes)
+    until, rounds = _runs(job, rows)
     # Keyed as the outcomes ask: an outcome's type may be gone (null), and then no price matches.
     prices: dict[tuple[int, int | None], RoundPrice] = {
-        (p.round_id, p.gpu_type_id): p
-        for p in RoundPrice.objects.filter(round_id__in={o.round_id for o in rows})
+        (p.round_id, p.gpu_type_id): p for p in RoundPrice.objects.filter(round_id__in=set(until.values()))
     }
     # The evidence busy outcomes name: their rounds' counters, in one read.
-    busy_rounds = {o.round_id for o in rows if _is_busy(o)}
+    busy_rounds = {until[o.pk] for o in rows if _is_busy(o)}
     counters: dict[int, dict[str, object]] = (
         dict(Round.objects.filter(pk__in=busy_rounds).values_list("pk", "counters")) if busy_rounds else {}
     )
-    # Rounds waited when each outcome was decided: consecutive losses, counted oldest first.
+    # Rounds waited when each outcome was decided: consecutive losing rounds, counted oldest first.
     waited: dict[int, int] = {}
     run = 0
     for o in reversed(rows):
-        run = 0 if o.won else run + 1
+        run = 0 if o.won else run + rounds[o.pk]
         waited[o.pk] = run
     out = []
     for o in rows:
-        price = prices.get((o.round_id, o.gpu_type_id))
+        at = until[o.pk]
+        price = prices.get((at, o.gpu_type_id))
         limit = _limit(history, o.bid_version, o.gpu_type.name) if o.gpu_type else None
-        use = TypeUse.of(counters.get(o.round_id) or {}, o.gpu_type.name) if o.gpu_type else None
-        out.append(Explained(o, _sentence(job, o, price, limit, waited[o.pk], use), price))
+        use = TypeUse.of(counters.get(at) or {}, o.gpu_type.name) if o.gpu_type else None
+        out.append(Explained(o, _sentence(job, o, price, limit, waited[o.pk], use, at), price, at))
     return out
+
+
+def _runs(job: Job, rows: list[BidOutcome]) -> tuple[dict[int, int], dict[int, int]]:
+    """For each outcome (newest first): the newest round it stands for, and how many rounds that is. A win
+    stands for its own round only. A loss stands for the rounds that committed a book (market.selectors.
+    waiting.COUNTS) from its own up to before the job's next row; the newest one, while the job is pending,
+    up to the newest such round, or to before its wait mark when that moved past the row (the job was left
+    out of a round, and its next row is written again); once the job left pending (cancelled), up to the
+    last round frozen before it did."""
+    losses = [o for o in rows if not o.won]
+    if not losses:
+        return {o.pk: o.round_id for o in rows}, {o.pk: 1 for o in rows}
+    counting = list(
+        Round.objects.filter(COUNTS, pk__gte=min(o.round_id for o in losses))
+        .order_by("pk")
+        .values_list("pk", "frozen_at")
+    )
+    ids = [pk for pk, _at in counting]
+    until, rounds = {}, {}
+    newer: int | None = None  # the round of the next newer row
+    for o in rows:
+        bound = newer
+        if bound is None and job.state == JobState.PENDING and job.wait_round > o.round_id:
+            bound = job.wait_round
+        if bound is None and job.state != JobState.PENDING:
+            bound = next((pk for pk, at in counting if at is not None and at > job.updated_at), None)
+        last = bisect_left(ids, bound) if bound is not None else len(ids)
+        first = bisect_left(ids, o.round_id)
+        if o.won or last <= first:
+            until[o.pk], rounds[o.pk] = o.round_id, 1
+        else:
+            until[o.pk], rounds[o.pk] = ids[last - 1], last - first
+        newer = o.round_id
+    return until, rounds
 
 
 @dataclass(frozen=True)

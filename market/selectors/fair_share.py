@@ -17,11 +17,20 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
-from django.db.models import Count
+from django.db.models import Count, Sum
 
 from accounts.models import Tenant
 from allocator import fairshare
-from market.models import BidOutcome, EndReason, FairShareRound, FairShareUsage, Lease, Round, RoundState
+from market.models import (
+    BidOutcome,
+    EndReason,
+    FairShareRound,
+    FairShareUsage,
+    Lease,
+    Round,
+    RoundLoss,
+    RoundState,
+)
 from market.selectors.book import Snapshot
 
 DAY, HOUR = 86_400, 3_600
@@ -177,12 +186,16 @@ def _worst(
     short = (s.target[:, i, :] - s.held[:, i, :] >= 1) & (s.waiting[:, i, :] > 0)
     if not short.any():
         return worst.tenant, f"{worst.tenant} was within its fair-share target whenever it waited."
-    outcomes = BidOutcome.objects.filter(won=False, job__tenant__slug=worst.tenant)
+    # The round commit's counts by tenant and reason (RoundLoss): a loss like the round before writes no
+    # outcome row, so the rows would undercount the reasons that repeat.
+    losses = RoundLoss.objects.filter(tenant__slug=worst.tenant)
     if since is not None:
-        outcomes = outcomes.filter(round__slot__gte=since)
+        losses = losses.filter(round__slot__gte=since)
     if until is not None:
-        outcomes = outcomes.filter(round__slot__lt=until)
-    reasons = Counter(outcomes.values_list("reason", flat=True))
+        losses = losses.filter(round__slot__lt=until)
+    reasons: Counter[str] = Counter()
+    for reason, n in losses.values_list("reason").annotate(n=Sum("bids")).order_by():
+        reasons[reason] = int(n)
     gangs_too_big = (s.smallest[:, i, :] > s.target[:, i, :] - s.held[:, i, :])[short].mean()
     if gangs_too_big >= 0.5:
         return worst.tenant, (

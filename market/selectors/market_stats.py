@@ -26,20 +26,32 @@ def round_figures(*, since: datetime | None = None) -> list[RoundFigures]:
     qs = Round.objects.filter(state__in=[RoundState.COMMITTED, RoundState.DISPATCHED])
     if since is not None:
         qs = qs.filter(slot__gte=since)
-    rounds = list(qs.order_by("-slot").values_list("pk", "slot", "gpus_free")[:MAX_ROUNDS])[::-1]
+    rounds = list(
+        qs.order_by("-slot").values_list("pk", "slot", "gpus_free", "gpus_allocated", "counters")[:MAX_ROUNDS]
+    )[::-1]
+    # A round records its demand (counters["demand_gpus"]) and its won GPUs (gpus_allocated); rounds from before
+    # it recorded demand wrote an outcome row per bid, summed from those.
+    old = [r[0] for r in rounds if "demand_gpus" not in (r[4] or {})]
     asked = dict(
-        BidOutcome.objects.filter(round_id__in=[r[0] for r in rounds])
+        BidOutcome.objects.filter(round_id__in=old)
         .values_list("round_id")
         .annotate(n=Sum("job__gpus"))
         .order_by()
     )
     won = dict(
-        BidOutcome.objects.filter(round_id__in=[r[0] for r in rounds], won=True)
+        BidOutcome.objects.filter(round_id__in=old, won=True)
         .values_list("round_id")
         .annotate(n=Sum("job__gpus"))
         .order_by()
     )
-    return [RoundFigures(slot, free, int(asked.get(pk, 0)), int(won.get(pk, 0))) for pk, slot, free in rounds]
+    out = []
+    for pk, slot, free, allocated, counters in rounds:
+        demand = (counters or {}).get("demand_gpus")
+        if demand is None:
+            out.append(RoundFigures(slot, free, int(asked.get(pk, 0)), int(won.get(pk, 0))))
+        else:
+            out.append(RoundFigures(slot, free, int(demand), int(allocated)))
+    return out
 
 
 def price_series(*, since: datetime | None = None) -> dict[str, list[tuple[datetime, int, int | None]]]:

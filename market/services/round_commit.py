@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 from django.conf import settings
+from django.db import connection
 from django.db.models import F, OuterRef
 
 from accounts.models import Tenant
@@ -42,6 +43,7 @@ from market.models import (
     LeaseGpu,
     LeaseState,
     Round,
+    RoundLoss,
     RoundPrice,
 )
 from market.models.rounds import (
@@ -83,6 +85,7 @@ class CommitStats:
     skipped_reasons: dict[str, int] = field(default_factory=dict)
     moves: int = 0  # moved leases placed again (market.services.moves)
     moves_skipped: dict[str, int] = field(default_factory=dict)  # moves not placed again, by why
+    outcomes: int = 0  # outcome rows written (a bid that lost as before writes none)
 
 
 @dataclass(frozen=True)
@@ -117,7 +120,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
     _insert_commands(rnd, placed, lease_ids[: len(placed)], now)  # a moved lease binds later
     _mark_allocated(placed, now)
     _retier(result)
-    _outcomes(rnd, snapshot, result, placed, winners, skipped, type_ids)
+    outcomes = _outcomes(rnd, snapshot, result, placed, winners, skipped, type_ids)
     _prices(rnd, snapshot.book, result, type_ids)
     record_reservations(rnd, result)  # a reserved node's type is the gang's
     record_fragmentation(rnd, snapshot.book, result, type_ids)
@@ -129,6 +132,7 @@ def commit_result(*, rnd: Round, snapshot: Snapshot, result: Result, now: dateti
         skipped_reasons=_count(skipped.values()),
         moves=len(placed_moves),
         moves_skipped=_count(move_skipped.values()),
+        outcomes=outcomes,
     )
 
 
@@ -465,15 +469,28 @@ def _outcomes(
     winners: list[Winner],
     skipped: dict[int, str],
     type_ids: list[int],
-) -> None:
-    """One row per bid: winners placed, winners skipped at commit (with why), losers (with why). Built as
-    columns, a list per field, since a round writes 200,000 of them."""
+) -> int:
+    """A row per bid whose outcome changed (docs/rounds.md §At fleet scale, writing less): winners placed and
+    winners skipped at commit (with why) always, a loser (with why) only when its outcome differs from its
+    job's newest row. Built as columns, a list per field, since a first round writes 200,000 of them. Returns
+    the rows written."""
     versions = snapshot.bid_versions
     by_job = {w.job_id: w for w in winners}
     won = [p.winner for p in placed]
     lost = [by_job[job] for job in skipped]
     lo = result.losers
     lose_jobs = lo.job.tolist()
+    lose_types = [type_ids[t] for t in lo.gpu_type.tolist()]
+    lose_reasons = [REASON_NAMES[r] for r in lo.reason.tolist()]
+    lose_figures = [None if f < 0 else f for f in lo.figure.tolist()]
+    _record_losses(rnd, snapshot, result, lose_jobs, lose_reasons, skipped)
+    newest = newest_outcomes(lose_jobs)
+    keep = [
+        i
+        for i, job in enumerate(lose_jobs)
+        if newest.get(job) != (versions[job], lose_types[i], lose_reasons[i], lose_figures[i])
+    ]
+    lose_jobs = [lose_jobs[i] for i in keep]
     jobs = [w.job_id for w in won] + list(skipped) + lose_jobs
     n_won, n = len(won), len(jobs)
     bulk.insert(
@@ -484,10 +501,78 @@ def _outcomes(
             "bid_version": [versions[job] for job in jobs],
             "won": [True] * n_won + [False] * (n - n_won),
             "tier": [w.tier for w in won] + [""] * (n - n_won),
-            "gpu_type_id": [w.gpu_type_id for w in won + lost] + [type_ids[t] for t in lo.gpu_type.tolist()],
+            "gpu_type_id": [w.gpu_type_id for w in won + lost] + [lose_types[i] for i in keep],
             "price": [w.price for w in won + lost] + [None] * len(lose_jobs),
-            "reason": [""] * n_won + list(skipped.values()) + [REASON_NAMES[r] for r in lo.reason.tolist()],
-            "figure": [None] * (n_won + len(skipped)) + [None if f < 0 else f for f in lo.figure.tolist()],
+            "reason": [""] * n_won + list(skipped.values()) + [lose_reasons[i] for i in keep],
+            "figure": [None] * (n_won + len(skipped)) + [lose_figures[i] for i in keep],
+        },
+        ids=False,
+    )
+    return n
+
+
+# The newest outcome of each job that still stands for the rounds since: a loss, written no earlier than the
+# job's wait mark (a job left out of a round, or requeued, has its wait_round moved past its older rows, so the
+# next row is written again: an unchanged row only stands for rounds the job was in). Read through the
+# (job, round) unique index, one probe per job.
+_NEWEST_SQL = """
+SELECT o.job_id, o.bid_version, o.gpu_type_id, o.reason, o.figure
+FROM market_job j
+CROSS JOIN LATERAL (
+    SELECT b.job_id, b.round_id, b.won, b.bid_version, b.gpu_type_id, b.reason, b.figure
+    FROM market_bidoutcome b WHERE b.job_id = j.id ORDER BY b.round_id DESC LIMIT 1
+) o
+WHERE j.id = ANY(%s::bigint[]) AND NOT o.won AND o.round_id >= j.wait_round
+"""
+
+
+def newest_outcomes(job_ids: list[int]) -> dict[int, tuple[int, int | None, str, int | None]]:
+    """{job: (bid version, GPU type, reason, figure)} of the jobs' newest outcomes that a repeat of them
+    need not be written for (_NEWEST_SQL says which)."""
+    if not job_ids:
+        return {}
+    if connection.vendor != "postgresql":  # SQLite (local runs): the same rule through the ORM
+        marks = dict(Job.objects.filter(pk__in=job_ids).values_list("pk", "wait_round"))
+        out: dict[int, tuple[int, int | None, str, int | None]] = {}
+        for o in BidOutcome.objects.filter(job_id__in=job_ids).order_by("job_id", "-round_id"):
+            if o.job_id not in out and not o.won and o.round_id >= marks[o.job_id]:
+                out[o.job_id] = (o.bid_version, o.gpu_type_id, o.reason, o.figure)
+            out.setdefault(o.job_id, (-1, None, "", None))
+        return out
+    with connection.cursor() as cur:
+        cur.execute(_NEWEST_SQL, ["{" + ",".join(map(str, job_ids)) + "}"])
+        return {job: (version, t, reason, figure) for job, version, t, reason, figure in cur.fetchall()}
+
+
+def _record_losses(
+    rnd: Round,
+    snapshot: Snapshot,
+    result: Result,
+    lose_jobs: list[int],
+    lose_reasons: list[str],
+    skipped: dict[int, str],
+) -> None:
+    """The round's losses counted by tenant and reason (RoundLoss): what the fair-share diagnosis reads, since
+    an unchanged loss writes no outcome row. A few rows per losing tenant, not one per bid."""
+    bids = snapshot.book.bids
+    tenant_of = dict(zip(bids.job.tolist(), bids.tenant.tolist(), strict=True))
+    tenant_ids = dict(
+        Tenant.objects.filter(slug__in=bulk.any_of(result.tenant_names, "text")).values_list("slug", "pk")
+    )
+    ids = [tenant_ids.get(name) for name in result.tenant_names]
+    counts: dict[tuple[int, str], int] = defaultdict(int)
+    for job, reason in [*zip(lose_jobs, lose_reasons, strict=True), *skipped.items()]:
+        tenant = ids[tenant_of[job]] if tenant_of.get(job) is not None else None
+        if tenant is not None:
+            counts[tenant, reason] += 1
+    keys = sorted(counts)
+    bulk.insert(
+        RoundLoss,
+        {
+            "round_id": [rnd.pk] * len(keys),
+            "tenant_id": [t for t, _r in keys],
+            "reason": [r for _t, r in keys],
+            "bids": [counts[k] for k in keys],
         },
         ids=False,
     )

@@ -209,6 +209,10 @@ def _commit(rnd: Round, memo: _Memo) -> None:
         **rnd.counters,
         **{f"skipped_{k}": v for k, v in stats.skipped_reasons.items()},
         **busy_evidence(snapshot.book, result),
+        # What market.selectors.market_stats charts per round: GPUs the book's bids asked for (an unchanged
+        # loss writes no outcome row to sum them from), and the outcome rows this round wrote.
+        "demand_gpus": int(snapshot.book.bids.gpus.sum()),
+        "outcomes_written": stats.outcomes,
     }
     rnd.state, rnd.committed_at = RoundState.COMMITTED, now
     rnd.commit_ms = round((time.perf_counter() - started) * 1000)

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from market.models import BidOutcome, Command, CommandState, Lease, Round, RoundPrice, RoundState
 from market.selectors.policy import market_policy
+from market.services.jobs import bid_amend
 from market.services.retention import retention_prune
 from market.services.rounds import round_advance, slot_of
 from tests.conftest import World
@@ -34,7 +35,11 @@ def test_old_books_outcomes_and_commands_go_summaries_stay(world: World) -> None
     world.fund(world.alpha, 100)
     winner = make_job(world.alpha, world.alice, gpus=2, limits={world.h100: 3})
     loser = make_job(world.alpha, world.alice, gpus=2, limits={world.h100: 3})
-    old1, old2 = _run_round(10), _run_round(9)
+    # An amended bid is a changed outcome: each round writes the loser a row (an unchanged loss would not).
+    old1 = _run_round(10)
+    bid_amend(job=loser, actor=world.alice, bids=[(world.h100, 4)])
+    old2 = _run_round(9)
+    bid_amend(job=loser, actor=world.alice, bids=[(world.h100, 5)])
     recent = _run_round(1)
     assert BidOutcome.objects.filter(job=loser).count() == 3
     Command.objects.update(state=CommandState.ACKED, acked_at=timezone.now() - timedelta(days=9))
